@@ -1,0 +1,193 @@
+//! The agent <-> server protocol. One WebSocket per agent (`GET /api/v1/agent/connect`), JSON
+//! text frames, one message per frame. On every (re)connect the server sends the node's full
+//! desired set of attempts; every status report names its attempt, so a stale report never
+//! overwrites a newer attempt.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::EndCause;
+
+/// What an agent can offer. Detected on the node, overridable on the command line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Capacity {
+    /// Logical cores.
+    pub cpus: u32,
+    pub memory_bytes: u64,
+    /// Devices such as `nvidia.com/gpu` and their counts.
+    #[serde(default)]
+    pub devices: std::collections::BTreeMap<String, u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentMessage {
+    /// First message on every connection.
+    Hello {
+        name: String,
+        pool: String,
+        capacity: Capacity,
+        version: String,
+        /// Where this agent's metrics are served (`host:port`), for service discovery.
+        #[serde(default)]
+        metrics_addr: Option<String>,
+        /// Attempts this agent still knows about (running or exited but unreported).
+        #[serde(default)]
+        attempts: Vec<Uuid>,
+    },
+    Heartbeat,
+    /// A change in an attempt's life. Sent again after a reconnect until acknowledged.
+    Status(AttemptReport),
+    /// A chunk of a container's output, placed by byte offset so a resend is harmless.
+    Log(LogChunk),
+    /// A node-local task (volume cleanup) is done.
+    ChoreDone { id: Uuid, error: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptReport {
+    pub attempt_id: Uuid,
+    pub phase: AttemptPhase,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum AttemptPhase {
+    /// Accepted; pulling and unpacking the image.
+    Preparing,
+    /// The container's process runs.
+    Running,
+    /// The process is gone. `cause` is `Exit` when it ended on its own, or the cause the
+    /// server gave when it asked for the stop (timeout, stopped, evicted).
+    Exited { exit_code: i32, cause: EndCause },
+    /// It could not be started at all (bad image, bad mount...).
+    StartFailed { message: String },
+    /// The agent does not know this attempt (reported after a restart lost it).
+    Lost,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Copy)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogChunk {
+    pub attempt_id: Uuid,
+    pub stream: Stream,
+    pub offset: u64,
+    /// Base64 of the raw bytes (output need not be UTF-8).
+    pub data: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Welcome {
+        node_id: Uuid,
+        heartbeat_interval_ms: u64,
+    },
+    /// The complete set of attempts this node should run. Anything else the agent runs is
+    /// stopped; anything listed that the agent does not know is started (or reported lost if it
+    /// had been started before).
+    Desired { attempts: Vec<Assignment> },
+    /// Start one attempt.
+    Assign(Assignment),
+    /// Stop one attempt: SIGTERM, `grace_ms`, then SIGKILL. The cause is echoed in the final
+    /// report.
+    Stop {
+        attempt_id: Uuid,
+        grace_ms: u64,
+        cause: EndCause,
+    },
+    /// The server has stored this attempt's final status: the agent may forget it.
+    Forget { attempt_id: Uuid },
+    /// Node-local housekeeping (removing an ephemeral volume).
+    Chore(Chore),
+    /// The server has stored output up to these offsets.
+    LogAck {
+        attempt_id: Uuid,
+        stdout: u64,
+        stderr: u64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chore {
+    pub id: Uuid,
+    pub kind: ChoreKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ChoreKind {
+    /// Remove a directory under the storage root (relative path).
+    RemoveVolume { path: String },
+}
+
+/// Everything an agent needs to run one attempt of a task. Self-contained: the agent stores it
+/// in its state directory so it survives restarts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub attempt_id: Uuid,
+    pub workflow_id: Uuid,
+    /// Job name, with `[N]` for a task-array member.
+    pub task: String,
+    pub attempt: u32,
+    pub image: ImageSource,
+    /// Full argv (command + args, or the script wrapped for `/bin/sh`). Empty: the image's own
+    /// entrypoint and cmd.
+    pub argv: Vec<String>,
+    pub env: Vec<String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub mounts: Vec<VolumeMount>,
+    #[serde(default)]
+    pub files: Vec<InjectedFile>,
+    pub resources: Resources,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageSource {
+    /// `docker://REF` or `oci://PATH`.
+    pub uri: String,
+    #[serde(default)]
+    pub credential: Option<RegistryCredential>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RegistryCredential {
+    Basic { username: String, password: String },
+    Bearer { token: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VolumeMount {
+    /// Path inside the container.
+    pub target: String,
+    /// Path relative to the agent's storage root, e.g. `POOL/ephemeral/WORKFLOW`.
+    pub source: String,
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InjectedFile {
+    /// Absolute path inside the container.
+    pub target: String,
+    /// Base64 of the content.
+    pub content: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Resources {
+    pub cpus: f64,
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    #[serde(default)]
+    pub devices: std::collections::BTreeMap<String, u32>,
+}

@@ -1,0 +1,9 @@
+//! Wire types shared by every Gantry component: the JSON API under `/api/v1`, and the
+//! agent <-> server protocol (one WebSocket per agent). Serde types only: no behaviour here,
+//! so the CLI, the agent and MCP can depend on this without pulling in the server.
+
+pub mod agent;
+pub mod status;
+pub mod v1;
+
+pub use status::*;

@@ -1,0 +1,1 @@
+//! Gantry's decisions as pure functions: scheduler, workflow state machine, hold policy.

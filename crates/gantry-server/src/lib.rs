@@ -1,0 +1,1 @@
+//! Gantry's control plane: HTTP API, auth, controllers, agent protocol.

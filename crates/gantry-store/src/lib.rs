@@ -1,0 +1,1 @@
+//! Gantry's persistence: one trait, SQLite (embedded default), migrations.
