@@ -41,7 +41,10 @@ pub enum AgentMessage {
     /// A chunk of a container's output, placed by byte offset so a resend is harmless.
     Log(LogChunk),
     /// A node-local task (volume cleanup) is done.
-    ChoreDone { id: Uuid, error: Option<String> },
+    ChoreDone {
+        id: Uuid,
+        error: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,1 +1,194 @@
-//! The JSON API under `/api/v1`.
+//! The JSON API under `/api/v1`. Times are RFC 3339 in UTC.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::{agent::Capacity, EndCause, NodeState, TaskStatus, WorkflowStatus};
+
+/// Every error body: `{"error": "..."}` plus positions for workflow-file problems.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WhoAmI {
+    pub user: String,
+    pub group: String,
+    pub role: Role,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Admin,
+    /// May only connect as a node agent.
+    Agent,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Admin => "admin",
+            Role::Agent => "agent",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateUser {
+    pub name: String,
+    #[serde(default)]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub role: Option<Role>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserCreated {
+    pub name: String,
+    pub group: String,
+    pub role: Role,
+    /// Shown once; only its hash is stored.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmitWorkflow {
+    /// The workflow file's text.
+    pub spec: String,
+    /// A name for listings; defaults to the file name the CLI read.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidateWorkflow {
+    pub spec: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Validation {
+    pub valid: bool,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowSummary {
+    pub id: Uuid,
+    pub name: String,
+    pub owner: String,
+    pub group: String,
+    pub status: WorkflowStatus,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub ended_at: Option<OffsetDateTime>,
+    /// Tasks by status, e.g. {"FINISHED": 3, "RUNNING": 1}.
+    #[serde(default)]
+    pub counts: BTreeMap<TaskStatus, u32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowDetail {
+    #[serde(flatten)]
+    pub summary: WorkflowSummary,
+    pub tasks: Vec<TaskInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub id: Uuid,
+    /// The job's name.
+    pub job: String,
+    /// Task-array index.
+    #[serde(default)]
+    pub index: Option<u32>,
+    pub status: TaskStatus,
+    /// Why it waits or why it ended.
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    pub attempts: Vec<AttemptInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttemptInfo {
+    pub id: Uuid,
+    pub number: u32,
+    pub node: String,
+    pub status: TaskStatus,
+    #[serde(default)]
+    pub cause: Option<EndCause>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub ended_at: Option<OffsetDateTime>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: i64,
+    #[serde(with = "time::serde::rfc3339")]
+    pub time: OffsetDateTime,
+    #[serde(default)]
+    pub workflow_id: Option<Uuid>,
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub task: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: Uuid,
+    pub name: String,
+    pub pool: String,
+    pub state: NodeState,
+    pub connected: bool,
+    pub capacity: Capacity,
+    /// Resources held by running attempts.
+    pub allocated: Capacity,
+    pub running: u32,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub last_seen: Option<OffsetDateTime>,
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeDetail {
+    #[serde(flatten)]
+    pub node: NodeInfo,
+    pub events: Vec<Event>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Setting {
+    pub key: String,
+    pub value: String,
+}

@@ -1,1 +1,5 @@
 //! Gantry's decisions as pure functions: scheduler, workflow state machine, hold policy.
+//!
+//! Invariant: no I/O, no async, no clock reads. Time is passed in as [`engine::Millis`].
+
+pub mod engine;

@@ -1,0 +1,311 @@
+//! The workflow state machine: given what is true of one workflow now, decide what happens
+//! next. The server's controller builds a [`WorkflowView`] from the store, calls [`reconcile`],
+//! and applies the actions in one transaction; attempt ends go through [`attempt_outcome`].
+//!
+//! Retry is decided by the *cause* of an attempt's end, never by its exit code alone: a process
+//! that exited non-zero on its own, or timed out, is a `failure`; a lost or evicted node is
+//! `node`.
+
+use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Milliseconds since the Unix epoch. Time is passed in: core never reads a clock.
+pub type Millis = i64;
+
+pub type TaskId = Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetryOn {
+    pub failure: bool,
+    pub node: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkflowView {
+    pub status: WorkflowStatus,
+    pub stop_requested: bool,
+    pub jobs: Vec<JobView>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobView {
+    pub name: String,
+    /// Jobs that must have FINISHED before this one may start.
+    pub depends_on: Vec<String>,
+    /// At most this many of the job's tasks (task-array members) run at once.
+    pub concurrency: Option<u32>,
+    /// Most starts of each task in all.
+    pub attempts: u32,
+    pub retry_on: RetryOn,
+    pub timeout_ms: Option<u64>,
+    pub tasks: Vec<TaskView>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskView {
+    pub id: TaskId,
+    pub status: TaskStatus,
+    /// Attempts started so far (ended ones and the live one).
+    pub attempts_made: u32,
+    pub live: Option<LiveAttempt>,
+}
+
+/// An attempt that has been placed and has not ended yet.
+#[derive(Debug, Clone)]
+pub struct LiveAttempt {
+    pub id: TaskId,
+    pub status: TaskStatus,
+    pub running_since: Option<Millis>,
+    /// A stop was already asked for, with this cause.
+    pub stop_sent: Option<EndCause>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// The task may start now: hand it to the scheduler.
+    Place { task: TaskId },
+    /// The task will never run (a dependency failed, or the workflow was stopped).
+    EndTask {
+        task: TaskId,
+        status: TaskStatus,
+        reason: String,
+    },
+    /// Ask the agent to stop an attempt (SIGTERM, grace, SIGKILL).
+    StopAttempt { attempt: TaskId, cause: EndCause },
+    SetWorkflow {
+        status: WorkflowStatus,
+        reason: Option<String>,
+    },
+}
+
+/// What a job as a whole looks like, from its tasks.
+pub fn job_status(job: &JobView) -> TaskStatus {
+    let mut all_finished = true;
+    let mut any_active = false;
+    let mut any_failed = false;
+    let mut any_stopped = false;
+    let mut any_running = false;
+    for t in &job.tasks {
+        match t.status {
+            TaskStatus::Finished => {}
+            TaskStatus::Failed => any_failed = true,
+            TaskStatus::Stopped => any_stopped = true,
+            TaskStatus::Running => any_running = true,
+            TaskStatus::Started => any_active = true,
+            TaskStatus::Pending => {}
+        }
+        if t.status != TaskStatus::Finished {
+            all_finished = false;
+        }
+    }
+    let all_terminal = job.tasks.iter().all(|t| t.status.is_terminal());
+    if all_finished {
+        TaskStatus::Finished
+    } else if all_terminal && any_failed {
+        TaskStatus::Failed
+    } else if all_terminal && any_stopped {
+        TaskStatus::Stopped
+    } else if any_running {
+        TaskStatus::Running
+    } else if any_active || job.tasks.iter().any(|t| t.status.is_terminal()) {
+        TaskStatus::Started
+    } else {
+        TaskStatus::Pending
+    }
+}
+
+/// Decide the next actions for one workflow. Idempotent: calling it twice on the same view
+/// gives the same actions, so a crash between deciding and applying loses nothing.
+pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
+    let mut actions = Vec::new();
+    if wf.status.is_terminal() {
+        return actions;
+    }
+    let by_name: HashMap<&str, &JobView> = wf.jobs.iter().map(|j| (j.name.as_str(), j)).collect();
+
+    if wf.stop_requested {
+        let mut live = false;
+        for job in &wf.jobs {
+            for t in &job.tasks {
+                if let Some(a) = &t.live {
+                    live = true;
+                    if a.stop_sent.is_none() {
+                        actions.push(Action::StopAttempt {
+                            attempt: a.id,
+                            cause: EndCause::Stopped,
+                        });
+                    }
+                } else if !t.status.is_terminal() {
+                    actions.push(Action::EndTask {
+                        task: t.id,
+                        status: TaskStatus::Stopped,
+                        reason: "workflow stopped before it ran".into(),
+                    });
+                }
+            }
+        }
+        if !live {
+            actions.push(Action::SetWorkflow {
+                status: WorkflowStatus::Stopped,
+                reason: Some("stopped by request".into()),
+            });
+        }
+        return actions;
+    }
+
+    // Tasks this call ends, so the workflow's own status below sees them.
+    let mut ended: HashMap<TaskId, TaskStatus> = HashMap::new();
+    for job in &wf.jobs {
+        let blocker = job.depends_on.iter().find_map(|d| {
+            let dep = by_name.get(d.as_str())?;
+            match job_status(dep) {
+                s @ (TaskStatus::Failed | TaskStatus::Stopped) => Some((d.clone(), s)),
+                _ => None,
+            }
+        });
+        let ready = job.depends_on.iter().all(|d| {
+            by_name
+                .get(d.as_str())
+                .is_some_and(|dep| job_status(dep) == TaskStatus::Finished)
+        });
+        let mut in_flight = job
+            .tasks
+            .iter()
+            .filter(|t| matches!(t.status, TaskStatus::Started | TaskStatus::Running))
+            .count() as u32;
+        for t in &job.tasks {
+            if let Some(a) = &t.live {
+                if let (Some(limit), Some(since), None) =
+                    (job.timeout_ms, a.running_since, a.stop_sent)
+                {
+                    if now.saturating_sub(since) >= limit as i64 {
+                        actions.push(Action::StopAttempt {
+                            attempt: a.id,
+                            cause: EndCause::Timeout,
+                        });
+                    }
+                }
+                continue;
+            }
+            if t.status != TaskStatus::Pending {
+                continue;
+            }
+            if let Some((dep, status)) = &blocker {
+                ended.insert(t.id, TaskStatus::Failed);
+                actions.push(Action::EndTask {
+                    task: t.id,
+                    status: TaskStatus::Failed,
+                    reason: format!("dependency {dep} ended {status}"),
+                });
+                continue;
+            }
+            if !ready {
+                continue;
+            }
+            if job.concurrency.is_some_and(|c| in_flight >= c) {
+                continue;
+            }
+            in_flight += 1;
+            actions.push(Action::Place { task: t.id });
+        }
+    }
+
+    let status_of = |t: &TaskView| ended.get(&t.id).copied().unwrap_or(t.status);
+    let tasks = || wf.jobs.iter().flat_map(|j| j.tasks.iter());
+    let all_terminal = tasks().all(|t| status_of(t).is_terminal());
+    let next = if all_terminal {
+        if tasks().all(|t| status_of(t) == TaskStatus::Finished) {
+            Some((WorkflowStatus::Finished, None))
+        } else {
+            let failed: Vec<String> = wf
+                .jobs
+                .iter()
+                .filter(|j| j.tasks.iter().any(|t| status_of(t) == TaskStatus::Failed))
+                .map(|j| j.name.clone())
+                .collect();
+            Some((
+                WorkflowStatus::Failed,
+                Some(format!("failed: {}", failed.join(", "))),
+            ))
+        }
+    } else if wf.status == WorkflowStatus::Pending
+        && tasks().any(|t| status_of(t) != TaskStatus::Pending)
+    {
+        Some((WorkflowStatus::Running, None))
+    } else {
+        None
+    };
+    if let Some((status, reason)) = next {
+        if status != wf.status {
+            actions.push(Action::SetWorkflow { status, reason });
+        }
+    }
+    actions
+}
+
+/// What becomes of a task when its live attempt ends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Back to PENDING for another attempt.
+    Retry { reason: String },
+    Final {
+        status: TaskStatus,
+        reason: Option<String>,
+    },
+}
+
+pub fn attempt_outcome(
+    job: &JobView,
+    attempts_made: u32,
+    exit_code: Option<i32>,
+    cause: EndCause,
+    node: &str,
+) -> Outcome {
+    let left = attempts_made < job.attempts.max(1);
+    let (retryable, reason) = match cause {
+        EndCause::Exit if exit_code == Some(0) => {
+            return Outcome::Final {
+                status: TaskStatus::Finished,
+                reason: None,
+            }
+        }
+        EndCause::Exit => (
+            job.retry_on.failure,
+            format!("exited with code {}", exit_code.unwrap_or(-1)),
+        ),
+        EndCause::Timeout => (job.retry_on.failure, "timeout".to_string()),
+        EndCause::StartError => (job.retry_on.failure, "could not start".to_string()),
+        EndCause::NodeLost => (job.retry_on.node, format!("node {node} was lost")),
+        EndCause::Evicted => (job.retry_on.node, format!("evicted from node {node}")),
+        EndCause::Stopped => {
+            return Outcome::Final {
+                status: TaskStatus::Stopped,
+                reason: Some("stopped".into()),
+            }
+        }
+        EndCause::DependencyFailed => {
+            return Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some("a dependency failed".into()),
+            }
+        }
+    };
+    if retryable && left {
+        Outcome::Retry {
+            reason: format!(
+                "{reason}; retrying (attempt {} of {})",
+                attempts_made + 1,
+                job.attempts
+            ),
+        }
+    } else {
+        Outcome::Final {
+            status: TaskStatus::Failed,
+            reason: Some(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+use super::*;
+
+fn id(n: u128) -> TaskId {
+    Uuid::from_u128(n)
+}
+
+fn task(n: u128, status: TaskStatus) -> TaskView {
+    TaskView {
+        id: id(n),
+        status,
+        attempts_made: 0,
+        live: None,
+    }
+}
+
+fn live(n: u128, a: u128, status: TaskStatus, since: Option<Millis>) -> TaskView {
+    TaskView {
+        id: id(n),
+        status,
+        attempts_made: 1,
+        live: Some(LiveAttempt {
+            id: id(a),
+            status,
+            running_since: since,
+            stop_sent: None,
+        }),
+    }
+}
+
+fn job(name: &str, deps: &[&str], tasks: Vec<TaskView>) -> JobView {
+    JobView {
+        name: name.into(),
+        depends_on: deps.iter().map(|s| s.to_string()).collect(),
+        concurrency: None,
+        attempts: 1,
+        retry_on: RetryOn {
+            failure: true,
+            node: false,
+        },
+        timeout_ms: None,
+        tasks,
+    }
+}
+
+fn wf(status: WorkflowStatus, jobs: Vec<JobView>) -> WorkflowView {
+    WorkflowView {
+        status,
+        stop_requested: false,
+        jobs,
+    }
+}
+
+#[test]
+fn roots_are_placed_and_dependants_wait() {
+    let w = wf(
+        WorkflowStatus::Pending,
+        vec![
+            job("a", &[], vec![task(1, TaskStatus::Pending)]),
+            job("b", &["a"], vec![task(2, TaskStatus::Pending)]),
+        ],
+    );
+    assert_eq!(reconcile(&w, 0), vec![Action::Place { task: id(1) }]);
+}
+
+#[test]
+fn dependant_is_placed_once_dependency_finished() {
+    let w = wf(
+        WorkflowStatus::Running,
+        vec![
+            job("a", &[], vec![task(1, TaskStatus::Finished)]),
+            job("b", &["a"], vec![task(2, TaskStatus::Pending)]),
+        ],
+    );
+    assert_eq!(reconcile(&w, 0), vec![Action::Place { task: id(2) }]);
+}
+
+#[test]
+fn failed_dependency_fails_dependants_and_the_workflow() {
+    let w = wf(
+        WorkflowStatus::Running,
+        vec![
+            job("a", &[], vec![task(1, TaskStatus::Failed)]),
+            job("b", &["a"], vec![task(2, TaskStatus::Pending)]),
+        ],
+    );
+    let acts = reconcile(&w, 0);
+    assert_eq!(
+        acts[0],
+        Action::EndTask {
+            task: id(2),
+            status: TaskStatus::Failed,
+            reason: "dependency a ended FAILED".into()
+        }
+    );
+    assert_eq!(
+        acts[1],
+        Action::SetWorkflow {
+            status: WorkflowStatus::Failed,
+            reason: Some("failed: a, b".into())
+        }
+    );
+}
+
+#[test]
+fn all_finished_finishes_the_workflow() {
+    let w = wf(
+        WorkflowStatus::Running,
+        vec![job("a", &[], vec![task(1, TaskStatus::Finished)])],
+    );
+    assert_eq!(
+        reconcile(&w, 0),
+        vec![Action::SetWorkflow {
+            status: WorkflowStatus::Finished,
+            reason: None
+        }]
+    );
+}
+
+#[test]
+fn terminal_workflow_does_nothing() {
+    let w = wf(
+        WorkflowStatus::Finished,
+        vec![job("a", &[], vec![task(1, TaskStatus::Pending)])],
+    );
+    assert!(reconcile(&w, 0).is_empty());
+}
+
+#[test]
+fn concurrency_limits_task_array_members() {
+    let mut j = job(
+        "arr",
+        &[],
+        vec![
+            live(1, 11, TaskStatus::Running, Some(0)),
+            task(2, TaskStatus::Pending),
+            task(3, TaskStatus::Pending),
+            task(4, TaskStatus::Pending),
+        ],
+    );
+    j.concurrency = Some(2);
+    let w = wf(WorkflowStatus::Running, vec![j]);
+    assert_eq!(reconcile(&w, 0), vec![Action::Place { task: id(2) }]);
+}
+
+#[test]
+fn timeout_stops_the_attempt_once() {
+    let mut j = job(
+        "a",
+        &[],
+        vec![live(1, 11, TaskStatus::Running, Some(1_000))],
+    );
+    j.timeout_ms = Some(5_000);
+    let w = wf(WorkflowStatus::Running, vec![j.clone()]);
+    assert!(reconcile(&w, 5_999).is_empty());
+    assert_eq!(
+        reconcile(&w, 6_000),
+        vec![Action::StopAttempt {
+            attempt: id(11),
+            cause: EndCause::Timeout
+        }]
+    );
+    j.tasks[0].live.as_mut().unwrap().stop_sent = Some(EndCause::Timeout);
+    let w = wf(WorkflowStatus::Running, vec![j]);
+    assert!(reconcile(&w, 60_000).is_empty());
+}
+
+#[test]
+fn timeout_counts_from_running_not_from_placement() {
+    let mut j = job("a", &[], vec![live(1, 11, TaskStatus::Started, None)]);
+    j.timeout_ms = Some(1);
+    let w = wf(WorkflowStatus::Running, vec![j]);
+    assert!(reconcile(&w, 1_000_000).is_empty());
+}
+
+#[test]
+fn stop_stops_live_attempts_then_ends_stopped() {
+    let mut w = wf(
+        WorkflowStatus::Running,
+        vec![
+            job("a", &[], vec![live(1, 11, TaskStatus::Running, Some(0))]),
+            job("b", &["a"], vec![task(2, TaskStatus::Pending)]),
+        ],
+    );
+    w.stop_requested = true;
+    let acts = reconcile(&w, 0);
+    assert!(acts.contains(&Action::StopAttempt {
+        attempt: id(11),
+        cause: EndCause::Stopped
+    }));
+    assert!(acts.iter().any(
+        |a| matches!(a, Action::EndTask { task, status: TaskStatus::Stopped, .. } if *task == id(2))
+    ));
+    assert!(!acts.iter().any(|a| matches!(a, Action::SetWorkflow { .. })));
+
+    w.jobs[0].tasks[0] = task(1, TaskStatus::Stopped);
+    w.jobs[1].tasks[0] = task(2, TaskStatus::Stopped);
+    assert_eq!(
+        reconcile(&w, 0),
+        vec![Action::SetWorkflow {
+            status: WorkflowStatus::Stopped,
+            reason: Some("stopped by request".into())
+        }]
+    );
+}
+
+#[test]
+fn placed_task_moves_workflow_to_running() {
+    let w = wf(
+        WorkflowStatus::Pending,
+        vec![job("a", &[], vec![live(1, 11, TaskStatus::Started, None)])],
+    );
+    assert_eq!(
+        reconcile(&w, 0),
+        vec![Action::SetWorkflow {
+            status: WorkflowStatus::Running,
+            reason: None
+        }]
+    );
+}
+
+#[test]
+fn job_status_summarises_tasks() {
+    let j = |ts: Vec<TaskStatus>| {
+        job(
+            "x",
+            &[],
+            ts.into_iter()
+                .enumerate()
+                .map(|(i, s)| task(i as u128, s))
+                .collect(),
+        )
+    };
+    use TaskStatus::*;
+    assert_eq!(job_status(&j(vec![Finished, Finished])), Finished);
+    assert_eq!(job_status(&j(vec![Finished, Failed])), Failed);
+    assert_eq!(job_status(&j(vec![Finished, Pending])), Started);
+    assert_eq!(job_status(&j(vec![Running, Pending])), Running);
+    assert_eq!(job_status(&j(vec![Pending, Pending])), Pending);
+    assert_eq!(job_status(&j(vec![Failed, Running])), Running);
+}
+
+fn retry_job(attempts: u32, failure: bool, node: bool) -> JobView {
+    let mut j = job("a", &[], vec![]);
+    j.attempts = attempts;
+    j.retry_on = RetryOn { failure, node };
+    j
+}
+
+#[test]
+fn outcome_success_is_finished() {
+    assert_eq!(
+        attempt_outcome(&retry_job(3, true, true), 1, Some(0), EndCause::Exit, "n1"),
+        Outcome::Final {
+            status: TaskStatus::Finished,
+            reason: None
+        }
+    );
+}
+
+#[test]
+fn outcome_failure_retries_while_attempts_remain() {
+    let j = retry_job(2, true, false);
+    assert!(matches!(
+        attempt_outcome(&j, 1, Some(3), EndCause::Exit, "n1"),
+        Outcome::Retry { .. }
+    ));
+    assert_eq!(
+        attempt_outcome(&j, 2, Some(3), EndCause::Exit, "n1"),
+        Outcome::Final {
+            status: TaskStatus::Failed,
+            reason: Some("exited with code 3".into())
+        }
+    );
+}
+
+#[test]
+fn outcome_timeout_is_a_failure_with_reason_timeout() {
+    assert_eq!(
+        attempt_outcome(
+            &retry_job(1, true, false),
+            1,
+            Some(137),
+            EndCause::Timeout,
+            "n1"
+        ),
+        Outcome::Final {
+            status: TaskStatus::Failed,
+            reason: Some("timeout".into())
+        }
+    );
+}
+
+#[test]
+fn outcome_node_loss_retries_only_with_retry_on_node() {
+    let no = retry_job(3, true, false);
+    let yes = retry_job(3, false, true);
+    assert_eq!(
+        attempt_outcome(&no, 1, None, EndCause::NodeLost, "n7"),
+        Outcome::Final {
+            status: TaskStatus::Failed,
+            reason: Some("node n7 was lost".into())
+        }
+    );
+    assert!(matches!(
+        attempt_outcome(&yes, 1, None, EndCause::Evicted, "n7"),
+        Outcome::Retry { .. }
+    ));
+    // A failure exit does not retry when only `node` is listed.
+    assert!(matches!(
+        attempt_outcome(&yes, 1, Some(1), EndCause::Exit, "n7"),
+        Outcome::Final {
+            status: TaskStatus::Failed,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn outcome_stopped_is_stopped_never_retried() {
+    assert_eq!(
+        attempt_outcome(
+            &retry_job(5, true, true),
+            1,
+            Some(143),
+            EndCause::Stopped,
+            "n1"
+        ),
+        Outcome::Final {
+            status: TaskStatus::Stopped,
+            reason: Some("stopped".into())
+        }
+    );
+}
