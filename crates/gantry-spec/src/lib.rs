@@ -1,1 +1,61 @@
-//! The Fuzzfile v4 workflow file: types, parsing with positions, validation, the job graph.
+//! The Fuzzfile v4 workflow file: types, parsing with positions, validation,
+//! the job graph.
+//!
+//! [`parse`] reads a whole file and reports every problem at once, each with
+//! its `line:column` and field path; a [`Workflow`] it returns is valid:
+//! references resolve, the dependency graph has no cycle, and `defaults` are
+//! merged into every job and service.
+
+mod convert;
+mod diag;
+mod graph;
+mod model;
+mod suggest;
+mod units;
+mod yaml;
+
+pub use diag::{render_all, Diagnostic, Pos};
+pub use model::*;
+pub use units::{format_duration, parse_duration, parse_size};
+
+use std::path::Path;
+
+/// Parses and validates a workflow file. On failure, every problem found,
+/// sorted by position.
+pub fn parse(source: &str) -> Result<Workflow, Vec<Diagnostic>> {
+    // A byte-order mark would shift every column of the first line.
+    let source = source.strip_prefix('\u{feff}').unwrap_or(source);
+    let mut diags = diag::Diags::default();
+    let Some(root) = yaml::load(source, &mut diags) else {
+        return Err(diags.into_sorted());
+    };
+    let workflow = convert::convert(&root, &mut diags);
+    if let Some(wf) = &workflow {
+        graph::check_cycles(wf, &mut diags);
+    }
+    match workflow {
+        Some(wf) if diags.is_empty() => Ok(wf),
+        _ => {
+            let mut list = diags.into_sorted();
+            if list.is_empty() {
+                list.push(Diagnostic::new(
+                    Pos::new(1, 1),
+                    "the file is not a workflow",
+                ));
+            }
+            Err(list)
+        }
+    }
+}
+
+/// [`parse`] on a file's contents; a file that cannot be read is one
+/// diagnostic at `0:0`.
+pub fn parse_file(path: &Path) -> Result<Workflow, Vec<Diagnostic>> {
+    match std::fs::read_to_string(path) {
+        Ok(source) => parse(&source),
+        Err(e) => Err(vec![Diagnostic::new(
+            Pos::new(0, 0),
+            format!("cannot read {}: {e}", path.display()),
+        )]),
+    }
+}
