@@ -787,6 +787,14 @@ impl Cx<'_> {
     // ---- the document -------------------------------------------------
 
     fn workflow(&mut self, root: &Node) -> Option<Workflow> {
+        if !matches!(root.kind, Kind::Map(_)) {
+            let msg = format!(
+                "a workflow file is a mapping that starts with `version: v4`; found {}",
+                root.describe()
+            );
+            self.err(root.pos, "", msg);
+            return None;
+        }
         let f = self.fields(root, "", root.pos, &TOP)?;
 
         // A file of another version would drown in unrelated errors; its
@@ -1087,7 +1095,10 @@ impl Cx<'_> {
         let network = f
             .get("network")
             .and_then(|n| self.job_network(n, &f.child("network"), f.key_pos("network")));
-        let image = c.image?;
+        // A step whose image is wrong stays in the graph so that its
+        // dependencies are still checked; the error keeps it from `parse`'s
+        // result.
+        let image = c.image.unwrap_or_else(ImageRef::invalid);
         Some(Job {
             name: e.key.clone(),
             display_name: c.display_name,
@@ -1140,7 +1151,7 @@ impl Cx<'_> {
         let dynamic_config = f.get("dynamic-config").and_then(|n| {
             self.dynamic_config(n, &f.child("dynamic-config"), f.key_pos("dynamic-config"))
         });
-        let image = c.image?;
+        let image = c.image.unwrap_or_else(ImageRef::invalid);
         Some(Service {
             name: e.key.clone(),
             display_name: c.display_name,
@@ -2577,6 +2588,19 @@ impl Cx<'_> {
             scope,
             pos: e.key_pos,
         })
+    }
+}
+
+impl ImageRef {
+    fn invalid() -> ImageRef {
+        ImageRef::Uri {
+            uri: String::new(),
+            secret: None,
+            secrets: BTreeMap::new(),
+            decryption_secret: None,
+            cache: None,
+            cache_ttl: None,
+        }
     }
 }
 

@@ -27,7 +27,7 @@ pub fn parse(source: &str) -> Result<Workflow, Vec<Diagnostic>> {
     let source = source.strip_prefix('\u{feff}').unwrap_or(source);
     let mut diags = diag::Diags::default();
     let Some(root) = yaml::load(source, &mut diags) else {
-        return Err(diags.into_sorted());
+        return Err(finish(diags.into_sorted(), source));
     };
     let workflow = convert::convert(&root, &mut diags);
     if let Some(wf) = &workflow {
@@ -43,9 +43,28 @@ pub fn parse(source: &str) -> Result<Workflow, Vec<Diagnostic>> {
                     "the file is not a workflow",
                 ));
             }
-            Err(list)
+            Err(finish(list, source))
         }
     }
+}
+
+/// The YAML scanner may report an error on the line after the last one of a
+/// file without a final newline; such positions move to the end of the last
+/// line so that every position points into the text.
+fn finish(mut list: Vec<Diagnostic>, source: &str) -> Vec<Diagnostic> {
+    let normalized = source.replace("\r\n", "\n").replace('\r', "\n");
+    let lines: Vec<&str> = normalized.split('\n').collect();
+    let last = lines.len();
+    for d in list.iter_mut() {
+        if d.line > last {
+            d.line = last;
+            d.column = lines[last - 1].chars().count() + 1;
+        }
+        d.line = d.line.max(1);
+        d.column = d.column.max(1);
+    }
+    list.sort();
+    list
 }
 
 /// [`parse`] on a file's contents; a file that cannot be read is one

@@ -369,6 +369,9 @@ impl Builder<'_> {
                     size,
                     ..
                 }) => {
+                    // A block mapping's start event is marked after its
+                    // first key; the mapping starts at that key.
+                    let pos = entries.iter().map(|e| e.key_pos).fold(pos, Pos::min);
                     self.apply_merges(&mut entries, merges);
                     self.finish(
                         Node {

@@ -1,0 +1,426 @@
+//! Every class of problem: its exact `line:column` and message.
+
+fn problems(src: &str) -> Vec<String> {
+    match gantry_spec::parse(src) {
+        Ok(_) => panic!("expected problems in:\n{src}"),
+        Err(diags) => diags
+            .iter()
+            .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+            .collect(),
+    }
+}
+
+#[track_caller]
+fn check(src: &str, want: &[&str]) {
+    let got = problems(src);
+    assert_eq!(got, want, "\ngot:\n{}", got.join("\n"));
+}
+
+#[test]
+fn version_v1_names_the_v4_changes() {
+    check(
+        r#"version: v1
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    mounts:
+      data: {location: /data}
+"#,
+        &[
+            "1:10: version: version `v1` is not supported; Gantry reads `version: v4`. In v4, mounts are keyed by container path (`/data: {volume: NAME}` instead of `NAME: {location: /data}`), an endpoint names its port with `port-name` instead of `port`, and volumes use `use: ephemeral|persistent` (legacy `reference: volume://...` still works)",
+        ],
+    );
+}
+
+#[test]
+fn missing_version() {
+    check(
+        r#"jobs:
+  a:
+    image: {uri: docker://alpine}
+"#,
+        &["1:1: missing `version`; a workflow file starts with `version: v4`"],
+    );
+}
+
+#[test]
+fn unsupported_version() {
+    check(
+        r#"version: v5
+jobs: {}
+"#,
+        &["1:10: version: unsupported version `v5`; write `version: v4`"],
+    );
+}
+
+#[test]
+fn unknown_keys_at_every_level() {
+    check(
+        r#"version: v4
+job:
+  a: {}
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    taskArray: {start: 1, end: 2}
+    resource:
+      gpu: 1
+      cpu: {cores: 2, hyperthreads: true}
+"#,
+        &[
+            "2:1: unknown key `job`; did you mean `jobs`?",
+            "7:5: jobs.a: unknown key `taskArray`; did you mean `task-array`? (keys are kebab-case)",
+            "9:7: jobs.a.resource: unknown key `gpu`; did you mean `cpu`?",
+            "10:23: jobs.a.resource.cpu: unknown key `hyperthreads`; expected one of: cores, affinity, threads, sockets",
+        ],
+    );
+}
+
+#[test]
+fn wrong_types() {
+    check(
+        r#"version: v4
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    resource: big
+    cwd: [a]
+    command: {a: b}
+    env: FOO=1
+services:
+  s:
+    image: {uri: docker://alpine}
+    persist: 1
+    resource:
+      cpu: {cores: four}
+      memory: {size: 12XB}
+      devices: {nvidia.com/gpu: -1}
+    policy:
+      timeout: {execute: 120}
+"#,
+        &[
+            "5:15: jobs.a.resource: expected a mapping, found a string",
+            "6:10: jobs.a.cwd: expected a string, found a list",
+            "7:14: jobs.a.command: expected a list, found a mapping",
+            "8:10: jobs.a.env: expected a list of strings, found a string",
+            "12:14: services.s.persist: expected true or false, found an integer",
+            "14:20: services.s.resource.cpu.cores: expected a whole number, found a string",
+            "15:22: services.s.resource.memory.size: unknown unit `XB` in size `12XB`; use B, KB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB (powers of 1024)",
+            r#"16:33: services.s.resource.devices["nvidia.com/gpu"]: -1 is out of range; it must be at least 0"#,
+            "18:26: services.s.policy.timeout.execute: missing unit in duration `120`; use ns, us, ms, s, m or h (for example 90s)",
+        ],
+    );
+}
+
+#[test]
+fn bad_values() {
+    check(
+        r#"version: v4
+volumes:
+  v: {}
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    env: [FOO, "=x", BAR=1, BAR=2]
+    mounts:
+      data: {volume: v}
+      /in/../etc: {volume: v}
+    cwd: relative/dir
+services:
+  s:
+    image: {uri: docker://alpine}
+    network:
+      ports:
+        - {name: web, port: 0}
+        - {name: api, port: 70000}
+        - {name: ok, port: 8080}
+        - {name: ok, port: 8081}
+"#,
+        &[
+            "7:11: jobs.a.env[0]: `FOO` is not `NAME=VALUE`",
+            "7:16: jobs.a.env[1]: `=x` is not `NAME=VALUE`: `` is not a variable name",
+            "7:29: jobs.a.env[3]: `BAR` is set twice (first at 7:22); keep one",
+            "9:7: jobs.a.mounts.data: mount path `data` must be an absolute path (start with `/`)",
+            r#"10:7: jobs.a.mounts["/in/../etc"]: mount path `/in/../etc` must not contain `..`"#,
+            "11:10: jobs.a.cwd: working directory `relative/dir` must be an absolute path (start with `/`)",
+            "17:29: services.s.network.ports[0].port: 0 is out of range; it must be between 1 and 65535",
+            "18:29: services.s.network.ports[1].port: 70000 is out of range; it must be between 1 and 65535",
+            "20:12: services.s.network.ports[3].name: a port named `ok` is already defined",
+        ],
+    );
+}
+
+#[test]
+fn references_to_missing_names() {
+    check(
+        r#"version: v4
+files:
+  app.py: print(1)
+volumes:
+  data: {}
+jobs:
+  prep:
+    image: {uri: docker://alpine}
+  main:
+    image: {build: trainer}
+    depends-on: [{name: perp}]
+    requires: [prep]
+    mounts:
+      /data: {volume: dta}
+    files:
+      /app.py: file://ap.py
+services:
+  web:
+    image: {uri: docker://nginx}
+    network:
+      ports: [{name: http, port: 80}]
+      endpoints: [{name: site, port-name: htp}]
+    dynamic-config: {path: /etc/x.conf, services: [wbe], script: echo}
+"#,
+        &[
+            "10:20: jobs.main.image.build: image `trainer` is not defined under `images`; images: (none)",
+            "11:25: jobs.main.depends-on[0].name: `perp` is not a job or service of this workflow (did you mean `prep`?); jobs: `main`, `prep`; services: `web`",
+            "12:5: jobs.main.requires: `requires` and `depends-on` are both set; list every dependency under `depends-on`",
+            r#"14:23: jobs.main.mounts["/data"].volume: volume `dta` is not defined under `volumes` (did you mean `data`?); volumes: `data`"#,
+            r#"16:16: jobs.main.files["/app.py"]: file `ap.py` is not defined under the top-level `files` (did you mean `app.py`?); files: `app.py`"#,
+            "22:43: services.web.network.endpoints[0].port-name: port `htp` is not one of this service's `network.ports` (did you mean `http`?); ports: `http`",
+            "23:52: services.web.dynamic-config.services[0]: `wbe` is not a service of this workflow; services: `web`",
+        ],
+    );
+}
+
+#[test]
+fn dependency_cycles_and_self_dependency() {
+    check(
+        r#"version: v4
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    depends-on: [{name: c}]
+  b:
+    image: {uri: docker://alpine}
+    requires: [a]
+  c:
+    image: {uri: docker://alpine}
+    requires: [b]
+  d:
+    image: {uri: docker://alpine}
+    requires: [d]
+"#,
+        &[
+            "8:16: jobs.b: dependency cycle: a -> c -> b -> a; a step cannot wait for itself",
+            "14:16: jobs.d.requires[0]: `d` depends on itself",
+        ],
+    );
+}
+
+#[test]
+fn task_arrays() {
+    check(
+        r#"version: v4
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    task-array: {start: 10, end: 1}
+  b:
+    image: {uri: docker://alpine}
+    task-array: {start: 1, end: 5, concurrency: 0}
+  c:
+    image: {uri: docker://alpine}
+    task-array: {start: 0, end: 1000000}
+  d:
+    image: {uri: docker://alpine}
+    task-array: {end: 3}
+"#,
+        &[
+            "5:29: jobs.a.task-array: `end` (1) is before `start` (10)",
+            "8:49: jobs.b.task-array.concurrency: 0 is out of range; it must be at least 1",
+            "11:28: jobs.c.task-array: 1000001 tasks is too many; a task array runs at most 1000000",
+            "14:5: jobs.d.task-array: missing `start`; a task array runs tasks `start` to `end`, inclusive",
+        ],
+    );
+}
+
+#[test]
+fn command_script_and_image() {
+    check(
+        r#"version: v4
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    command: [echo, hi]
+    script: |
+      echo hi
+  b:
+    command: [true]
+  c:
+    image: {uri: docker://alpine}
+    command: echo hi
+"#,
+        &[
+            "6:5: jobs.a.script: `command` and `script` are both set; use one of them",
+            "8:3: jobs.b: missing `image`; every job needs `image: {uri: docker://...}`",
+            r#"12:14: jobs.c.command: expected a list of strings (`["/bin/sh", "-c", "..."]`); for a shell script use `script`"#,
+        ],
+    );
+}
+
+#[test]
+fn duplicate_keys() {
+    check(
+        r#"version: v4
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    image: {uri: docker://busybox}
+  a:
+    image: {uri: docker://alpine}
+"#,
+        &[
+            "5:5: duplicate key `image` (first set at 4:5); remove one",
+            "6:3: duplicate key `a` (first set at 3:3); remove one",
+        ],
+    );
+}
+
+#[test]
+fn image_uris_secrets_and_names() {
+    check(
+        r#"version: v4
+jobs:
+  same:
+    image: {uri: alpine}
+  other:
+    image: {uri: "ftp://x/y"}
+    depends-on: [{name: same, status: running}, {name: same}]
+    env: [TOKEN=secret://]
+services:
+  same:
+    image: {uri: docker://nginx, secret: user/TOKEN}
+"#,
+        &[
+            "4:18: jobs.same.image.uri: image URI `alpine` has no scheme; write `docker://alpine` (schemes: docker://, oras://, oci://)",
+            "6:18: jobs.other.image.uri: unsupported image URI scheme `ftp://`; use docker://, oras://, oci://",
+            "7:56: jobs.other.depends-on[1].name: `same` is listed twice (first at 7:25); keep one",
+            "8:11: jobs.other.env[0]: `TOKEN=secret://`: the secret reference names no secret",
+            "10:3: services.same: a job is also named `same`; names must be unique across jobs and services",
+            "11:42: services.same.image.secret: `user/TOKEN` is not a secret reference; write `secret://SCOPE/NAME`",
+        ],
+    );
+}
+
+#[test]
+fn yaml_syntax_error() {
+    check(
+        r#"version: v4
+jobs:
+  a: [1, 2
+"#,
+        &["4:1: YAML syntax error: while parsing a flow sequence, expected ',' or ']'"],
+    );
+}
+
+#[test]
+fn empty_file() {
+    check(
+        r#""#,
+        &["1:1: the file is empty; a workflow starts with `version: v4`"],
+    );
+}
+
+#[test]
+fn root_is_not_a_mapping() {
+    check(
+        r#"- a
+- b
+"#,
+        &["1:1: a workflow file is a mapping that starts with `version: v4`; found a list"],
+    );
+}
+
+#[test]
+fn no_jobs_or_services() {
+    check(
+        r#"version: v4
+volumes:
+  v: {}
+"#,
+        &["1:1: the workflow has no `jobs` and no `services`; it needs at least one"],
+    );
+}
+
+#[test]
+fn volumes_and_transfers() {
+    check(
+        r#"version: v4
+volumes:
+  a: {reference: "volume://user"}
+  b: {reference: "vol://user/ephemeral"}
+  c: {reference: "volume://team/persistent/x"}
+  d: {use: persistent}
+  e: {use: ephemeral, reference: volume://user/ephemeral}
+  f:
+    ingress:
+      - source: {uri: https://x/y}
+        destination: {uri: /data/y}
+      - source: {uri: file://missing.txt}
+        destination: {uri: file://y}
+jobs:
+  j: {image: {uri: docker://alpine}}
+"#,
+        &[
+            "3:18: volumes.a.reference: `volume://user` is not a volume reference: expected `volume://SCOPE/CLASS` or `volume://SCOPE/CLASS/NAME`; write `volume://user/ephemeral` or `volume://SCOPE/persistent/NAME`",
+            "4:18: volumes.b.reference: `vol://user/ephemeral` is not a volume reference: it must start with `volume://`; write `volume://user/ephemeral` or `volume://SCOPE/persistent/NAME`",
+            "5:18: volumes.c.reference: unknown volume scope `team` in `volume://team/persistent/x`; use `user`, `group` (or `account`) or `organization`",
+            "6:7: volumes.d: a persistent volume needs `name`: the volume that outlives the workflow",
+            "7:23: volumes.e: `use` and `reference` are both set; say what the volume is once",
+            "11:28: volumes.f.ingress[0].destination.uri: `/data/y` is not a URI; write `SCHEME://...` (https://, s3://, file://)",
+            "12:23: volumes.f.ingress[1].source.uri: file `missing.txt` is not defined under the top-level `files`; files: (none)",
+        ],
+    );
+}
+
+#[test]
+fn service_and_job_only_keys() {
+    check(
+        r#"version: v4
+services:
+  s:
+    image: {uri: docker://nginx}
+    task-array: {start: 1, end: 2}
+    readiness-probe:
+      http-get: {port: 80}
+      tcp-socket: {port: 80}
+    autoscaler:
+      replicas: {min: 5, max: 2}
+  t:
+    image: {uri: docker://nginx}
+    readiness-probe: {period-seconds: 5}
+    network:
+      endpoints:
+        - {name: e, port: 80}
+jobs:
+  j:
+    image: {uri: docker://alpine}
+    persist: true
+"#,
+        &[
+            "5:5: services.s: unknown key `task-array`: `task-array` is for jobs; a service runs until it is stopped",
+            "8:7: services.s.readiness-probe: `http-get` and `tcp-socket` are both set; a probe has exactly one action",
+            "10:18: services.s.autoscaler.replicas: `min` (5) is more than `max` (2)",
+            "13:5: services.t.readiness-probe: missing the probe's action: `exec`, `http-get`, `tcp-socket` or `grpc`",
+            "16:11: services.t.network.endpoints[0]: missing `port-name`",
+            "16:21: services.t.network.endpoints[0]: unknown key `port`: `port` became `port-name` in v4: name one of the service's `network.ports`",
+            "20:5: jobs.j: unknown key `persist`: `persist` is a service key; move this step under `services`",
+        ],
+    );
+}
+
+#[test]
+fn root_is_a_scalar() {
+    check(
+        r#"just text
+"#,
+        &["1:1: a workflow file is a mapping that starts with `version: v4`; found a string"],
+    );
+}
