@@ -3,3 +3,4 @@
 //! Invariant: no I/O, no async, no clock reads. Time is passed in as [`engine::Millis`].
 
 pub mod engine;
+pub mod scheduler;
