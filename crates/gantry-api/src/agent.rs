@@ -97,7 +97,7 @@ pub enum ServerMessage {
     /// had been started before).
     Desired { attempts: Vec<Assignment> },
     /// Start one attempt.
-    Assign(Assignment),
+    Assign(Box<Assignment>),
     /// Stop one attempt: SIGTERM, `grace_ms`, then SIGKILL. The cause is echoed in the final
     /// report.
     Stop {

@@ -192,3 +192,11 @@ pub struct Setting {
     pub key: String,
     pub value: String,
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowCreated {
+    pub id: Uuid,
+    /// Parts of the file Gantry accepts but does not act on.
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}

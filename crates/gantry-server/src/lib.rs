@@ -1,1 +1,106 @@
-//! Gantry's control plane: HTTP API, auth, controllers, agent protocol.
+//! Gantry's control plane: the HTTP API, authentication, the agent protocol, and the controller
+//! loop that applies `gantry-core`'s decisions. Thin by design: every decision is a call into
+//! core; this crate only gathers snapshots, applies plans through the store and talks to agents.
+
+mod agents;
+pub mod api;
+pub mod auth;
+mod controller;
+mod logs;
+pub mod plan;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use gantry_store::{SqliteStore, Store};
+
+pub use state::AppState;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// An agent whose heartbeats stop for this long is lost; its attempts end NODE_LOST.
+    pub heartbeat_timeout: Duration,
+    pub heartbeat_interval: Duration,
+    /// SIGTERM-to-SIGKILL grace for stops and timeouts.
+    pub stop_grace: Duration,
+}
+
+impl ServerConfig {
+    pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Self {
+        Self {
+            listen,
+            data_dir,
+            heartbeat_timeout: Duration::from_secs(30),
+            heartbeat_interval: Duration::from_secs(5),
+            stop_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+pub struct Server {
+    pub state: AppState,
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Opens the store, starts the controller and serves the API. Returns once listening.
+    pub async fn start(config: ServerConfig) -> anyhow::Result<Server> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("creating {}", config.data_dir.display()))?;
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(&config.data_dir.join("gantry.db"))
+                .await
+                .context("opening the store")?,
+        );
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let state = AppState::new(store, config);
+        controller::spawn(state.clone());
+        let app = api::router(state.clone());
+        let task = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("server stopped: {e}");
+            }
+        });
+        Ok(Server { state, addr, task })
+    }
+
+    /// Creates a user and returns their token (shown once; only its hash is kept).
+    pub async fn create_user(
+        &self,
+        name: &str,
+        group: &str,
+        role: gantry_api::v1::Role,
+    ) -> anyhow::Result<String> {
+        let token = auth::new_token();
+        let user = gantry_store::User {
+            id: uuid::Uuid::new_v4(),
+            name: name.into(),
+            group: group.into(),
+            role: role.as_str().into(),
+        };
+        self.state
+            .store
+            .create_user(&user, &auth::hash_token(&token), state::now_ms())
+            .await?;
+        Ok(token)
+    }
+
+    /// Whether any user exists yet (a new cluster needs its first administrator).
+    pub async fn has_users(&self) -> anyhow::Result<bool> {
+        Ok(self.state.store.count_users().await? > 0)
+    }
+
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}

@@ -1,1 +1,106 @@
-//! Gantry's persistence: one trait, SQLite (embedded default), migrations.
+//! Gantry's persistence: one trait, [`Store`], and its SQLite implementation (the embedded
+//! default). Invariants: this is the only code that writes the database; every state change is
+//! one transaction that also writes an event row; a call returns only after its transaction is
+//! durable (WAL with `synchronous = FULL`).
+
+mod sqlite;
+mod types;
+
+pub use sqlite::SqliteStore;
+pub use types::*;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found")]
+    NotFound,
+    #[error("{0} is ambiguous: it matches more than one id")]
+    Ambiguous(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("database: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Everything the control plane persists. Written so that a PostgreSQL backend can follow:
+/// no SQLite types leak out, and every multi-row change is one call.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // --- users and tokens -------------------------------------------------------------
+    async fn create_user(&self, user: &User, token_hash: &str, now: Millis) -> Result<()>;
+    async fn user_by_token(&self, token_hash: &str, now: Millis) -> Result<Option<User>>;
+    async fn user_by_name(&self, name: &str) -> Result<Option<User>>;
+    async fn add_token(
+        &self,
+        user_id: Uuid,
+        token_hash: &str,
+        purpose: &str,
+        now: Millis,
+    ) -> Result<()>;
+    async fn count_users(&self) -> Result<u64>;
+
+    // --- workflows ----------------------------------------------------------------------
+    async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()>;
+    async fn list_workflows(&self, filter: &Visibility) -> Result<Vec<WorkflowRow>>;
+    /// Resolves a full id or a unique prefix of 8 or more characters.
+    async fn resolve_workflow(&self, id_or_prefix: &str) -> Result<WorkflowRow>;
+    async fn workflow(&self, id: Uuid) -> Result<WorkflowRow>;
+    async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>>;
+    async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>>;
+    async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool>;
+    /// Workflows that are not terminal, with their tasks and live attempts.
+    async fn active(&self) -> Result<Vec<ActiveWorkflow>>;
+
+    // --- the controller's plans -----------------------------------------------------------
+    /// Applies a plan in one transaction.
+    async fn apply(&self, changes: &[Change], now: Millis) -> Result<()>;
+
+    // --- attempts ----------------------------------------------------------------------------
+    async fn attempt(&self, id: Uuid) -> Result<AttemptRow>;
+    async fn task(&self, id: Uuid) -> Result<TaskRow>;
+    /// The attempt's process runs. Returns false when nothing changed (stale or repeated).
+    async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool>;
+    /// The attempt ended; its task moves on as `end.task` says. Idempotent.
+    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool>;
+    /// Attempts not yet ended on a node.
+    async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>>;
+
+    // --- nodes -----------------------------------------------------------------------------
+    async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow>;
+    async fn node_seen(&self, name: &str, now: Millis) -> Result<()>;
+    /// The agent's connection closed or its heartbeats stopped.
+    async fn node_disconnected(&self, name: &str, now: Millis) -> Result<()>;
+    async fn set_node_state(
+        &self,
+        name: &str,
+        state: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<()>;
+    async fn nodes(&self) -> Result<Vec<NodeRow>>;
+    async fn node(&self, name: &str) -> Result<NodeRow>;
+
+    // --- events and logs -------------------------------------------------------------------
+    async fn events(&self, q: &EventQuery) -> Result<Vec<EventRow>>;
+    async fn record_event(&self, ev: &NewEvent, now: Millis) -> Result<()>;
+    async fn log_size(&self, attempt_id: Uuid, stream: &str) -> Result<u64>;
+    async fn set_log_size(&self, attempt_id: Uuid, stream: &str, bytes: u64) -> Result<()>;
+
+    // --- chores -----------------------------------------------------------------------------
+    async fn add_chore(&self, chore: &ChoreRow) -> Result<()>;
+    async fn pending_chores(&self) -> Result<Vec<ChoreRow>>;
+    async fn chore_sent(&self, id: Uuid, node: &str) -> Result<()>;
+    async fn chore_done(&self, id: Uuid, error: Option<&str>, now: Millis) -> Result<()>;
+
+    // --- settings ----------------------------------------------------------------------------
+    async fn setting(&self, key: &str) -> Result<Option<String>>;
+    async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;
+}

@@ -1,0 +1,293 @@
+//! The agent side of the server: one WebSocket per agent. Registration, heartbeats, status
+//! reports and log chunks come in; assignments, stops and chores go out. Messages of one
+//! connection are handled in order, so an attempt's log chunks are stored before its end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use gantry_api::agent::{AgentMessage, Assignment, AttemptPhase, AttemptReport, ServerMessage};
+use gantry_api::{EndCause, TaskStatus};
+use gantry_store::{AttemptEnd, NodeRegistration, TaskNext};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::auth::AgentCaller;
+use crate::controller;
+use crate::state::{now_ms, AppState};
+
+/// Live agent connections by node name.
+#[derive(Clone, Default)]
+pub struct Hub {
+    inner: Arc<Mutex<HashMap<String, Conn>>>,
+}
+
+struct Conn {
+    id: Uuid,
+    tx: mpsc::UnboundedSender<ServerMessage>,
+}
+
+impl Hub {
+    /// Sends to a node's agent; false when it is not connected (the message is not queued:
+    /// everything an agent must know is re-sent as its desired set when it reconnects).
+    pub fn send(&self, node: &str, msg: ServerMessage) -> bool {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(node).is_some_and(|c| c.tx.send(msg).is_ok())
+    }
+
+    pub fn is_connected(&self, node: &str) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(node)
+    }
+
+    fn insert(&self, node: &str, id: Uuid, tx: mpsc::UnboundedSender<ServerMessage>) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node.to_string(), Conn { id, tx });
+    }
+
+    /// Removes the connection only if it is still this one (a newer one may have replaced it).
+    fn remove(&self, node: &str, id: Uuid) -> bool {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(node).is_some_and(|c| c.id == id) {
+            map.remove(node);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn drop_node(&self, node: &str) {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(node);
+    }
+}
+
+pub async fn connect(
+    State(st): State<AppState>,
+    AgentCaller(_): AgentCaller,
+    ws: WebSocketUpgrade,
+) -> Response {
+    ws.max_message_size(16 << 20)
+        .on_upgrade(move |socket| async move {
+            if let Err(e) = session(st, socket).await {
+                tracing::warn!("agent session ended: {e:#}");
+            }
+        })
+}
+
+async fn recv(socket: &mut WebSocket) -> anyhow::Result<Option<AgentMessage>> {
+    while let Some(msg) = socket.next().await {
+        match msg? {
+            Message::Text(t) => return Ok(Some(serde_json::from_str(t.as_str())?)),
+            Message::Close(_) => return Ok(None),
+            _ => continue,
+        }
+    }
+    Ok(None)
+}
+
+async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
+    let Some(AgentMessage::Hello {
+        name,
+        pool,
+        capacity,
+        version,
+        metrics_addr,
+        attempts: _,
+    }) = recv(&mut socket).await?
+    else {
+        anyhow::bail!("the first message must be hello");
+    };
+    let node = st
+        .store
+        .register_node(
+            &NodeRegistration {
+                name: name.clone(),
+                pool,
+                capacity: serde_json::to_string(&capacity)?,
+                version,
+                metrics_addr,
+            },
+            now_ms(),
+        )
+        .await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let conn_id = Uuid::new_v4();
+    // The desired set goes first, before anything the controller sends on the new channel.
+    let desired: Vec<Assignment> = st
+        .store
+        .live_attempts_on(&name)
+        .await?
+        .iter()
+        .filter_map(|a| serde_json::from_str(&a.assignment).ok())
+        .collect();
+    tx.send(ServerMessage::Welcome {
+        node_id: node.id,
+        heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
+    })?;
+    tx.send(ServerMessage::Desired { attempts: desired })?;
+    st.hub.insert(&name, conn_id, tx);
+    tracing::info!(node = %name, "agent connected");
+    st.wake_controller();
+
+    let (mut sink, mut stream) = socket.split();
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            let text = match serde_json::to_string(&msg) {
+                Ok(t) => t,
+                Err(_) => continue,
+            };
+            if sink.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    let result: anyhow::Result<()> = async {
+        while let Some(msg) = stream.next().await {
+            let text = match msg? {
+                Message::Text(t) => t,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            let msg: AgentMessage = serde_json::from_str(text.as_str())?;
+            handle(&st, &name, msg).await?;
+        }
+        Ok(())
+    }
+    .await;
+    writer.abort();
+    if st.hub.remove(&name, conn_id) {
+        st.store.node_disconnected(&name, now_ms()).await?;
+        tracing::info!(node = %name, "agent disconnected");
+    }
+    result
+}
+
+async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
+    match msg {
+        AgentMessage::Hello { .. } => anyhow::bail!("hello sent twice"),
+        AgentMessage::Heartbeat => st.store.node_seen(node, now_ms()).await?,
+        AgentMessage::Status(report) => {
+            st.store.node_seen(node, now_ms()).await?;
+            status(st, node, report).await?;
+        }
+        AgentMessage::Log(chunk) => {
+            let (stdout, stderr) = crate::logs::append(st, &chunk).await?;
+            st.hub.send(
+                node,
+                ServerMessage::LogAck {
+                    attempt_id: chunk.attempt_id,
+                    stdout,
+                    stderr,
+                },
+            );
+        }
+        AgentMessage::ChoreDone { id, error } => {
+            st.store.chore_done(id, error.as_deref(), now_ms()).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Result<()> {
+    let id = report.attempt_id;
+    let attempt = match st.store.attempt(id).await {
+        Ok(a) => a,
+        Err(gantry_store::StoreError::NotFound) => {
+            // Not ours (a database restored from backup?): the agent may drop it.
+            st.hub.send(node, ServerMessage::Forget { attempt_id: id });
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if attempt.node != node {
+        anyhow::bail!(
+            "node {node} reported attempt {id}, which belongs to {}",
+            attempt.node
+        );
+    }
+    let (exit_code, cause, reason) = match report.phase {
+        AttemptPhase::Preparing => return Ok(()),
+        AttemptPhase::Running => {
+            if st.store.attempt_running(id, now_ms()).await? {
+                st.wake_controller();
+            }
+            return Ok(());
+        }
+        AttemptPhase::Exited { exit_code, cause } => (Some(exit_code), cause, None),
+        AttemptPhase::StartFailed { message } => (None, EndCause::StartError, Some(message)),
+        AttemptPhase::Lost => (
+            None,
+            EndCause::NodeLost,
+            Some("the agent no longer knows this attempt".to_string()),
+        ),
+    };
+    if attempt.ended_at.is_none() {
+        end_attempt(st, id, exit_code, cause, reason).await?;
+    }
+    st.hub.send(node, ServerMessage::Forget { attempt_id: id });
+    Ok(())
+}
+
+/// Ends an attempt and moves its task on, as core decides from the attempt's cause.
+pub async fn end_attempt(
+    st: &AppState,
+    attempt_id: Uuid,
+    exit_code: Option<i32>,
+    cause: EndCause,
+    reason: Option<String>,
+) -> anyhow::Result<()> {
+    let attempt = st.store.attempt(attempt_id).await?;
+    let task = st.store.task(attempt.task_id).await?;
+    let wf = st.store.workflow(attempt.workflow_id).await?;
+    let plan: crate::plan::WorkflowPlan = serde_json::from_str(&wf.plan)?;
+    let job = plan
+        .job(&task.job)
+        .map(controller::job_view_of)
+        .ok_or_else(|| anyhow::anyhow!("workflow {} has no job {}", wf.id, task.job))?;
+    // A stop the server asked for names its own cause (timeout, stopped, evicted); the agent
+    // only knows the process ended.
+    let cause = match (cause, attempt.stop_sent) {
+        (EndCause::Exit, Some(asked)) => asked,
+        (c, _) => c,
+    };
+    let outcome =
+        gantry_core::engine::attempt_outcome(&job, task.attempts, exit_code, cause, &attempt.node);
+    let next = match outcome {
+        gantry_core::engine::Outcome::Retry { reason } => TaskNext::Retry { reason },
+        gantry_core::engine::Outcome::Final { status, reason } => {
+            TaskNext::Final { status, reason }
+        }
+    };
+    // The attempt's own status, whatever becomes of its task.
+    let status = match cause {
+        EndCause::Exit if exit_code == Some(0) => TaskStatus::Finished,
+        EndCause::Stopped => TaskStatus::Stopped,
+        _ => TaskStatus::Failed,
+    };
+    st.store
+        .end_attempt(
+            &AttemptEnd {
+                attempt_id,
+                status,
+                cause,
+                exit_code,
+                reason,
+                task: next,
+            },
+            now_ms(),
+        )
+        .await?;
+    st.wake_controller();
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! The JSON API under `/api/v1`. Every route authenticates; something a caller may not see
+//! answers 404, never 403, so ids of other people's work do not leak.
+
+mod admin;
+mod nodes;
+mod workflows;
+pub use workflows::visible_workflow;
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use gantry_api::v1::{Diagnostic, ErrorBody, WhoAmI};
+use gantry_store::StoreError;
+
+use crate::auth::UserCaller;
+use crate::state::AppState;
+
+pub fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route("/whoami", get(whoami))
+        .route("/workflows", get(workflows::list).post(workflows::submit))
+        .route("/workflows/validate", post(workflows::validate))
+        .route("/workflows/{id}", get(workflows::detail))
+        .route("/workflows/{id}/events", get(workflows::events))
+        .route("/workflows/{id}/stop", post(workflows::stop))
+        .route("/workflows/{id}/logs/{job}", get(crate::logs::read))
+        .route("/nodes", get(nodes::list))
+        .route("/nodes/{name}", get(nodes::show))
+        .route("/admin/users", post(admin::create_user))
+        .route("/admin/settings", get(admin::list_settings))
+        .route(
+            "/admin/settings/{key}",
+            get(admin::get_setting).put(admin::set_setting),
+        )
+        .route("/agent/connect", get(crate::agents::connect));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .nest("/api/v1", api)
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .with_state(state)
+}
+
+async fn whoami(UserCaller(c): UserCaller) -> Json<WhoAmI> {
+    Json(WhoAmI {
+        user: c.user.name,
+        group: c.user.group,
+        role: c.role,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{message}")]
+    Invalid {
+        message: String,
+        diagnostics: Vec<Diagnostic>,
+    },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => ApiError::NotFound("not found".into()),
+            StoreError::Ambiguous(p) => ApiError::BadRequest(format!(
+                "{p} matches more than one id: give more characters"
+            )),
+            StoreError::Conflict(m) => ApiError::Conflict(m),
+            other => {
+                tracing::error!("store: {other}");
+                // 503: the store's trouble is usually transient (busy, disk); callers may retry.
+                ApiError::Internal(other.to_string())
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::BadRequest(_) | ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Internal(_) => StatusCode::SERVICE_UNAVAILABLE,
+        };
+        let diagnostics = match &self {
+            ApiError::Invalid { diagnostics, .. } => diagnostics.clone(),
+            _ => vec![],
+        };
+        let mut resp = (
+            status,
+            Json(ErrorBody {
+                error: self.to_string(),
+                diagnostics,
+            }),
+        )
+            .into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        resp
+    }
+}
+
+/// JSON bodies that fail to parse get our error shape, not axum's plain text.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(JsonBody(v)),
+            Err(e) => Err(ApiError::BadRequest(format!(
+                "bad request body: {}",
+                e.body_text()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,283 @@
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use gantry_api::v1::{
+    AttemptInfo, Diagnostic, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation,
+    WorkflowCreated, WorkflowDetail, WorkflowSummary,
+};
+use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
+use serde::Deserialize;
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use super::{ApiError, JsonBody};
+use crate::auth::{Caller, UserCaller};
+use crate::plan;
+use crate::state::{now_ms, AppState};
+
+/// Workflow files larger than this are refused before parsing.
+const MAX_SPEC_BYTES: usize = 4 << 20;
+
+pub fn ts(ms: i64) -> OffsetDateTime {
+    OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
+}
+
+fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
+    ds.into_iter()
+        .map(|d| Diagnostic {
+            line: d.line,
+            column: d.column,
+            message: d.message,
+        })
+        .collect()
+}
+
+fn parse(spec: &str) -> Result<gantry_spec::Workflow, ApiError> {
+    if spec.len() > MAX_SPEC_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "the workflow file is {} bytes; the limit is {MAX_SPEC_BYTES}",
+            spec.len()
+        )));
+    }
+    gantry_spec::parse(spec).map_err(|ds| {
+        let n = ds.len();
+        ApiError::Invalid {
+            message: format!("the workflow file has {n} problem(s)"),
+            diagnostics: diagnostics(ds),
+        }
+    })
+}
+
+pub async fn validate(
+    UserCaller(_): UserCaller,
+    JsonBody(req): JsonBody<ValidateWorkflow>,
+) -> Result<Json<Validation>, ApiError> {
+    match parse(&req.spec) {
+        Ok(_) => Ok(Json(Validation {
+            valid: true,
+            diagnostics: vec![],
+        })),
+        Err(ApiError::Invalid { diagnostics, .. }) => Ok(Json(Validation {
+            valid: false,
+            diagnostics,
+        })),
+        Err(e) => Err(e),
+    }
+}
+
+pub async fn submit(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    JsonBody(req): JsonBody<SubmitWorkflow>,
+) -> Result<Json<WorkflowCreated>, ApiError> {
+    let wf = parse(&req.spec)?;
+    let support = plan::support(&wf);
+    if !support.unsupported.is_empty() {
+        return Err(ApiError::BadRequest(format!(
+            "this workflow uses what Gantry cannot run yet:\n  {}",
+            support.unsupported.join("\n  ")
+        )));
+    }
+    let compiled = plan::compile(&wf);
+    let mut tasks = Vec::new();
+    for (ord, job) in compiled.jobs.iter().enumerate() {
+        match job.task_array {
+            Some((start, end)) => {
+                for i in start..=end {
+                    tasks.push(NewTask {
+                        id: Uuid::new_v4(),
+                        job: job.name.clone(),
+                        index: Some(i),
+                        ord: ord as u32,
+                    });
+                }
+            }
+            None => tasks.push(NewTask {
+                id: Uuid::new_v4(),
+                job: job.name.clone(),
+                index: None,
+                ord: ord as u32,
+            }),
+        }
+    }
+    let id = Uuid::new_v4();
+    let name = req
+        .name
+        .filter(|n| !n.trim().is_empty())
+        .unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
+    let new = NewWorkflow {
+        id,
+        name,
+        owner: c.user.name.clone(),
+        group: c.user.group.clone(),
+        spec: req.spec,
+        plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
+        tasks,
+    };
+    st.store.create_workflow(&new, now_ms()).await?;
+    st.wake_controller();
+    Ok(Json(WorkflowCreated {
+        id,
+        warnings: support.ignored,
+    }))
+}
+
+/// Finds a workflow the caller may see, by id or unique prefix; anything else is 404.
+pub async fn visible_workflow(
+    st: &AppState,
+    c: &Caller,
+    id: &str,
+) -> Result<WorkflowRow, ApiError> {
+    let not_found = || ApiError::NotFound(format!("no workflow {id}"));
+    let wf = st.store.resolve_workflow(id).await.map_err(|e| match e {
+        gantry_store::StoreError::NotFound => not_found(),
+        other => other.into(),
+    })?;
+    if !c.can_see(&wf.owner, &wf.group) {
+        return Err(not_found());
+    }
+    Ok(wf)
+}
+
+async fn summary(st: &AppState, w: WorkflowRow) -> Result<WorkflowSummary, ApiError> {
+    let tasks = st.store.tasks(w.id).await?;
+    let mut counts = std::collections::BTreeMap::new();
+    for t in &tasks {
+        *counts.entry(t.status).or_insert(0) += 1;
+    }
+    Ok(WorkflowSummary {
+        id: w.id,
+        name: w.name,
+        owner: w.owner,
+        group: w.group,
+        status: w.status,
+        reason: w.reason,
+        created_at: ts(w.created_at),
+        ended_at: w.ended_at.map(ts),
+        counts,
+    })
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    status: Option<String>,
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
+    let want = match q.status.as_deref() {
+        Some(s) => Some(s.parse::<gantry_api::WorkflowStatus>().map_err(|_| {
+            ApiError::BadRequest(format!(
+                "unknown status {s:?}: use PENDING, RUNNING, FINISHED, FAILED or STOPPED"
+            ))
+        })?),
+        None => None,
+    };
+    let mut out = vec![];
+    for w in st.store.list_workflows(&c.visibility()).await? {
+        if want.is_some_and(|s| s != w.status) {
+            continue;
+        }
+        out.push(summary(&st, w).await?);
+    }
+    Ok(Json(out))
+}
+
+pub async fn detail(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(id): Path<String>,
+) -> Result<Json<WorkflowDetail>, ApiError> {
+    let w = visible_workflow(&st, &c, &id).await?;
+    let tasks = st.store.tasks(w.id).await?;
+    let attempts = st.store.attempts(w.id).await?;
+    let infos = tasks
+        .into_iter()
+        .map(|t| TaskInfo {
+            id: t.id,
+            job: t.job,
+            index: t.index,
+            status: t.status,
+            reason: t.reason,
+            node: t.node,
+            exit_code: t.exit_code,
+            attempts: attempts
+                .iter()
+                .filter(|a| a.task_id == t.id)
+                .map(|a| AttemptInfo {
+                    id: a.id,
+                    number: a.number,
+                    node: a.node.clone(),
+                    status: a.status,
+                    cause: a.cause,
+                    exit_code: a.exit_code,
+                    reason: a.reason.clone(),
+                    created_at: ts(a.created_at),
+                    ended_at: a.ended_at.map(ts),
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(Json(WorkflowDetail {
+        summary: summary(&st, w).await?,
+        tasks: infos,
+    }))
+}
+
+pub fn event(e: EventRow) -> Event {
+    Event {
+        seq: e.seq,
+        time: ts(e.time),
+        workflow_id: e.workflow_id,
+        node: e.node,
+        task: e.task,
+        kind: e.kind,
+        message: e.message,
+    }
+}
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    #[serde(default)]
+    after: i64,
+}
+
+pub async fn events(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(id): Path<String>,
+    Query(q): Query<EventsQuery>,
+) -> Result<Json<Vec<Event>>, ApiError> {
+    let w = visible_workflow(&st, &c, &id).await?;
+    let rows = st
+        .store
+        .events(&EventQuery {
+            workflow_id: Some(w.id),
+            after: q.after,
+            ..Default::default()
+        })
+        .await?;
+    Ok(Json(rows.into_iter().map(event).collect()))
+}
+
+pub async fn stop(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(id): Path<String>,
+) -> Result<Json<WorkflowSummary>, ApiError> {
+    let w = visible_workflow(&st, &c, &id).await?;
+    if w.status.is_terminal() {
+        return Err(ApiError::Conflict(format!(
+            "workflow {} already ended {}",
+            w.id, w.status
+        )));
+    }
+    st.store.request_stop(w.id, &c.user.name, now_ms()).await?;
+    st.wake_controller();
+    let w = st.store.workflow(w.id).await?;
+    Ok(Json(summary(&st, w).await?))
+}

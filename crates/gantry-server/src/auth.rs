@@ -1,0 +1,127 @@
+//! Bearer tokens. Only a token's SHA-256 is stored; the token itself is shown once.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use gantry_api::v1::Role;
+use gantry_store::{User, Visibility};
+use sha2::{Digest, Sha256};
+
+use crate::api::ApiError;
+use crate::state::{now_ms, AppState};
+
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// A new random token: 32 bytes from the OS, hex, with a prefix that secret scanners know.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    format!("gantry_{}", hex::encode(bytes))
+}
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub user: User,
+    pub role: Role,
+}
+
+impl Caller {
+    pub fn is_admin(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// Which workflows this caller may see and control: their own and their group's.
+    pub fn visibility(&self) -> Visibility {
+        if self.is_admin() {
+            Visibility::All
+        } else {
+            Visibility::UserOrGroup {
+                user: self.user.name.clone(),
+                group: self.user.group.clone(),
+            }
+        }
+    }
+
+    pub fn can_see(&self, owner: &str, group: &str) -> bool {
+        self.is_admin() || self.user.name == owner || self.user.group == group
+    }
+
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("this needs an administrator".into()))
+        }
+    }
+}
+
+fn parse_role(s: &str) -> Role {
+    match s {
+        "admin" => Role::Admin,
+        "agent" => Role::Agent,
+        _ => Role::User,
+    }
+}
+
+pub async fn authenticate(state: &AppState, header: Option<&str>) -> Result<Caller, ApiError> {
+    let token = header
+        .and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or(ApiError::Unauthorized)?;
+    let user = state
+        .store
+        .user_by_token(&hash_token(token), now_ms())
+        .await?
+        .ok_or(ApiError::Unauthorized)?;
+    let role = parse_role(&user.role);
+    Ok(Caller { user, role })
+}
+
+/// A user (not an agent) calling the API.
+pub struct UserCaller(pub Caller);
+
+impl FromRequestParts<AppState> for UserCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let caller = authenticate(state, header).await?;
+        if caller.role == Role::Agent {
+            // Agent tokens exist to connect nodes; they get nothing else.
+            return Err(ApiError::Forbidden(
+                "an agent token cannot use the user API".into(),
+            ));
+        }
+        Ok(UserCaller(caller))
+    }
+}
+
+/// An agent (or an admin) connecting a node.
+pub struct AgentCaller(pub Caller);
+
+impl FromRequestParts<AppState> for AgentCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let caller = authenticate(state, header).await?;
+        if !matches!(caller.role, Role::Agent | Role::Admin) {
+            return Err(ApiError::Forbidden(
+                "connecting a node needs an agent or admin token".into(),
+            ));
+        }
+        Ok(AgentCaller(caller))
+    }
+}

@@ -1,0 +1,412 @@
+//! The one plan applier. Each tick gathers a snapshot from the store, asks `gantry-core` what
+//! to do (the workflow state machine, then the scheduler), commits the result as one
+//! transaction, and only then tells agents. A crash between commit and send loses nothing: a
+//! reconnecting agent receives its full desired set.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use gantry_api::agent::{
+    Assignment, Capacity, ChoreKind, ImageSource, Resources, ServerMessage, VolumeMount,
+};
+use gantry_api::{EndCause, NodeState};
+use gantry_core::engine::{self, Action, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView};
+use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
+use gantry_store::{ActiveWorkflow, Change, ChoreRow, TaskRow};
+use uuid::Uuid;
+
+use crate::plan::{JobPlan, WorkflowPlan};
+use crate::state::{now_ms, AppState};
+
+pub fn spawn(st: AppState) {
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = tick(&st).await {
+                tracing::warn!("controller: {e:#}");
+            }
+            // Woken by any change; the timer only serves timeouts and lost heartbeats.
+            tokio::select! {
+                _ = st.wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    });
+}
+
+pub fn job_view_of(j: &JobPlan) -> JobView {
+    JobView {
+        name: j.name.clone(),
+        depends_on: j.depends_on.clone(),
+        concurrency: j.concurrency,
+        attempts: j.attempts,
+        retry_on: RetryOn {
+            failure: j.retry_on_failure,
+            node: j.retry_on_node,
+        },
+        timeout_ms: j.timeout_ms,
+        tasks: vec![],
+    }
+}
+
+fn task_label(t: &TaskRow) -> String {
+    match t.index {
+        Some(i) => format!("{}[{i}]", t.job),
+        None => t.job.clone(),
+    }
+}
+
+fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
+    let live: HashMap<Uuid, &gantry_store::AttemptRow> =
+        aw.live.iter().map(|a| (a.id, a)).collect();
+    let jobs = plan
+        .jobs
+        .iter()
+        .map(|jp| {
+            let mut jv = job_view_of(jp);
+            jv.tasks = aw
+                .tasks
+                .iter()
+                .filter(|t| t.job == jp.name)
+                .map(|t| TaskView {
+                    id: t.id,
+                    status: t.status,
+                    attempts_made: t.attempts,
+                    live: t
+                        .live_attempt
+                        .and_then(|a| live.get(&a))
+                        .map(|a| LiveAttempt {
+                            id: a.id,
+                            status: a.status,
+                            running_since: a.running_at,
+                            stop_sent: a.stop_sent,
+                        }),
+                })
+                .collect();
+            jv
+        })
+        .collect();
+    WorkflowView {
+        status: aw.workflow.status,
+        stop_requested: aw.workflow.stop_requested,
+        jobs,
+    }
+}
+
+fn capacity_res(c: &Capacity) -> Res {
+    Res {
+        millicpus: c.cpus as u64 * 1000,
+        memory_bytes: c.memory_bytes,
+        devices: c.devices.clone(),
+    }
+}
+
+fn add_used(used: &mut Res, r: &Resources) {
+    used.millicpus += (r.cpus * 1000.0).round() as u64;
+    used.memory_bytes += r.memory_bytes.unwrap_or(0);
+    for (d, n) in &r.devices {
+        *used.devices.entry(d.clone()).or_insert(0) += n;
+    }
+}
+
+struct Placing<'a> {
+    aw: &'a ActiveWorkflow,
+    plan: &'a WorkflowPlan,
+    task: &'a TaskRow,
+}
+
+async fn tick(st: &AppState) -> anyhow::Result<()> {
+    let now = now_ms();
+    lose_silent_nodes(st, now).await?;
+
+    let active = st.store.active().await?;
+    let nodes = st.store.nodes().await?;
+    let mut plans = Vec::with_capacity(active.len());
+    for aw in &active {
+        plans.push(serde_json::from_str::<WorkflowPlan>(&aw.workflow.plan)?);
+    }
+
+    let mut changes: Vec<Change> = Vec::new();
+    let mut sends: Vec<(String, ServerMessage)> = Vec::new();
+    let mut requests: Vec<TaskRequest<usize>> = Vec::new();
+    let mut placing: Vec<Placing> = Vec::new();
+    let mut finished: Vec<Uuid> = Vec::new();
+    let grace = st.config.stop_grace.as_millis() as u64;
+
+    for (aw, plan) in active.iter().zip(&plans) {
+        let tasks: HashMap<Uuid, &TaskRow> = aw.tasks.iter().map(|t| (t.id, t)).collect();
+        for action in engine::reconcile(&view_of(aw, plan), now) {
+            match action {
+                Action::Place { task } => {
+                    let Some(t) = tasks.get(&task) else { continue };
+                    let Some(jp) = plan.job(&t.job) else { continue };
+                    requests.push(TaskRequest {
+                        key: placing.len(),
+                        pool: None,
+                        need: Res {
+                            millicpus: jp.cores as u64 * 1000,
+                            memory_bytes: jp.memory_bytes.unwrap_or(0),
+                            devices: jp.devices.clone(),
+                        },
+                        exclusive: jp.exclusive,
+                    });
+                    placing.push(Placing { aw, plan, task: t });
+                }
+                Action::EndTask {
+                    task,
+                    status,
+                    reason,
+                } => changes.push(Change::EndTask {
+                    task_id: task,
+                    status,
+                    reason,
+                }),
+                Action::StopAttempt { attempt, cause } => {
+                    if let Some(a) = aw.live.iter().find(|a| a.id == attempt) {
+                        changes.push(Change::StopSent {
+                            attempt_id: attempt,
+                            cause,
+                        });
+                        sends.push((
+                            a.node.clone(),
+                            ServerMessage::Stop {
+                                attempt_id: attempt,
+                                grace_ms: grace,
+                                cause,
+                            },
+                        ));
+                    }
+                }
+                Action::SetWorkflow { status, reason } => {
+                    if status.is_terminal() {
+                        finished.push(aw.workflow.id);
+                    }
+                    changes.push(Change::SetWorkflow {
+                        workflow_id: aw.workflow.id,
+                        status,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+
+    if !requests.is_empty() {
+        let mut used: HashMap<&str, (Res, u32, bool)> = HashMap::new();
+        for aw in &active {
+            for a in &aw.live {
+                let e = used.entry(a.node.as_str()).or_default();
+                if let Ok(asg) = serde_json::from_str::<Assignment>(&a.assignment) {
+                    add_used(&mut e.0, &asg.resources);
+                    if asg.resources.devices.contains_key(EXCLUSIVE) {
+                        e.2 = true;
+                    }
+                }
+                e.1 += 1;
+            }
+        }
+        let views: Vec<NodeView> = nodes
+            .iter()
+            .map(|n| {
+                let cap: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
+                let (u, running, excl) = used.remove(n.name.as_str()).unwrap_or_default();
+                let connected = st.hub.is_connected(&n.name);
+                let ready = n.state == NodeState::Ready.as_str();
+                NodeView {
+                    id: NodeId(n.name.clone()),
+                    pool: n.pool.clone(),
+                    total: capacity_res(&cap),
+                    used: u,
+                    schedulable: connected && ready,
+                    unschedulable_reason: if !connected {
+                        Some("agent not connected".into())
+                    } else if !ready {
+                        Some(n.state.to_lowercase())
+                    } else {
+                        None
+                    },
+                    exclusive_taken: excl,
+                    running,
+                }
+            })
+            .collect();
+        let pools: HashMap<&str, &str> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.pool.as_str()))
+            .collect();
+        let plan = scheduler::schedule(&views, &requests);
+        for (key, node) in plan.placements {
+            let p = &placing[key];
+            let pool = pools.get(node.as_str()).copied().unwrap_or("default");
+            let attempt_id = Uuid::new_v4();
+            let asg = assignment(p, attempt_id, pool);
+            changes.push(Change::CreateAttempt {
+                attempt_id,
+                task_id: p.task.id,
+                workflow_id: p.aw.workflow.id,
+                node: node.0.clone(),
+                assignment: serde_json::to_string(&asg)?,
+            });
+            sends.push((node.0, ServerMessage::Assign(Box::new(asg))));
+        }
+        for u in plan.unplaced {
+            let t = placing[u.key].task;
+            if t.reason.as_deref() != Some(u.reason.as_str()) {
+                changes.push(Change::TaskWaiting {
+                    task_id: t.id,
+                    reason: Some(u.reason),
+                });
+            }
+        }
+    }
+
+    st.store.apply(&changes, now).await?;
+    for (node, msg) in sends {
+        st.hub.send(&node, msg);
+    }
+    for wf in finished {
+        schedule_cleanup(st, wf, now).await?;
+    }
+    send_chores(st).await?;
+    Ok(())
+}
+
+/// Marks an exclusive attempt in its resources, so the node stays whole for it.
+const EXCLUSIVE: &str = "gantry.io/exclusive";
+
+fn assignment(p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
+    let wf = &p.aw.workflow;
+    let jp = p
+        .plan
+        .job(&p.task.job)
+        .expect("placed tasks have a job plan");
+    let mut env = jp.env.clone();
+    env.push(format!("FB_WORKFLOW_ID={}", wf.id));
+    env.push(format!("FB_ACCOUNT_ID={}", wf.group));
+    if let Some(i) = p.task.index {
+        env.push(format!("FB_TASK_ID={i}"));
+    }
+    let mut devices = jp.devices.clone();
+    if jp.exclusive {
+        devices.insert(EXCLUSIVE.into(), 1);
+    }
+    Assignment {
+        attempt_id,
+        workflow_id: wf.id,
+        task: task_label(p.task),
+        attempt: p.task.attempts + 1,
+        image: ImageSource {
+            uri: jp.image.clone(),
+            credential: None,
+        },
+        argv: jp.argv.clone(),
+        env,
+        cwd: jp.cwd.clone(),
+        mounts: jp
+            .mounts
+            .iter()
+            .map(|(target, volume)| VolumeMount {
+                target: target.clone(),
+                source: format!("{pool}/ephemeral/{}/{volume}", wf.id),
+                read_only: false,
+            })
+            .collect(),
+        files: jp.files.clone(),
+        resources: Resources {
+            cpus: jp.cores as f64,
+            memory_bytes: jp.memory_bytes,
+            devices,
+        },
+    }
+}
+
+/// A node whose agent has been silent past the heartbeat timeout is DOWN; its attempts end
+/// NODE_LOST, and core decides whether each is retried elsewhere.
+async fn lose_silent_nodes(st: &AppState, now: i64) -> anyhow::Result<()> {
+    let timeout = st.config.heartbeat_timeout.as_millis() as i64;
+    for n in st.store.nodes().await? {
+        let silent = n.last_seen.is_none_or(|t| now - t > timeout);
+        if !silent || n.state == NodeState::Down.as_str() {
+            continue;
+        }
+        let why = format!("no heartbeat for {}s", timeout / 1000);
+        st.store
+            .set_node_state(&n.name, NodeState::Down.as_str(), &why, now)
+            .await?;
+        st.hub.drop_node(&n.name);
+        for a in st.store.live_attempts_on(&n.name).await? {
+            crate::agents::end_attempt(
+                st,
+                a.id,
+                None,
+                EndCause::NodeLost,
+                Some(format!("node {} lost: {why}", n.name)),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Ephemeral volumes are removed when their workflow ends, by a live agent of each pool the
+/// workflow ran in.
+async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<()> {
+    let row = st.store.workflow(wf).await?;
+    let plan: WorkflowPlan = serde_json::from_str(&row.plan)?;
+    if plan.jobs.iter().all(|j| j.mounts.is_empty()) {
+        return Ok(());
+    }
+    let nodes = st.store.nodes().await?;
+    let pool_of: HashMap<&str, &str> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.pool.as_str()))
+        .collect();
+    let pools: BTreeSet<&str> = st
+        .store
+        .attempts(wf)
+        .await?
+        .iter()
+        .filter_map(|a| pool_of.get(a.node.as_str()).copied())
+        .collect();
+    for pool in pools {
+        let kind = ChoreKind::RemoveVolume {
+            path: format!("{pool}/ephemeral/{wf}"),
+        };
+        st.store
+            .add_chore(&ChoreRow {
+                id: Uuid::new_v4(),
+                pool: pool.to_string(),
+                kind: serde_json::to_string(&kind)?,
+                created_at: now,
+                sent_to: None,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+async fn send_chores(st: &AppState) -> anyhow::Result<()> {
+    let chores = st.store.pending_chores().await?;
+    if chores.is_empty() {
+        return Ok(());
+    }
+    let nodes = st.store.nodes().await?;
+    for c in chores {
+        if c.sent_to.as_deref().is_some_and(|n| st.hub.is_connected(n)) {
+            continue;
+        }
+        let Some(node) = nodes
+            .iter()
+            .find(|n| n.pool == c.pool && st.hub.is_connected(&n.name))
+        else {
+            continue;
+        };
+        let kind: ChoreKind = serde_json::from_str(&c.kind)?;
+        if st.hub.send(
+            &node.name,
+            ServerMessage::Chore(gantry_api::agent::Chore { id: c.id, kind }),
+        ) {
+            st.store.chore_sent(c.id, &node.name).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,35 @@
+use std::sync::Arc;
+
+use gantry_store::Store;
+use tokio::sync::Notify;
+
+use crate::{agents::Hub, ServerConfig};
+
+/// Shared by every request handler and background loop.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub config: Arc<ServerConfig>,
+    pub(crate) hub: Hub,
+    /// Wakes the controller: something changed that may unblock work.
+    pub(crate) wake: Arc<Notify>,
+}
+
+impl AppState {
+    pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
+        Self {
+            store,
+            config: Arc::new(config),
+            hub: Hub::default(),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    pub fn wake_controller(&self) {
+        self.wake.notify_one();
+    }
+}
+
+pub fn now_ms() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1_000_000
+}

@@ -1,0 +1,1102 @@
+//! The SQLite backend: the embedded default for `gantry up` and small clusters.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use gantry_api::{EndCause, TaskStatus};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use uuid::Uuid;
+
+use crate::*;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and brings its schema up to date.
+    pub async fn open(path: &Path) -> Result<Self> {
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk before we acknowledge it, even across power loss.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+fn uuid(s: &str) -> Result<Uuid> {
+    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("bad id {s:?}: {e}")))
+}
+
+fn opt_uuid(s: Option<String>) -> Result<Option<Uuid>> {
+    s.map(|s| uuid(&s)).transpose()
+}
+
+fn parse<T: FromStr<Err = String>>(s: &str) -> Result<T> {
+    T::from_str(s).map_err(StoreError::Corrupt)
+}
+
+fn opt_parse<T: FromStr<Err = String>>(s: Option<String>) -> Result<Option<T>> {
+    s.map(|s| parse(&s)).transpose()
+}
+
+fn task_label(job: &str, idx: Option<i64>) -> String {
+    match idx {
+        Some(i) => format!("{job}[{i}]"),
+        None => job.to_string(),
+    }
+}
+
+fn workflow_row(r: &SqliteRow) -> Result<WorkflowRow> {
+    Ok(WorkflowRow {
+        id: uuid(r.get("id"))?,
+        name: r.get("name"),
+        owner: r.get("owner"),
+        group: r.get("grp"),
+        spec: r.get("spec"),
+        plan: r.get("plan"),
+        status: parse(r.get("status"))?,
+        reason: r.get("reason"),
+        stop_requested: r.get::<i64, _>("stop_requested") != 0,
+        created_at: r.get("created_at"),
+        ended_at: r.get("ended_at"),
+    })
+}
+
+fn task_row(r: &SqliteRow) -> Result<TaskRow> {
+    Ok(TaskRow {
+        id: uuid(r.get("id"))?,
+        workflow_id: uuid(r.get("workflow_id"))?,
+        job: r.get("job"),
+        index: r.get::<Option<i64>, _>("idx").map(|i| i as u32),
+        ord: r.get::<i64, _>("ord") as u32,
+        status: parse(r.get("status"))?,
+        reason: r.get("reason"),
+        attempts: r.get::<i64, _>("attempts") as u32,
+        live_attempt: opt_uuid(r.get("live_attempt"))?,
+        node: r.get("node"),
+        exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
+        created_at: r.get("created_at"),
+        ended_at: r.get("ended_at"),
+    })
+}
+
+fn attempt_row(r: &SqliteRow) -> Result<AttemptRow> {
+    Ok(AttemptRow {
+        id: uuid(r.get("id"))?,
+        task_id: uuid(r.get("task_id"))?,
+        workflow_id: uuid(r.get("workflow_id"))?,
+        number: r.get::<i64, _>("number") as u32,
+        node: r.get("node"),
+        status: parse(r.get("status"))?,
+        cause: opt_parse(r.get("cause"))?,
+        exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
+        reason: r.get("reason"),
+        stop_sent: opt_parse(r.get("stop_sent"))?,
+        assignment: r.get("assignment"),
+        created_at: r.get("created_at"),
+        running_at: r.get("running_at"),
+        ended_at: r.get("ended_at"),
+    })
+}
+
+fn node_row(r: &SqliteRow) -> Result<NodeRow> {
+    Ok(NodeRow {
+        id: uuid(r.get("id"))?,
+        name: r.get("name"),
+        pool: r.get("pool"),
+        capacity: r.get("capacity"),
+        state: r.get("state"),
+        connected: r.get::<i64, _>("connected") != 0,
+        last_seen: r.get("last_seen"),
+        version: r.get("version"),
+        metrics_addr: r.get("metrics_addr"),
+    })
+}
+
+fn event_row(r: &SqliteRow) -> Result<EventRow> {
+    Ok(EventRow {
+        seq: r.get("seq"),
+        time: r.get("time"),
+        workflow_id: opt_uuid(r.get("workflow_id"))?,
+        node: r.get("node"),
+        task: r.get("task"),
+        kind: r.get("kind"),
+        message: r.get("message"),
+    })
+}
+
+async fn event(tx: &mut Transaction<'_, Sqlite>, ev: &NewEvent, now: Millis) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO events (time, workflow_id, node, task, kind, message) VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(now)
+    .bind(ev.workflow_id.map(|u| u.to_string()))
+    .bind(&ev.node)
+    .bind(&ev.task)
+    .bind(&ev.kind)
+    .bind(&ev.message)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn ev(
+    workflow_id: Option<Uuid>,
+    node: Option<&str>,
+    task: Option<String>,
+    kind: &str,
+    message: String,
+) -> NewEvent {
+    NewEvent {
+        workflow_id,
+        node: node.map(str::to_string),
+        task,
+        kind: kind.into(),
+        message,
+    }
+}
+
+/// (workflow id, "job[idx]") of a task, for event rows.
+async fn task_ident(
+    tx: &mut Transaction<'_, Sqlite>,
+    task_id: Uuid,
+) -> Result<(Uuid, String, TaskStatus)> {
+    let r = sqlx::query("SELECT workflow_id, job, idx, status FROM tasks WHERE id = ?")
+        .bind(task_id.to_string())
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok((
+        uuid(r.get("workflow_id"))?,
+        task_label(r.get("job"), r.get("idx")),
+        parse(r.get("status"))?,
+    ))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create_user(&self, user: &User, token_hash: &str, now: Millis) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let res = sqlx::query(
+            "INSERT INTO users (id, name, grp, role, created_at) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(user.id.to_string())
+        .bind(&user.name)
+        .bind(&user.group)
+        .bind(&user.role)
+        .bind(now)
+        .execute(&mut *tx)
+        .await;
+        if let Err(sqlx::Error::Database(e)) = &res {
+            if e.is_unique_violation() {
+                return Err(StoreError::Conflict(format!(
+                    "user {} already exists",
+                    user.name
+                )));
+            }
+        }
+        res?;
+        sqlx::query(
+            "INSERT INTO tokens (hash, user_id, purpose, created_at) VALUES (?, ?, 'login', ?)",
+        )
+        .bind(token_hash)
+        .bind(user.id.to_string())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        event(
+            &mut tx,
+            &ev(
+                None,
+                None,
+                None,
+                "user.created",
+                format!(
+                    "user {} ({}, group {}) created",
+                    user.name, user.role, user.group
+                ),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn user_by_token(&self, token_hash: &str, now: Millis) -> Result<Option<User>> {
+        let row = sqlx::query(
+            "SELECT u.id, u.name, u.grp, u.role FROM tokens t JOIN users u ON u.id = t.user_id
+             WHERE t.hash = ? AND (t.expires_at IS NULL OR t.expires_at > ?)",
+        )
+        .bind(token_hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(User {
+                id: uuid(r.get("id"))?,
+                name: r.get("name"),
+                group: r.get("grp"),
+                role: r.get("role"),
+            })
+        })
+        .transpose()
+    }
+
+    async fn user_by_name(&self, name: &str) -> Result<Option<User>> {
+        let row = sqlx::query("SELECT id, name, grp, role FROM users WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| {
+            Ok(User {
+                id: uuid(r.get("id"))?,
+                name: r.get("name"),
+                group: r.get("grp"),
+                role: r.get("role"),
+            })
+        })
+        .transpose()
+    }
+
+    async fn add_token(
+        &self,
+        user_id: Uuid,
+        token_hash: &str,
+        purpose: &str,
+        now: Millis,
+    ) -> Result<()> {
+        sqlx::query("INSERT INTO tokens (hash, user_id, purpose, created_at) VALUES (?, ?, ?, ?)")
+            .bind(token_hash)
+            .bind(user_id.to_string())
+            .bind(purpose)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn count_users(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
+    async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO workflows (id, name, owner, grp, spec, plan, status, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?)",
+        )
+        .bind(wf.id.to_string())
+        .bind(&wf.name)
+        .bind(&wf.owner)
+        .bind(&wf.group)
+        .bind(&wf.spec)
+        .bind(&wf.plan)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for t in &wf.tasks {
+            sqlx::query(
+                "INSERT INTO tasks (id, workflow_id, job, idx, ord, status, created_at)
+                 VALUES (?, ?, ?, ?, ?, 'PENDING', ?)",
+            )
+            .bind(t.id.to_string())
+            .bind(wf.id.to_string())
+            .bind(&t.job)
+            .bind(t.index.map(i64::from))
+            .bind(t.ord as i64)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        event(
+            &mut tx,
+            &ev(
+                Some(wf.id),
+                None,
+                None,
+                "workflow.submitted",
+                format!("submitted by {} with {} task(s)", wf.owner, wf.tasks.len()),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_workflows(&self, filter: &Visibility) -> Result<Vec<WorkflowRow>> {
+        let rows =
+            match filter {
+                Visibility::All => {
+                    sqlx::query("SELECT * FROM workflows ORDER BY created_at DESC")
+                        .fetch_all(&self.pool)
+                        .await?
+                }
+                Visibility::UserOrGroup { user, group } => sqlx::query(
+                    "SELECT * FROM workflows WHERE owner = ? OR grp = ? ORDER BY created_at DESC",
+                )
+                .bind(user)
+                .bind(group)
+                .fetch_all(&self.pool)
+                .await?,
+            };
+        rows.iter().map(workflow_row).collect()
+    }
+
+    async fn resolve_workflow(&self, id_or_prefix: &str) -> Result<WorkflowRow> {
+        let p = id_or_prefix.to_ascii_lowercase();
+        if p.len() < 8 || !p.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(StoreError::NotFound);
+        }
+        let rows = sqlx::query("SELECT * FROM workflows WHERE id >= ? AND id < ? LIMIT 2")
+            .bind(&p)
+            .bind(format!("{p}\u{7f}"))
+            .fetch_all(&self.pool)
+            .await?;
+        match rows.len() {
+            0 => Err(StoreError::NotFound),
+            1 => workflow_row(&rows[0]),
+            _ => Err(StoreError::Ambiguous(id_or_prefix.to_string())),
+        }
+    }
+
+    async fn workflow(&self, id: Uuid) -> Result<WorkflowRow> {
+        let r = sqlx::query("SELECT * FROM workflows WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        workflow_row(&r)
+    }
+
+    async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>> {
+        sqlx::query("SELECT * FROM tasks WHERE workflow_id = ? ORDER BY ord, idx")
+            .bind(workflow_id.to_string())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(task_row)
+            .collect()
+    }
+
+    async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
+        sqlx::query("SELECT * FROM attempts WHERE workflow_id = ? ORDER BY created_at, number")
+            .bind(workflow_id.to_string())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(attempt_row)
+            .collect()
+    }
+
+    async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE workflows SET stop_requested = 1
+             WHERE id = ? AND stop_requested = 0 AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(workflow_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    Some(workflow_id),
+                    None,
+                    None,
+                    "workflow.stop",
+                    format!("stop requested by {by}"),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    async fn active(&self) -> Result<Vec<ActiveWorkflow>> {
+        let wfs = sqlx::query(
+            "SELECT * FROM workflows WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let tasks = sqlx::query(
+            "SELECT t.* FROM tasks t JOIN workflows w ON w.id = t.workflow_id
+             WHERE w.status IN ('PENDING', 'RUNNING') ORDER BY t.ord, t.idx",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let live = sqlx::query("SELECT * FROM attempts WHERE ended_at IS NULL")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out: Vec<ActiveWorkflow> = Vec::with_capacity(wfs.len());
+        let mut index = std::collections::HashMap::new();
+        for r in &wfs {
+            let w = workflow_row(r)?;
+            index.insert(w.id, out.len());
+            out.push(ActiveWorkflow {
+                workflow: w,
+                tasks: vec![],
+                live: vec![],
+            });
+        }
+        for r in &tasks {
+            let t = task_row(r)?;
+            if let Some(&i) = index.get(&t.workflow_id) {
+                out[i].tasks.push(t);
+            }
+        }
+        for r in &live {
+            let a = attempt_row(r)?;
+            if let Some(&i) = index.get(&a.workflow_id) {
+                out[i].live.push(a);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        for c in changes {
+            match c {
+                Change::CreateAttempt {
+                    attempt_id,
+                    task_id,
+                    workflow_id,
+                    node,
+                    assignment,
+                } => {
+                    let (wf, label, _) = task_ident(&mut tx, *task_id).await?;
+                    let number: i64 =
+                        sqlx::query_scalar("SELECT attempts + 1 FROM tasks WHERE id = ?")
+                            .bind(task_id.to_string())
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    sqlx::query(
+                        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
+                         VALUES (?, ?, ?, ?, ?, 'STARTED', ?, ?)",
+                    )
+                    .bind(attempt_id.to_string())
+                    .bind(task_id.to_string())
+                    .bind(workflow_id.to_string())
+                    .bind(number)
+                    .bind(node)
+                    .bind(assignment)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = ?, live_attempt = ?, node = ?
+                         WHERE id = ?",
+                    )
+                    .bind(number)
+                    .bind(attempt_id.to_string())
+                    .bind(node)
+                    .bind(task_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            Some(node),
+                            Some(label),
+                            "task.placed",
+                            format!("attempt {number} placed on {node}"),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::EndTask {
+                    task_id,
+                    status,
+                    reason,
+                } => {
+                    let (wf, label, old) = task_ident(&mut tx, *task_id).await?;
+                    if old.is_terminal() {
+                        continue;
+                    }
+                    sqlx::query(
+                        "UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?",
+                    )
+                    .bind(status.as_str())
+                    .bind(reason)
+                    .bind(now)
+                    .bind(task_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            None,
+                            Some(label),
+                            "task.ended",
+                            format!("{status}: {reason}"),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::TaskWaiting { task_id, reason } => {
+                    sqlx::query("UPDATE tasks SET reason = ? WHERE id = ? AND status = 'PENDING'")
+                        .bind(reason)
+                        .bind(task_id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Change::SetWorkflow {
+                    workflow_id,
+                    status,
+                    reason,
+                } => {
+                    let ended = status.is_terminal().then_some(now);
+                    let n = sqlx::query(
+                        "UPDATE workflows SET status = ?, reason = ?, ended_at = ?
+                         WHERE id = ? AND status IN ('PENDING', 'RUNNING') AND status != ?",
+                    )
+                    .bind(status.as_str())
+                    .bind(reason)
+                    .bind(ended)
+                    .bind(workflow_id.to_string())
+                    .bind(status.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if n > 0 {
+                        let msg = match reason {
+                            Some(r) => format!("workflow {status}: {r}"),
+                            None => format!("workflow {status}"),
+                        };
+                        event(
+                            &mut tx,
+                            &ev(Some(*workflow_id), None, None, "workflow.status", msg),
+                            now,
+                        )
+                        .await?;
+                    }
+                }
+                Change::StopSent { attempt_id, cause } => {
+                    let r = sqlx::query("SELECT task_id, node FROM attempts WHERE id = ?")
+                        .bind(attempt_id.to_string())
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(StoreError::NotFound)?;
+                    let node: String = r.get("node");
+                    let (wf, label, _) = task_ident(&mut tx, uuid(r.get("task_id"))?).await?;
+                    sqlx::query(
+                        "UPDATE attempts SET stop_sent = ? WHERE id = ? AND stop_sent IS NULL",
+                    )
+                    .bind(cause.as_str())
+                    .bind(attempt_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            Some(&node),
+                            Some(label),
+                            "task.stopping",
+                            format!(
+                                "stopping on {node}: {}",
+                                cause.as_str().to_lowercase().replace('_', " ")
+                            ),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::Event(e) => event(&mut tx, e, now).await?,
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn attempt(&self, id: Uuid) -> Result<AttemptRow> {
+        let r = sqlx::query("SELECT * FROM attempts WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        attempt_row(&r)
+    }
+
+    async fn task(&self, id: Uuid) -> Result<TaskRow> {
+        let r = sqlx::query("SELECT * FROM tasks WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        task_row(&r)
+    }
+
+    async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE attempts SET status = 'RUNNING', running_at = ? WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL",
+        )
+        .bind(now)
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Ok(false);
+        }
+        let r = sqlx::query("SELECT task_id, node FROM attempts WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_one(&mut *tx)
+            .await?;
+        let task_id = uuid(r.get("task_id"))?;
+        let node: String = r.get("node");
+        sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = ? AND live_attempt = ? AND status = 'STARTED'")
+            .bind(task_id.to_string())
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        let (wf, label, _) = task_ident(&mut tx, task_id).await?;
+        event(
+            &mut tx,
+            &ev(
+                Some(wf),
+                Some(&node),
+                Some(label),
+                "task.running",
+                format!("running on {node}"),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query(
+            "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
+             WHERE id = ? AND ended_at IS NULL",
+        )
+        .bind(end.status.as_str())
+        .bind(end.cause.as_str())
+        .bind(end.exit_code.map(i64::from))
+        .bind(&end.reason)
+        .bind(now)
+        .bind(end.attempt_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Ok(false);
+        }
+        let r = sqlx::query("SELECT task_id, node, number FROM attempts WHERE id = ?")
+            .bind(end.attempt_id.to_string())
+            .fetch_one(&mut *tx)
+            .await?;
+        let task_id = uuid(r.get("task_id"))?;
+        let node: String = r.get("node");
+        let number: i64 = r.get("number");
+        let (wf, label, _) = task_ident(&mut tx, task_id).await?;
+        let what = match (end.cause, end.exit_code) {
+            (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
+            (cause, Some(c)) => format!(
+                "{} (exit code {c})",
+                cause.as_str().to_lowercase().replace('_', " ")
+            ),
+            (cause, None) => cause.as_str().to_lowercase().replace('_', " "),
+        };
+        let detail = end
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        event(
+            &mut tx,
+            &ev(
+                Some(wf),
+                Some(&node),
+                Some(label.clone()),
+                "attempt.ended",
+                format!("attempt {number} on {node} {what}{detail}"),
+            ),
+            now,
+        )
+        .await?;
+        // Only the task's current attempt moves the task: a stale attempt never overwrites a newer one.
+        let (status, reason, ended) = match &end.task {
+            TaskNext::Retry { reason } => (TaskStatus::Pending, Some(reason.clone()), None),
+            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now)),
+        };
+        let moved = sqlx::query(
+            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?
+             WHERE id = ? AND live_attempt = ?",
+        )
+        .bind(status.as_str())
+        .bind(&reason)
+        .bind(end.exit_code.map(i64::from))
+        .bind(ended)
+        .bind(task_id.to_string())
+        .bind(end.attempt_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved > 0 {
+            let msg = match (&end.task, reason) {
+                (TaskNext::Retry { .. }, Some(r)) => format!("PENDING: {r}"),
+                (_, Some(r)) => format!("{status}: {r}"),
+                (_, None) => status.to_string(),
+            };
+            event(
+                &mut tx,
+                &ev(Some(wf), Some(&node), Some(label), "task.status", msg),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {
+        sqlx::query(
+            "SELECT * FROM attempts WHERE node = ? AND ended_at IS NULL ORDER BY created_at",
+        )
+        .bind(node)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(attempt_row)
+        .collect()
+    }
+
+    async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow> {
+        let mut tx = self.pool.begin().await?;
+        let existing = sqlx::query("SELECT * FROM nodes WHERE name = ?")
+            .bind(&reg.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let msg = match &existing {
+            None => {
+                sqlx::query(
+                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at)
+                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?)",
+                )
+                .bind(Uuid::new_v4().to_string())
+                .bind(&reg.name)
+                .bind(&reg.pool)
+                .bind(&reg.capacity)
+                .bind(now)
+                .bind(&reg.version)
+                .bind(&reg.metrics_addr)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                format!("registered in pool {}", reg.pool)
+            }
+            Some(r) => {
+                let was: String = r.get("state");
+                // A node that was DOWN comes back READY; holds (later) keep their own state.
+                sqlx::query(
+                    "UPDATE nodes SET pool = ?, capacity = ?, connected = 1, last_seen = ?, version = ?, metrics_addr = ?,
+                     state = CASE WHEN state = 'DOWN' THEN 'READY' ELSE state END WHERE name = ?",
+                )
+                .bind(&reg.pool)
+                .bind(&reg.capacity)
+                .bind(now)
+                .bind(&reg.version)
+                .bind(&reg.metrics_addr)
+                .bind(&reg.name)
+                .execute(&mut *tx)
+                .await?;
+                format!("reconnected (was {was})")
+            }
+        };
+        event(
+            &mut tx,
+            &ev(None, Some(&reg.name), None, "node.connected", msg),
+            now,
+        )
+        .await?;
+        let r = sqlx::query("SELECT * FROM nodes WHERE name = ?")
+            .bind(&reg.name)
+            .fetch_one(&mut *tx)
+            .await?;
+        let row = node_row(&r)?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    async fn node_seen(&self, name: &str, now: Millis) -> Result<()> {
+        sqlx::query("UPDATE nodes SET last_seen = ? WHERE name = ?")
+            .bind(now)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn node_disconnected(&self, name: &str, now: Millis) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("UPDATE nodes SET connected = 0 WHERE name = ? AND connected = 1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    Some(name),
+                    None,
+                    "node.disconnected",
+                    "agent connection closed".into(),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn set_node_state(
+        &self,
+        name: &str,
+        state: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let n = sqlx::query("UPDATE nodes SET state = ? WHERE name = ? AND state != ?")
+            .bind(state)
+            .bind(name)
+            .bind(state)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    Some(name),
+                    None,
+                    "node.state",
+                    format!("{state}: {reason}"),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeRow>> {
+        sqlx::query("SELECT * FROM nodes ORDER BY pool, name")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(node_row)
+            .collect()
+    }
+
+    async fn node(&self, name: &str) -> Result<NodeRow> {
+        let r = sqlx::query("SELECT * FROM nodes WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        node_row(&r)
+    }
+
+    async fn events(&self, q: &EventQuery) -> Result<Vec<EventRow>> {
+        let limit = if q.limit == 0 { 10_000 } else { q.limit } as i64;
+        let rows = match (&q.workflow_id, &q.node) {
+            (Some(w), _) => {
+                sqlx::query(
+                    "SELECT * FROM events WHERE workflow_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                )
+                .bind(w.to_string())
+                .bind(q.after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            (None, Some(n)) => {
+                sqlx::query("SELECT * FROM events WHERE node = ? AND seq > ? ORDER BY seq LIMIT ?")
+                    .bind(n)
+                    .bind(q.after)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            (None, None) => {
+                sqlx::query("SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
+                    .bind(q.after)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
+        rows.iter().map(event_row).collect()
+    }
+
+    async fn record_event(&self, e: &NewEvent, now: Millis) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        event(&mut tx, e, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn log_size(&self, attempt_id: Uuid, stream: &str) -> Result<u64> {
+        let n: Option<i64> =
+            sqlx::query_scalar("SELECT bytes FROM logs WHERE attempt_id = ? AND stream = ?")
+                .bind(attempt_id.to_string())
+                .bind(stream)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(n.unwrap_or(0) as u64)
+    }
+
+    async fn set_log_size(&self, attempt_id: Uuid, stream: &str, bytes: u64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO logs (attempt_id, stream, bytes) VALUES (?, ?, ?)
+             ON CONFLICT (attempt_id, stream) DO UPDATE SET bytes = MAX(bytes, excluded.bytes)",
+        )
+        .bind(attempt_id.to_string())
+        .bind(stream)
+        .bind(bytes as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn add_chore(&self, c: &ChoreRow) -> Result<()> {
+        sqlx::query("INSERT INTO chores (id, pool, kind, created_at) VALUES (?, ?, ?, ?)")
+            .bind(c.id.to_string())
+            .bind(&c.pool)
+            .bind(&c.kind)
+            .bind(c.created_at)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn pending_chores(&self) -> Result<Vec<ChoreRow>> {
+        sqlx::query("SELECT * FROM chores WHERE done_at IS NULL ORDER BY created_at")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(ChoreRow {
+                    id: uuid(r.get("id"))?,
+                    pool: r.get("pool"),
+                    kind: r.get("kind"),
+                    created_at: r.get("created_at"),
+                    sent_to: r.get("sent_to"),
+                })
+            })
+            .collect()
+    }
+
+    async fn chore_sent(&self, id: Uuid, node: &str) -> Result<()> {
+        sqlx::query("UPDATE chores SET sent_to = ? WHERE id = ?")
+            .bind(node)
+            .bind(id.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn chore_done(&self, id: Uuid, error: Option<&str>, now: Millis) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let r = sqlx::query("UPDATE chores SET done_at = ?, error = ? WHERE id = ? AND done_at IS NULL RETURNING sent_to, kind")
+            .bind(now)
+            .bind(error)
+            .bind(id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let (Some(r), Some(err)) = (r, error) {
+            let node: Option<String> = r.get("sent_to");
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    node.as_deref(),
+                    None,
+                    "chore.failed",
+                    format!("{}: {err}", r.get::<String, _>("kind")),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn setting(&self, key: &str) -> Result<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT value FROM settings WHERE key = ?")
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+            .bind(key)
+            .bind(value)
+            .execute(&mut *tx)
+            .await?;
+        event(
+            &mut tx,
+            &ev(
+                None,
+                None,
+                None,
+                "settings",
+                format!("{by} set {key}={value}"),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! Rows and changes. Statuses are kept as the contract's upper-case text.
+
+use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
+use uuid::Uuid;
+
+pub type Millis = i64;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct User {
+    pub id: Uuid,
+    pub name: String,
+    pub group: String,
+    /// `user`, `admin` or `agent`.
+    pub role: String,
+}
+
+/// Which workflows a caller may see.
+#[derive(Debug, Clone)]
+pub enum Visibility {
+    All,
+    /// Owned by `user` or belonging to `group`.
+    UserOrGroup {
+        user: String,
+        group: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct NewWorkflow {
+    pub id: Uuid,
+    pub name: String,
+    pub owner: String,
+    pub group: String,
+    pub spec: String,
+    pub plan: String,
+    pub tasks: Vec<NewTask>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub id: Uuid,
+    pub job: String,
+    pub index: Option<u32>,
+    pub ord: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkflowRow {
+    pub id: Uuid,
+    pub name: String,
+    pub owner: String,
+    pub group: String,
+    pub spec: String,
+    pub plan: String,
+    pub status: WorkflowStatus,
+    pub reason: Option<String>,
+    pub stop_requested: bool,
+    pub created_at: Millis,
+    pub ended_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub id: Uuid,
+    pub workflow_id: Uuid,
+    pub job: String,
+    pub index: Option<u32>,
+    pub ord: u32,
+    pub status: TaskStatus,
+    pub reason: Option<String>,
+    pub attempts: u32,
+    pub live_attempt: Option<Uuid>,
+    pub node: Option<String>,
+    pub exit_code: Option<i32>,
+    pub created_at: Millis,
+    pub ended_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    pub id: Uuid,
+    pub task_id: Uuid,
+    pub workflow_id: Uuid,
+    pub number: u32,
+    pub node: String,
+    pub status: TaskStatus,
+    pub cause: Option<EndCause>,
+    pub exit_code: Option<i32>,
+    pub reason: Option<String>,
+    pub stop_sent: Option<EndCause>,
+    /// The agent's `Assignment` as JSON.
+    pub assignment: String,
+    pub created_at: Millis,
+    pub running_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ActiveWorkflow {
+    pub workflow: WorkflowRow,
+    pub tasks: Vec<TaskRow>,
+    /// Attempts not yet ended.
+    pub live: Vec<AttemptRow>,
+}
+
+/// One step of a controller plan.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// A task was placed: a new attempt on a node; the task becomes STARTED.
+    CreateAttempt {
+        attempt_id: Uuid,
+        task_id: Uuid,
+        workflow_id: Uuid,
+        node: String,
+        assignment: String,
+    },
+    EndTask {
+        task_id: Uuid,
+        status: TaskStatus,
+        reason: String,
+    },
+    /// Why a pending task waits (no event: not a state change).
+    TaskWaiting {
+        task_id: Uuid,
+        reason: Option<String>,
+    },
+    SetWorkflow {
+        workflow_id: Uuid,
+        status: WorkflowStatus,
+        reason: Option<String>,
+    },
+    StopSent {
+        attempt_id: Uuid,
+        cause: EndCause,
+    },
+    /// An event with no other change.
+    Event(NewEvent),
+}
+
+#[derive(Debug, Clone)]
+pub struct AttemptEnd {
+    pub attempt_id: Uuid,
+    pub status: TaskStatus,
+    pub cause: EndCause,
+    pub exit_code: Option<i32>,
+    pub reason: Option<String>,
+    pub task: TaskNext,
+}
+
+#[derive(Debug, Clone)]
+pub enum TaskNext {
+    /// Back to PENDING for another attempt.
+    Retry { reason: String },
+    Final {
+        status: TaskStatus,
+        reason: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeRegistration {
+    pub name: String,
+    pub pool: String,
+    /// JSON of `gantry_api::agent::Capacity`.
+    pub capacity: String,
+    pub version: String,
+    pub metrics_addr: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeRow {
+    pub id: Uuid,
+    pub name: String,
+    pub pool: String,
+    pub capacity: String,
+    pub state: String,
+    pub connected: bool,
+    pub last_seen: Option<Millis>,
+    pub version: Option<String>,
+    pub metrics_addr: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EventQuery {
+    pub workflow_id: Option<Uuid>,
+    pub node: Option<String>,
+    pub after: i64,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub workflow_id: Option<Uuid>,
+    pub node: Option<String>,
+    pub task: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    pub seq: i64,
+    pub time: Millis,
+    pub workflow_id: Option<Uuid>,
+    pub node: Option<String>,
+    pub task: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct ChoreRow {
+    pub id: Uuid,
+    pub pool: String,
+    /// JSON of `gantry_api::agent::ChoreKind`.
+    pub kind: String,
+    pub created_at: Millis,
+    pub sent_to: Option<String>,
+}

@@ -1,0 +1,232 @@
+//! The SQLite store against a real database file.
+
+use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
+use gantry_store::*;
+use uuid::Uuid;
+
+async fn open(dir: &tempfile::TempDir) -> SqliteStore {
+    SqliteStore::open(&dir.path().join("gantry.db"))
+        .await
+        .unwrap()
+}
+
+fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
+    NewWorkflow {
+        id: Uuid::new_v4(),
+        name: "wf".into(),
+        owner: owner.into(),
+        group: group.into(),
+        spec: "version: v4".into(),
+        plan: "{}".into(),
+        tasks: (0..tasks)
+            .map(|i| NewTask {
+                id: Uuid::new_v4(),
+                job: format!("job{i}"),
+                index: None,
+                ord: i as u32,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn users_and_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let u = User {
+        id: Uuid::new_v4(),
+        name: "ada".into(),
+        group: "physics".into(),
+        role: "user".into(),
+    };
+    s.create_user(&u, "hash1", 0).await.unwrap();
+    assert_eq!(s.user_by_token("hash1", 1).await.unwrap(), Some(u.clone()));
+    assert_eq!(s.user_by_token("nope", 1).await.unwrap(), None);
+    assert!(matches!(
+        s.create_user(&u, "hash2", 0).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(s.count_users().await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn workflow_visibility_and_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let a = workflow("ada", "physics", 1);
+    let b = workflow("bob", "chem", 1);
+    s.create_workflow(&a, 1).await.unwrap();
+    s.create_workflow(&b, 2).await.unwrap();
+    let mine = s
+        .list_workflows(&Visibility::UserOrGroup {
+            user: "carol".into(),
+            group: "physics".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].id, a.id);
+    assert_eq!(s.list_workflows(&Visibility::All).await.unwrap().len(), 2);
+    let prefix = &a.id.to_string()[..8];
+    assert_eq!(s.resolve_workflow(prefix).await.unwrap().id, a.id);
+    assert!(matches!(
+        s.resolve_workflow(&a.id.to_string()[..7]).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        s.resolve_workflow("zzzzzzzz").await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+#[tokio::test]
+async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let w = workflow("ada", "physics", 1);
+    let task = w.tasks[0].id;
+    s.create_workflow(&w, 1).await.unwrap();
+    let a1 = Uuid::new_v4();
+    s.apply(
+        &[Change::CreateAttempt {
+            attempt_id: a1,
+            task_id: task,
+            workflow_id: w.id,
+            node: "n1".into(),
+            assignment: "{}".into(),
+        }],
+        2,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.task(task).await.unwrap().status, TaskStatus::Started);
+    assert!(s.attempt_running(a1, 3).await.unwrap());
+    assert!(
+        !s.attempt_running(a1, 3).await.unwrap(),
+        "a repeated report changes nothing"
+    );
+    assert_eq!(s.task(task).await.unwrap().status, TaskStatus::Running);
+
+    let end = AttemptEnd {
+        attempt_id: a1,
+        status: TaskStatus::Failed,
+        cause: EndCause::Exit,
+        exit_code: Some(1),
+        reason: None,
+        task: TaskNext::Retry {
+            reason: "exited with code 1; retrying".into(),
+        },
+    };
+    assert!(s.end_attempt(&end, 4).await.unwrap());
+    assert!(
+        !s.end_attempt(&end, 5).await.unwrap(),
+        "a duplicate end changes nothing"
+    );
+    let t = s.task(task).await.unwrap();
+    assert_eq!(t.status, TaskStatus::Pending);
+    assert_eq!(t.attempts, 1);
+
+    // Second attempt, then a stale report from the first must not move the task.
+    let a2 = Uuid::new_v4();
+    s.apply(
+        &[Change::CreateAttempt {
+            attempt_id: a2,
+            task_id: task,
+            workflow_id: w.id,
+            node: "n2".into(),
+            assignment: "{}".into(),
+        }],
+        6,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.attempt(a2).await.unwrap().number, 2);
+    assert!(!s.attempt_running(a1, 7).await.unwrap());
+    assert_eq!(s.task(task).await.unwrap().status, TaskStatus::Started);
+    s.end_attempt(
+        &AttemptEnd {
+            attempt_id: a2,
+            status: TaskStatus::Finished,
+            cause: EndCause::Exit,
+            exit_code: Some(0),
+            reason: None,
+            task: TaskNext::Final {
+                status: TaskStatus::Finished,
+                reason: None,
+            },
+        },
+        8,
+    )
+    .await
+    .unwrap();
+    s.apply(
+        &[Change::SetWorkflow {
+            workflow_id: w.id,
+            status: WorkflowStatus::Finished,
+            reason: None,
+        }],
+        9,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.workflow(w.id).await.unwrap().status,
+        WorkflowStatus::Finished
+    );
+    assert!(s.active().await.unwrap().is_empty());
+
+    let evs = s
+        .events(&EventQuery {
+            workflow_id: Some(w.id),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = evs.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "workflow.submitted",
+            "task.placed",
+            "task.running",
+            "attempt.ended",
+            "task.status",
+            "task.placed",
+            "attempt.ended",
+            "task.status",
+            "workflow.status"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn everything_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = workflow("ada", "physics", 2);
+    {
+        let s = open(&dir).await;
+        s.create_workflow(&w, 1).await.unwrap();
+        s.request_stop(w.id, "ada", 2).await.unwrap();
+        s.register_node(
+            &NodeRegistration {
+                name: "n1".into(),
+                pool: "default".into(),
+                capacity: "{}".into(),
+                version: "0".into(),
+                metrics_addr: None,
+            },
+            3,
+        )
+        .await
+        .unwrap();
+    }
+    let s = open(&dir).await;
+    let got = s.workflow(w.id).await.unwrap();
+    assert!(got.stop_requested);
+    assert_eq!(s.tasks(w.id).await.unwrap().len(), 2);
+    assert_eq!(s.node("n1").await.unwrap().state, "READY");
+    assert!(
+        !s.request_stop(w.id, "ada", 4).await.unwrap(),
+        "stop twice is one stop"
+    );
+}
