@@ -470,14 +470,17 @@ struct Common {
 }
 
 /// Later layers win: a variable set again replaces the earlier one.
+/// Each name keeps its last setting, in the order of those last settings.
 fn merge_env(layers: &[&[EnvVar]]) -> Vec<EnvVar> {
-    let mut out: Vec<EnvVar> = Vec::new();
-    for layer in layers {
-        for var in *layer {
-            out.retain(|v| v.name != var.name);
-            out.push(var.clone());
-        }
-    }
+    let mut seen = BTreeSet::new();
+    let mut out: Vec<EnvVar> = layers
+        .iter()
+        .rev()
+        .flat_map(|layer| layer.iter().rev())
+        .filter(|v| seen.insert(v.name.as_str()))
+        .cloned()
+        .collect();
+    out.reverse();
     out
 }
 
@@ -2064,9 +2067,7 @@ impl Cx<'_> {
                         }
                     }
                 }
-                let Some(port) = self.probe_port(&hf, apos, &ap) else {
-                    return None;
-                };
+                let port = self.probe_port(&hf, apos, &ap)?;
                 ProbeKind::HttpGet {
                     path: path_s,
                     port,

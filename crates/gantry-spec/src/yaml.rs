@@ -136,6 +136,8 @@ enum Frame {
         /// A key that could not be used (not a scalar); its value is dropped.
         bad_key: bool,
         merges: Vec<Node>,
+        /// Key -> where it is first set, so duplicates are found in O(1).
+        seen: HashMap<String, Pos>,
         size: usize,
     },
 }
@@ -190,6 +192,7 @@ impl Builder<'_> {
                 key,
                 bad_key,
                 merges,
+                seen,
                 size,
                 ..
             }) => {
@@ -225,17 +228,15 @@ impl Builder<'_> {
                             merges.push(node);
                             return Ok(());
                         }
-                        if let Some(first) = entries.iter().find(|e| e.key == k) {
+                        if let Some(first) = seen.get(&k) {
                             self.diags.err(
                                 key_pos,
                                 "",
-                                format!(
-                                    "duplicate key `{}` (first set at {}); remove one",
-                                    k, first.key_pos
-                                ),
+                                format!("duplicate key `{k}` (first set at {first}); remove one"),
                             );
                             return Ok(());
                         }
+                        seen.insert(k.clone(), key_pos);
                         entries.push(Entry {
                             key: k,
                             key_pos,
@@ -277,6 +278,8 @@ impl Builder<'_> {
     /// `<<: *base` (or a list of them) copies the keys the mapping does not
     /// set itself; earlier merge sources win over later ones.
     fn apply_merges(&mut self, entries: &mut Vec<Entry>, merges: Vec<Node>) {
+        let mut present: std::collections::HashSet<String> =
+            entries.iter().map(|e| e.key.clone()).collect();
         for merge in merges {
             let sources: Vec<Node> = match merge.kind {
                 Kind::Map(_) => vec![merge],
@@ -294,7 +297,7 @@ impl Builder<'_> {
                 match src.kind {
                     Kind::Map(src_entries) => {
                         for e in src_entries {
-                            if !entries.iter().any(|x| x.key == e.key) {
+                            if present.insert(e.key.clone()) {
                                 entries.push(e);
                             }
                         }
@@ -339,6 +342,7 @@ impl Builder<'_> {
                         key: None,
                         bad_key: false,
                         merges: Vec::new(),
+                        seen: HashMap::new(),
                         size: 1,
                     },
                     pos,

@@ -424,3 +424,109 @@ fn root_is_a_scalar() {
         &["1:1: a workflow file is a mapping that starts with `version: v4`; found a string"],
     );
 }
+
+#[test]
+fn autoscaler_dynamic_config_and_endpoints() {
+    check(
+        r#"version: v4
+services:
+  pool:
+    image: {uri: docker://worker}
+  boot:
+    image: {uri: docker://router}
+    autoscaler:
+      replicas: {max: 3}
+      scale-up:
+        triggers:
+          - {metrics-query: "q > 1", services: [pool]}
+          - {metrics-query: "q > 2"}
+      scale-down: {metrics-query: "q < 1", services: [pool]}
+    dynamic-config: {path: conf/up.conf, services: [pool]}
+    network:
+      ports: [{name: http, port: 80}]
+      endpoints:
+        - {name: "bad name", port-name: http}
+        - {name: ok, port-name: http, attach: "no/slashes", scope: everyone}
+"#,
+        &[
+            "8:7: services.boot.autoscaler.replicas: `replicas` cannot be set when the scale-up triggers scale other services",
+            "9:7: services.boot.autoscaler.scale-up: either every trigger names `services` (to scale other services) or none does",
+            "13:7: services.boot.autoscaler.scale-down: `services` is only for scale-up triggers; scale-down applies to this service",
+            "14:5: services.boot.dynamic-config: missing `script`",
+            "14:28: services.boot.dynamic-config.path: path `conf/up.conf` must be an absolute path (start with `/`)",
+            "18:18: services.boot.network.endpoints[0].name: `bad name` is not a valid endpoint name: use letters, digits, `-` and `_`, at most 63 characters",
+            "19:47: services.boot.network.endpoints[1].attach: `no/slashes` is not a valid persistent endpoint name: use letters, digits, `-` and `_`",
+            "19:68: services.boot.network.endpoints[1].scope: `everyone` is not one of `user`, `group`, `organization`, `public`",
+        ],
+    );
+}
+
+#[test]
+fn image_recipes() {
+    check(
+        r#"version: v4
+files:
+  a.txt: hello
+images:
+  base:
+    run: [make]
+  app:
+    from: quay.io/app
+    files: {/opt/a.txt: a.txt, relative: file://a.txt}
+    scope: world
+    env: [NOEQUALS]
+jobs:
+  j:
+    image: {build: app, uri: docker://x}
+"#,
+        &[
+            "5:3: images.base: missing `from`, the base image (`docker://...`)",
+            "8:11: images.app.from: image URI `quay.io/app` has no scheme; write `docker://quay.io/app` (schemes: docker://, oci://)",
+            r#"9:25: images.app.files["/opt/a.txt"]: `a.txt` is not a file reference; write `file://NAME` naming a top-level file"#,
+            "9:32: images.app.files.relative: file destination `relative` must be an absolute path (start with `/`)",
+            "10:12: images.app.scope: `world` is not one of `user`, `group`",
+            "11:11: images.app.env[0]: `NOEQUALS` is not `NAME=VALUE`",
+            "14:25: jobs.j.image: `build` and `uri` are both set; an image is either built or pulled",
+        ],
+    );
+}
+
+#[test]
+fn names_dependencies_policy_multinode_network() {
+    check(
+        r#"version: v4
+jobs:
+  "bad.name":
+    image: {uri: docker://alpine}
+  j:
+    image: {uri: docker://alpine}
+    depends-on: [bad.name, {status: FINISHED}]
+    requires: [nope]
+    policy:
+      timeout: {execute: 0s}
+      retry: {attempts: 0, on: [network]}
+    multinode: {nodes: 0, implementation: pvm}
+    network: {expose-tcp: [99999]}
+  k:
+    image: {uri: docker://alpine}
+    policy:
+      retry: {on: []}
+    readiness-probe: {exec: {command: [true]}}
+"#,
+        &[
+            r#"3:3: jobs["bad.name"]: `bad.name` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters"#,
+            "7:18: jobs.j.depends-on[0]: expected a mapping; write `{name: NAME, status: FINISHED}`",
+            "7:28: jobs.j.depends-on[1]: missing `name` of the job or service depended on",
+            "8:5: jobs.j.requires: `requires` and `depends-on` are both set; list every dependency under `depends-on`",
+            "8:16: jobs.j.requires[0]: `nope` is not a job or service of this workflow; jobs: `bad.name`, `j`, `k`; services: (none)",
+            "10:26: jobs.j.policy.timeout.execute: the timeout must be longer than 0",
+            "11:25: jobs.j.policy.retry.attempts: 0 is out of range; it must be at least 1",
+            "11:33: jobs.j.policy.retry.on[0]: `network` is not one of `failure`, `node`",
+            "12:24: jobs.j.multinode.nodes: 0 is out of range; it must be at least 1",
+            "12:43: jobs.j.multinode.implementation: `pvm` is not one of `openmpi`, `ompi`, `mpich`, `gasnet`, `generic`",
+            "13:28: jobs.j.network.expose-tcp[0]: 99999 is out of range; it must be between 1 and 65535",
+            "17:19: jobs.k.policy.retry.on: empty; list `failure`, `node` or both",
+            "18:5: jobs.k: unknown key `readiness-probe`: `readiness-probe` is a service key; move this step under `services`",
+        ],
+    );
+}
