@@ -1311,6 +1311,14 @@ impl Cx<'_> {
 
     fn env(&mut self, node: &Node, path: &str) -> Vec<EnvVar> {
         let mut out: Vec<EnvVar> = Vec::new();
+        if let Kind::Map(_) = node.kind {
+            self.err(
+                node.pos,
+                path,
+                "expected a list of `NAME=VALUE` strings (`- NAME=VALUE`), found a mapping",
+            );
+            return out;
+        }
         let mut seen: BTreeMap<String, Pos> = BTreeMap::new();
         for (i, (entry, pos)) in self.string_list(node, path).into_iter().enumerate() {
             let p = index(path, i);

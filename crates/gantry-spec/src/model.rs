@@ -173,12 +173,21 @@ pub struct TaskArray {
 }
 
 impl TaskArray {
-    pub fn len(&self) -> u32 {
-        self.end - self.start + 1
+    /// Number of tasks (`start..=end`).
+    pub fn len(&self) -> u64 {
+        if self.end < self.start {
+            return 0;
+        }
+        u64::from(self.end - self.start) + 1
     }
 
     pub fn is_empty(&self) -> bool {
-        false
+        self.len() == 0
+    }
+
+    /// The `FB_TASK_ID` values, in order.
+    pub fn ids(&self) -> std::ops::RangeInclusive<u32> {
+        self.start..=self.end
     }
 }
 

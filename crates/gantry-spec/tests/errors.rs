@@ -530,3 +530,11 @@ jobs:
         ],
     );
 }
+
+#[test]
+fn env_as_a_mapping() {
+    check(
+        "version: v4\njobs:\n  a:\n    image: {uri: docker://alpine}\n    env: {A: 1}\n",
+        &["5:10: jobs.a.env: expected a list of `NAME=VALUE` strings (`- NAME=VALUE`), found a mapping"],
+    );
+}

@@ -562,3 +562,57 @@ fn serializes_and_round_trips() {
     let back: Workflow = serde_json::from_str(&json).unwrap();
     assert_eq!(back, wf);
 }
+
+#[test]
+fn defaults_layers_precedence() {
+    // The step's own value wins over `defaults.job`/`defaults.service`,
+    // which win over the workflow-wide `defaults`.
+    let src = "\
+version: v4
+defaults:
+  env: [A=top, B=top]
+  resource: {cpu: {cores: 2}, memory: {size: 1GB}}
+  mounts: {/t: {volume: v}}
+  job:
+    env: [B=job]
+    resource: {cpu: {cores: 4}}
+  service:
+    env: [B=svc]
+volumes: {v: {}}
+jobs:
+  j: {image: {uri: docker://a}}
+services:
+  s: {image: {uri: docker://a}, resource: {memory: {size: 2GB}}}
+";
+    let wf = parse(src).unwrap();
+    let (j, s) = (&wf.jobs["j"], &wf.services["s"]);
+    assert_eq!(j.env, env(&[("A", "top"), ("B", "job")]));
+    assert_eq!(s.env, env(&[("A", "top"), ("B", "svc")]));
+    assert_eq!(
+        (j.resource.cpu.cores, j.resource.memory.size),
+        (4, Some(1_000_000_000))
+    );
+    assert_eq!(
+        (s.resource.cpu.cores, s.resource.memory.size),
+        (2, Some(2_000_000_000))
+    );
+    assert_eq!(j.mounts["/t"].volume, "v");
+    assert_eq!(s.mounts["/t"].volume, "v");
+}
+
+#[test]
+fn task_array_ids() {
+    let ta = TaskArray {
+        start: 3,
+        end: 5,
+        concurrency: None,
+    };
+    assert_eq!(ta.len(), 3);
+    assert_eq!(ta.ids().collect::<Vec<_>>(), vec![3, 4, 5]);
+    let full = TaskArray {
+        start: 0,
+        end: u32::MAX,
+        concurrency: None,
+    };
+    assert_eq!(full.len(), 1 << 32);
+}
