@@ -18,7 +18,11 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 #[derive(Clone)]
 pub struct SqliteStore {
+    /// Readers: WAL lets them run beside the writer.
     pool: SqlitePool,
+    /// One connection for every write. SQLite has one writer at a time anyway; queueing here
+    /// instead of in SQLite avoids SQLITE_BUSY when a read transaction upgrades to a write.
+    writer: SqlitePool,
 }
 
 impl SqliteStore {
@@ -32,12 +36,16 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts.clone())
+            .await?;
+        MIGRATOR.run(&writer).await?;
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(opts)
             .await?;
-        MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, writer })
     }
 }
 
@@ -194,7 +202,7 @@ async fn task_ident(
 #[async_trait]
 impl Store for SqliteStore {
     async fn create_user(&self, user: &User, token_hash: &str, now: Millis) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let res = sqlx::query(
             "INSERT INTO users (id, name, grp, role, created_at) VALUES (?, ?, ?, ?, ?)",
         )
@@ -289,7 +297,7 @@ impl Store for SqliteStore {
             .bind(user_id.to_string())
             .bind(purpose)
             .bind(now)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -302,7 +310,7 @@ impl Store for SqliteStore {
     }
 
     async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query(
             "INSERT INTO workflows (id, name, owner, grp, spec, plan, status, created_at)
              VALUES (?, ?, ?, ?, ?, ?, 'PENDING', ?)",
@@ -412,7 +420,7 @@ impl Store for SqliteStore {
     }
 
     async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let n = sqlx::query(
             "UPDATE workflows SET stop_requested = 1
              WHERE id = ? AND stop_requested = 0 AND status IN ('PENDING', 'RUNNING')",
@@ -484,7 +492,7 @@ impl Store for SqliteStore {
         if changes.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         for c in changes {
             match c {
                 Change::CreateAttempt {
@@ -662,7 +670,7 @@ impl Store for SqliteStore {
     }
 
     async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let n = sqlx::query(
             "UPDATE attempts SET status = 'RUNNING', running_at = ? WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL",
         )
@@ -703,7 +711,7 @@ impl Store for SqliteStore {
     }
 
     async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let n = sqlx::query(
             "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
              WHERE id = ? AND ended_at IS NULL",
@@ -801,7 +809,7 @@ impl Store for SqliteStore {
     }
 
     async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let existing = sqlx::query("SELECT * FROM nodes WHERE name = ?")
             .bind(&reg.name)
             .fetch_optional(&mut *tx)
@@ -861,13 +869,13 @@ impl Store for SqliteStore {
         sqlx::query("UPDATE nodes SET last_seen = ? WHERE name = ?")
             .bind(now)
             .bind(name)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
 
     async fn node_disconnected(&self, name: &str, now: Millis) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let n = sqlx::query("UPDATE nodes SET connected = 0 WHERE name = ? AND connected = 1")
             .bind(name)
             .execute(&mut *tx)
@@ -898,7 +906,7 @@ impl Store for SqliteStore {
         reason: &str,
         now: Millis,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let n = sqlx::query("UPDATE nodes SET state = ? WHERE name = ? AND state != ?")
             .bind(state)
             .bind(name)
@@ -975,7 +983,7 @@ impl Store for SqliteStore {
     }
 
     async fn record_event(&self, e: &NewEvent, now: Millis) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         event(&mut tx, e, now).await?;
         tx.commit().await?;
         Ok(())
@@ -999,7 +1007,7 @@ impl Store for SqliteStore {
         .bind(attempt_id.to_string())
         .bind(stream)
         .bind(bytes as i64)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -1010,7 +1018,7 @@ impl Store for SqliteStore {
             .bind(&c.pool)
             .bind(&c.kind)
             .bind(c.created_at)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -1036,13 +1044,13 @@ impl Store for SqliteStore {
         sqlx::query("UPDATE chores SET sent_to = ? WHERE id = ?")
             .bind(node)
             .bind(id.to_string())
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
 
     async fn chore_done(&self, id: Uuid, error: Option<&str>, now: Millis) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let r = sqlx::query("UPDATE chores SET done_at = ?, error = ? WHERE id = ? AND done_at IS NULL RETURNING sent_to, kind")
             .bind(now)
             .bind(error)
@@ -1078,7 +1086,7 @@ impl Store for SqliteStore {
     }
 
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value")
             .bind(key)
             .bind(value)

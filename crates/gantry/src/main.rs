@@ -1,1 +1,148 @@
-fn main() {}
+//! `gantry`: one binary for the control plane (`server`, `up`), the node agent (`agent`, `shim`)
+//! and the client verbs.
+
+mod client;
+mod cmd;
+mod output;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::output::Format;
+
+#[derive(Parser)]
+#[command(
+    name = "gantry",
+    version,
+    about = "Workflows for HPC and AI clusters",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the client verbs find the server.
+#[derive(Args, Clone, Debug)]
+pub struct Conn {
+    /// Server URL (default: the context `gantry up` wrote).
+    #[arg(long, global = true, env = "GANTRY_URL")]
+    url: Option<String>,
+    /// Bearer token.
+    #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// The data dir whose context.toml to use.
+    #[arg(long, global = true, env = "GANTRY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+impl Conn {
+    pub fn client(&self) -> anyhow::Result<client::Client> {
+        client::Client::resolve(
+            self.url.clone(),
+            self.token.clone(),
+            self.data_dir.as_deref(),
+        )
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a server and local agents in one process on an embedded store (one machine).
+    Up(cmd::up::UpArgs),
+    /// Run one workflow on an embedded cluster and exit with its status.
+    Run(cmd::up::RunArgs),
+    /// Run the control plane.
+    Server(cmd::up::ServerArgs),
+    /// Run a node agent.
+    Agent(cmd::up::AgentArgs),
+    /// Hold one container's process (started by the agent; not for direct use).
+    #[command(hide = true)]
+    Shim {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Submit, watch and control workflows.
+    #[command(subcommand)]
+    Workflow(cmd::workflow::WorkflowCmd),
+    /// Nodes and their state.
+    #[command(subcommand)]
+    Node(cmd::node::NodeCmd),
+    /// Users, tokens and cluster settings (administrators).
+    #[command(subcommand)]
+    Admin(cmd::admin::AdminCmd),
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    // The shim is started for every container: keep its path free of the async runtime.
+    if argv.get(1).map(String::as_str) == Some("shim") {
+        let code = gantry_agent::runtime::shim_main(&argv[2..]);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    let cli = Cli::parse();
+    init_tracing(matches!(
+        cli.command,
+        Command::Server(_) | Command::Agent(_) | Command::Up(_)
+    ));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(dispatch(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            output::print_error(&e);
+            ExitCode::from(if output::is_usage_error(&e) { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_tracing(daemon: bool) {
+    let default = if daemon { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GANTRY_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let conn = cli.conn;
+    match cli.command {
+        Command::Up(a) => cmd::up::up(a, &conn).await,
+        Command::Run(a) => cmd::up::run(a).await,
+        Command::Server(a) => cmd::up::server(a).await,
+        Command::Agent(a) => cmd::up::agent(a).await,
+        Command::Shim { .. } => unreachable!("handled before parsing"),
+        Command::Workflow(c) => cmd::workflow::run(c, &conn).await,
+        Command::Node(c) => cmd::node::run(c, &conn).await,
+        Command::Admin(c) => cmd::admin::run(c, &conn).await,
+    }
+}
+
+/// `-o json` on every read verb.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct OutputArg {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse()
+        .map_err(|e| format!("{s:?} is not an address like 127.0.0.1:8080: {e}"))
+}

@@ -1,0 +1,624 @@
+//! The agent's life: connect to the server over one WebSocket, register, heartbeat, and run
+//! what the server assigns. Containers outlive the agent (each runs under its own shim), so on
+//! start the agent re-adopts every container in its state directory, and on every reconnect it
+//! reports everything it knows again: the server ignores what it already has.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+use futures_util::{SinkExt, StreamExt};
+use gantry_api::agent::{
+    AgentMessage, Assignment, AttemptPhase, AttemptReport, Capacity, ChoreKind, LogChunk,
+    ServerMessage, Stream,
+};
+use gantry_api::EndCause;
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+use uuid::Uuid;
+
+use crate::image::{ImageStore, PullConfig};
+use crate::runtime::{self, ContainerSpec, ContainerState, Runtime, RuntimeConfig};
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// `http://host:port` of the server.
+    pub server: String,
+    pub token: String,
+    pub pool: String,
+    pub name: String,
+    pub capacity: Capacity,
+    /// Shared by all agents of a pool (a shared filesystem in a cluster).
+    pub storage_root: PathBuf,
+    /// This agent's own: containers, image cache, runc root.
+    pub state_dir: PathBuf,
+    pub pull: PullConfig,
+    /// How to start `gantry shim`: the gantry binary and the subcommand.
+    pub shim_argv: Vec<String>,
+}
+
+/// Detects this machine's cores and memory.
+pub fn detect_capacity() -> Capacity {
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let memory_bytes = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0);
+    Capacity {
+        cpus,
+        memory_bytes,
+        devices: Default::default(),
+    }
+}
+
+/// What the agent knows of one attempt.
+struct Tracked {
+    /// The cause the server gave when it asked for a stop.
+    stop_cause: Option<EndCause>,
+    /// The final report, once the process is gone.
+    done: Option<AttemptPhase>,
+    /// Reported to the server on the current connection.
+    running_sent: bool,
+    final_sent: bool,
+    /// Bytes of (stdout, stderr) sent on this connection and acknowledged as stored.
+    sent: (u64, u64),
+    acked: (u64, u64),
+    started: bool,
+}
+
+type Tracker = Arc<Mutex<HashMap<Uuid, Tracked>>>;
+
+#[derive(Clone)]
+struct Agent {
+    config: Arc<AgentConfig>,
+    runtime: Arc<Runtime>,
+    images: Arc<ImageStore>,
+    tracked: Tracker,
+    /// The current connection's outbound queue; replaced on every reconnect.
+    out: Arc<Mutex<Option<mpsc::UnboundedSender<AgentMessage>>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Agent {
+    fn send(&self, msg: AgentMessage) -> bool {
+        lock(&self.out)
+            .as_ref()
+            .is_some_and(|tx| tx.send(msg).is_ok())
+    }
+
+    fn report(&self, attempt_id: Uuid, phase: AttemptPhase) -> bool {
+        self.send(AgentMessage::Status(AttemptReport { attempt_id, phase }))
+    }
+}
+
+/// Runs the agent until the process is stopped. Reconnects with backoff.
+pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.state_dir)
+        .with_context(|| format!("creating {}", config.state_dir.display()))?;
+    std::fs::create_dir_all(&config.storage_root)
+        .with_context(|| format!("creating {}", config.storage_root.display()))?;
+    let runtime = Runtime::new(RuntimeConfig::new(
+        config.state_dir.join("runtime"),
+        config.state_dir.join("runc"),
+        format!("gantry/{}", config.name),
+        config.shim_argv.clone(),
+    ))?;
+    let images = ImageStore::new(config.state_dir.join("images"), config.pull.clone())?;
+    let agent = Agent {
+        config: Arc::new(config),
+        runtime: Arc::new(runtime),
+        images: Arc::new(images),
+        tracked: Arc::default(),
+        out: Arc::default(),
+    };
+    adopt(&agent);
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match session(&agent).await {
+            Ok(()) => backoff = Duration::from_millis(200),
+            Err(e) => tracing::warn!("connection to {}: {e:#}", agent.config.server),
+        }
+        *lock(&agent.out) = None;
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Re-adopts the containers a previous run of this agent left running (or finished).
+fn adopt(agent: &Agent) {
+    for id in agent.runtime.list() {
+        let Ok(attempt_id) = Uuid::parse_str(&id) else {
+            continue;
+        };
+        let Some(assignment) = agent
+            .runtime
+            .meta(&id)
+            .ok()
+            .and_then(|m| serde_json::from_value::<Assignment>(m).ok())
+        else {
+            tracing::warn!(container = %id, "no assignment recorded: removing");
+            let _ = agent.runtime.remove(&id);
+            continue;
+        };
+        tracing::info!(attempt = %attempt_id, task = %assignment.task, "re-adopted");
+        lock(&agent.tracked).insert(
+            attempt_id,
+            Tracked {
+                stop_cause: None,
+                done: None,
+                running_sent: false,
+                final_sent: false,
+                sent: (0, 0),
+                acked: (0, 0),
+                started: true,
+            },
+        );
+        spawn_monitor(agent.clone(), attempt_id);
+    }
+}
+
+fn ws_url(server: &str) -> String {
+    let base = server.trim_end_matches('/');
+    let base = if let Some(rest) = base.strip_prefix("https://") {
+        format!("wss://{rest}")
+    } else if let Some(rest) = base.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else {
+        base.to_string()
+    };
+    format!("{base}/api/v1/agent/connect")
+}
+
+async fn session(agent: &Agent) -> anyhow::Result<()> {
+    let mut req = ws_url(&agent.config.server).into_client_request()?;
+    req.headers_mut().insert(
+        "Authorization",
+        format!("Bearer {}", agent.config.token).parse()?,
+    );
+    let (ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .context("connecting")?;
+    let (mut sink, mut stream) = ws.split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<AgentMessage>();
+    let known: Vec<Uuid> = lock(&agent.tracked).keys().copied().collect();
+    tx.send(AgentMessage::Hello {
+        name: agent.config.name.clone(),
+        pool: agent.config.pool.clone(),
+        capacity: agent.config.capacity.clone(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        metrics_addr: None,
+        attempts: known,
+    })?;
+    // A new connection: everything not acknowledged is sent again.
+    for t in lock(&agent.tracked).values_mut() {
+        t.sent = t.acked;
+        t.running_sent = false;
+        t.final_sent = false;
+    }
+    *lock(&agent.out) = Some(tx.clone());
+    tracing::info!(server = %agent.config.server, "connected");
+
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+            let Ok(text) = serde_json::to_string(&msg) else {
+                continue;
+            };
+            if sink.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+        }
+    });
+    let mut interval = Duration::from_secs(5);
+    let mut heartbeat = tokio::time::interval(interval);
+    let result = loop {
+        tokio::select! {
+            _ = heartbeat.tick() => {
+                if tx.send(AgentMessage::Heartbeat).is_err() {
+                    break Ok(());
+                }
+            }
+            msg = stream.next() => {
+                let msg = match msg {
+                    None => break Ok(()),
+                    Some(Err(e)) => break Err(e.into()),
+                    Some(Ok(Message::Text(t))) => t,
+                    Some(Ok(Message::Close(_))) => break Ok(()),
+                    Some(Ok(_)) => continue,
+                };
+                let msg: ServerMessage = match serde_json::from_str(msg.as_str()) {
+                    Ok(m) => m,
+                    Err(e) => { tracing::warn!("bad message from server: {e}"); continue; }
+                };
+                if let ServerMessage::Welcome { heartbeat_interval_ms, .. } = &msg {
+                    let want = Duration::from_millis((*heartbeat_interval_ms).max(100));
+                    if want != interval {
+                        interval = want;
+                        heartbeat = tokio::time::interval(interval);
+                    }
+                }
+                handle(agent, msg);
+            }
+        }
+    };
+    writer.abort();
+    result
+}
+
+fn handle(agent: &Agent, msg: ServerMessage) {
+    match msg {
+        ServerMessage::Welcome { .. } => {}
+        ServerMessage::Desired { attempts } => {
+            let wanted: HashMap<Uuid, Assignment> =
+                attempts.into_iter().map(|a| (a.attempt_id, a)).collect();
+            let known: Vec<Uuid> = lock(&agent.tracked).keys().copied().collect();
+            for id in &known {
+                if !wanted.contains_key(id) {
+                    // The server no longer wants it (it was ended while we were away).
+                    let a = agent.clone();
+                    let id = *id;
+                    tokio::spawn(async move { forget(&a, id, Duration::from_secs(10)).await });
+                }
+            }
+            for (id, asg) in wanted {
+                if !known.contains(&id) {
+                    start(agent, asg);
+                }
+            }
+        }
+        ServerMessage::Assign(asg) => {
+            if !lock(&agent.tracked).contains_key(&asg.attempt_id) {
+                start(agent, *asg);
+            }
+        }
+        ServerMessage::Stop {
+            attempt_id,
+            grace_ms,
+            cause,
+        } => {
+            let started = {
+                let mut map = lock(&agent.tracked);
+                let Some(t) = map.get_mut(&attempt_id) else {
+                    drop(map);
+                    agent.report(attempt_id, AttemptPhase::Lost);
+                    return;
+                };
+                t.stop_cause.get_or_insert(cause);
+                t.started
+            };
+            if started {
+                let rt = agent.runtime.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) =
+                        rt.stop(&attempt_id.to_string(), Duration::from_millis(grace_ms))
+                    {
+                        tracing::warn!(attempt = %attempt_id, "stop: {e}");
+                    }
+                });
+            }
+        }
+        ServerMessage::Forget { attempt_id } => {
+            let a = agent.clone();
+            tokio::spawn(async move { forget(&a, attempt_id, Duration::from_secs(10)).await });
+        }
+        ServerMessage::LogAck {
+            attempt_id,
+            stdout,
+            stderr,
+        } => {
+            if let Some(t) = lock(&agent.tracked).get_mut(&attempt_id) {
+                t.acked = (t.acked.0.max(stdout), t.acked.1.max(stderr));
+                // The server has less than we sent (a gap after a reconnect): resend from there.
+                if stdout < t.sent.0 || stderr < t.sent.1 {
+                    t.sent = (stdout.min(t.sent.0), stderr.min(t.sent.1));
+                }
+            }
+        }
+        ServerMessage::Chore(chore) => {
+            let a = agent.clone();
+            tokio::task::spawn_blocking(move || {
+                let error = match &chore.kind {
+                    ChoreKind::RemoveVolume { path } => {
+                        remove_volume(&a.config.storage_root, path).err()
+                    }
+                };
+                a.send(AgentMessage::ChoreDone {
+                    id: chore.id,
+                    error: error.map(|e| format!("{e:#}")),
+                });
+            });
+        }
+    }
+}
+
+/// A path under the storage root from a server-given relative path, refusing escapes.
+fn under_root(root: &Path, rel: &str) -> anyhow::Result<PathBuf> {
+    let p = Path::new(rel);
+    if p.is_absolute()
+        || p.components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        anyhow::bail!("refusing path {rel:?}: it must stay under the storage root");
+    }
+    Ok(root.join(p))
+}
+
+fn remove_volume(root: &Path, rel: &str) -> anyhow::Result<()> {
+    let p = under_root(root, rel)?;
+    match std::fs::remove_dir_all(&p) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", p.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
+    let started = lock(&agent.tracked).get(&id).map(|t| t.started);
+    if started == Some(true) {
+        let rt = agent.runtime.clone();
+        let cid = id.to_string();
+        let _ = tokio::task::spawn_blocking(move || {
+            if matches!(rt.status(&cid), ContainerState::Running) {
+                let _ = rt.stop(&cid, grace);
+            }
+            rt.remove(&cid)
+        })
+        .await;
+    }
+    lock(&agent.tracked).remove(&id);
+}
+
+fn start(agent: &Agent, asg: Assignment) {
+    let id = asg.attempt_id;
+    lock(&agent.tracked).insert(
+        id,
+        Tracked {
+            stop_cause: None,
+            done: None,
+            running_sent: false,
+            final_sent: false,
+            sent: (0, 0),
+            acked: (0, 0),
+            started: false,
+        },
+    );
+    agent.report(id, AttemptPhase::Preparing);
+    let agent = agent.clone();
+    tokio::spawn(async move {
+        match launch(&agent, &asg).await {
+            Ok(()) => {
+                if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                    t.started = true;
+                }
+                spawn_monitor(agent, id);
+            }
+            Err(e) => {
+                let phase = AttemptPhase::StartFailed {
+                    message: format!("{e:#}"),
+                };
+                if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                    t.done = Some(phase.clone());
+                    t.final_sent = true;
+                }
+                tracing::warn!(attempt = %id, task = %asg.task, "could not start: {e:#}");
+                agent.report(id, phase);
+            }
+        }
+    });
+}
+
+/// Pulls the image, prepares volumes and files, and starts the container under its shim.
+async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<()> {
+    let image = agent
+        .images
+        .prepare(&asg.image)
+        .await
+        .with_context(|| format!("image {}", asg.image.uri))?;
+    if lock(&agent.tracked)
+        .get(&asg.attempt_id)
+        .and_then(|t| t.stop_cause)
+        .is_some()
+    {
+        anyhow::bail!("stopped before it started");
+    }
+    let mut binds = Vec::new();
+    for m in &asg.mounts {
+        let host = under_root(&agent.config.storage_root, &m.source)?;
+        std::fs::create_dir_all(&host)
+            .with_context(|| format!("creating volume {}", host.display()))?;
+        binds.push(runtime::Bind {
+            source: host,
+            target: m.target.clone(),
+            read_only: m.read_only,
+        });
+    }
+    // A file whose destination lies in a mounted volume is written into the volume, so the
+    // workflow's other steps see it too; the rest are bind-mounted read-only.
+    let mut files = Vec::new();
+    for f in &asg.files {
+        let content = base64::engine::general_purpose::STANDARD
+            .decode(&f.content)
+            .context("file content is not base64")?;
+        let in_volume = binds.iter().find_map(|b| {
+            Path::new(&f.target)
+                .strip_prefix(&b.target)
+                .ok()
+                .filter(|rest| !rest.as_os_str().is_empty())
+                .map(|rest| b.source.join(rest))
+        });
+        match in_volume {
+            Some(host) => {
+                if let Some(dir) = host.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&host, &content)
+                    .with_context(|| format!("writing {}", host.display()))?;
+            }
+            None => files.push((f.target.clone(), content)),
+        }
+    }
+    let process =
+        runtime::merge_image_config(&image.config, &asg.argv, &asg.env, asg.cwd.as_deref())?;
+    let spec = ContainerSpec {
+        id: asg.attempt_id.to_string(),
+        layers: image.layers.clone(),
+        args: process.args,
+        env: process.env,
+        cwd: process.cwd,
+        user: process.user,
+        mounts: binds,
+        files,
+        cpus: asg.resources.cpus,
+        memory_bytes: asg.resources.memory_bytes,
+        pids_limit: Some(4096),
+        hostname: format!(
+            "{}-{}",
+            asg.task.replace(['[', ']'], "-").trim_end_matches('-'),
+            asg.attempt
+        ),
+        host_network: false,
+    };
+    let meta = serde_json::to_value(asg)?;
+    let rt = agent.runtime.clone();
+    tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await??;
+    Ok(())
+}
+
+const CHUNK: u64 = 256 << 10;
+
+/// Follows one container: ships its output by offset, reports RUNNING, and reports its end
+/// after the last byte of output. Repeats what the server has not acknowledged after a
+/// reconnect. Ends when the server says to forget the attempt.
+fn spawn_monitor(agent: Agent, id: Uuid) {
+    tokio::spawn(async move {
+        let cid = id.to_string();
+        let (out_path, err_path) = agent.runtime.log_paths(&cid);
+        loop {
+            let state = {
+                let rt = agent.runtime.clone();
+                let cid = cid.clone();
+                tokio::task::spawn_blocking(move || rt.status(&cid))
+                    .await
+                    .unwrap_or(ContainerState::Unknown)
+            };
+            let connected = lock(&agent.out).is_some();
+            let (sent, running_sent, stop_cause, done, final_sent) = {
+                let map = lock(&agent.tracked);
+                let Some(t) = map.get(&id) else { return };
+                (
+                    t.sent,
+                    t.running_sent,
+                    t.stop_cause,
+                    t.done.clone(),
+                    t.final_sent,
+                )
+            };
+            if connected && !running_sent && done.is_none() {
+                if agent.report(id, AttemptPhase::Running) {
+                    if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                        t.running_sent = true;
+                    }
+                }
+            }
+            // Output first, so the server holds every byte before it hears of the end.
+            let mut caught_up = true;
+            if connected {
+                for (stream, path, offset) in [
+                    (Stream::Stdout, &out_path, sent.0),
+                    (Stream::Stderr, &err_path, sent.1),
+                ] {
+                    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                    if len <= offset {
+                        continue;
+                    }
+                    caught_up = false;
+                    let Ok(data) = read_at(path, offset, CHUNK) else {
+                        continue;
+                    };
+                    let n = data.len() as u64;
+                    let sent_ok = agent.send(AgentMessage::Log(LogChunk {
+                        attempt_id: id,
+                        stream,
+                        offset,
+                        data: base64::engine::general_purpose::STANDARD.encode(&data),
+                    }));
+                    if sent_ok {
+                        if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                            match stream {
+                                Stream::Stdout => t.sent.0 = offset + n,
+                                Stream::Stderr => t.sent.1 = offset + n,
+                            }
+                        }
+                    }
+                }
+            }
+            let finished = match (&done, &state) {
+                (Some(p), _) => Some(p.clone()),
+                (None, ContainerState::Exited { exit_code, .. }) => Some(AttemptPhase::Exited {
+                    exit_code: *exit_code,
+                    cause: stop_cause.unwrap_or(EndCause::Exit),
+                }),
+                (None, ContainerState::Unknown) => Some(AttemptPhase::Lost),
+                _ => None,
+            };
+            if let Some(phase) = finished {
+                if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                    t.done = Some(phase.clone());
+                }
+                if connected && caught_up && !final_sent && agent.report(id, phase) {
+                    if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                        t.final_sent = true;
+                    }
+                }
+            }
+            let pause = if caught_up { 100 } else { 10 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    });
+}
+
+fn read_at(path: &Path, offset: u64, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(SeekFrom::Start(offset))?;
+    let mut buf = Vec::new();
+    f.take(limit).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_from_the_server_stay_under_the_root() {
+        let root = Path::new("/srv/gantry");
+        assert_eq!(
+            under_root(root, "p/ephemeral/w/v").unwrap(),
+            root.join("p/ephemeral/w/v")
+        );
+        assert!(under_root(root, "../etc").is_err());
+        assert!(under_root(root, "/etc").is_err());
+        assert!(under_root(root, "p/../../etc").is_err());
+    }
+
+    #[test]
+    fn websocket_url_follows_the_scheme() {
+        assert_eq!(ws_url("http://h:1/"), "ws://h:1/api/v1/agent/connect");
+        assert_eq!(ws_url("https://h"), "wss://h/api/v1/agent/connect");
+    }
+}

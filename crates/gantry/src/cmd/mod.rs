@@ -1,0 +1,5 @@
+pub mod admin;
+pub mod node;
+pub mod up;
+pub mod watch;
+pub mod workflow;

@@ -1,0 +1,330 @@
+//! The daemons (`server`, `agent`) and the embedded default (`up`, `run`): a server and local
+//! agents speaking the real protocol over loopback, in one process.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use gantry_agent::image::PullConfig;
+use gantry_agent::node::{detect_capacity, AgentConfig};
+use gantry_api::agent::Capacity;
+use gantry_api::v1::Role;
+use gantry_server::{Server, ServerConfig};
+
+use crate::client::{default_data_dir, user_config_dir, write_context, Client, ClientContext};
+use crate::output::UsageError;
+use crate::Conn;
+
+#[derive(Args, Clone, Debug)]
+pub struct RegistryArgs {
+    /// Pull a registry's images from a mirror instead: REGISTRY=URL, e.g.
+    /// docker.io=http://127.0.0.1:5000 (repeatable).
+    #[arg(long = "registry-mirror", value_name = "REGISTRY=URL")]
+    pub mirrors: Vec<String>,
+    /// Registries (host:port) that speak plain HTTP (repeatable).
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure: Vec<String>,
+}
+
+impl RegistryArgs {
+    fn pull_config(&self) -> anyhow::Result<PullConfig> {
+        let mut mirrors = BTreeMap::new();
+        for m in &self.mirrors {
+            let Some((reg, url)) = m.split_once('=') else {
+                return Err(
+                    UsageError(format!("--registry-mirror wants REGISTRY=URL, got {m:?}")).into(),
+                );
+            };
+            mirrors.insert(reg.to_string(), url.to_string());
+        }
+        Ok(PullConfig {
+            mirrors,
+            insecure_hosts: self.insecure.clone(),
+        })
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Where the store, logs, volumes and agent state live.
+    #[arg(long, env = "GANTRY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = crate::parse_listen)]
+    listen: SocketAddr,
+    /// Local agents, each with 1/N of this machine.
+    #[arg(long, default_value_t = 1)]
+    agents: u32,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    file: PathBuf,
+    /// Keep the embedded cluster's data here (default: a temporary directory).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    agents: u32,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    #[arg(long, env = "GANTRY_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = crate::parse_listen)]
+    listen: SocketAddr,
+    /// An agent silent this long is lost and its steps end NODE_LOST (e.g. 30s, 2m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    heartbeat_timeout: Duration,
+    /// SIGTERM-to-SIGKILL grace for stops and timeouts.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    stop_grace: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// The server's URL, e.g. http://10.0.0.1:7070.
+    #[arg(long, env = "GANTRY_URL")]
+    server: String,
+    /// An agent (or admin) token.
+    #[arg(long, env = "GANTRY_AGENT_TOKEN", hide_env_values = true)]
+    token: String,
+    #[arg(long, default_value = "default")]
+    pool: String,
+    /// This node's name (default: the host name). It is the node's identity across restarts.
+    #[arg(long)]
+    name: Option<String>,
+    /// Cores to offer (default: all).
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// Memory to offer, e.g. 16GiB (default: all).
+    #[arg(long, value_parser = parse_size)]
+    memory: Option<u64>,
+    /// Shared by the pool's agents: volumes live here.
+    #[arg(long, default_value = "/var/lib/gantry/storage")]
+    storage_root: PathBuf,
+    /// This agent's own state: containers, image cache.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    registry: RegistryArgs,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    gantry_spec::parse_duration(s)
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    gantry_spec::parse_size(s)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "node".into())
+}
+
+fn shim_argv() -> anyhow::Result<Vec<String>> {
+    let exe = std::env::current_exe().context("finding the gantry binary")?;
+    Ok(vec![exe.to_string_lossy().into_owned(), "shim".into()])
+}
+
+/// A server plus `agents` local agents. Returns the server and the admin client.
+async fn embedded(
+    data_dir: &Path,
+    listen: SocketAddr,
+    agents: u32,
+    registry: &RegistryArgs,
+    write_user_context: bool,
+) -> anyhow::Result<(Server, Client)> {
+    if agents == 0 {
+        return Err(UsageError("--agents must be at least 1".into()).into());
+    }
+    let pull = registry.pull_config()?;
+    let mut config = ServerConfig::new(listen, data_dir.join("server"));
+    config.heartbeat_interval = Duration::from_secs(2);
+    config.heartbeat_timeout = Duration::from_secs(15);
+    let server = Server::start(config).await?;
+    let url = format!("http://{}", server.addr);
+    let ctx_path = data_dir.join("context.toml");
+    let admin_token = if server.has_users().await? {
+        let text = std::fs::read_to_string(&ctx_path)
+            .with_context(|| format!("this data dir has users but no {}", ctx_path.display()))?;
+        let ctx: ClientContext = toml::from_str(&text)?;
+        ctx.token
+    } else {
+        server.create_user("admin", "admin", Role::Admin).await?
+    };
+    let ctx = ClientContext {
+        url: url.clone(),
+        token: admin_token.clone(),
+    };
+    write_context(&ctx_path, &ctx)?;
+    if write_user_context {
+        if let Some(dir) = user_config_dir() {
+            write_context(&dir.join("context.toml"), &ctx)?;
+        }
+    }
+    let agent_token_path = data_dir.join("agent.token");
+    let agent_token = match std::fs::read_to_string(&agent_token_path) {
+        Ok(t) => t.trim().to_string(),
+        Err(_) => {
+            let t = server
+                .create_user("local-agents", "admin", Role::Agent)
+                .await?;
+            std::fs::write(&agent_token_path, &t)?;
+            t
+        }
+    };
+    let host = detect_capacity();
+    let host_name = hostname();
+    for i in 1..=agents {
+        let name = format!("{host_name}-{i}");
+        let config = AgentConfig {
+            server: url.clone(),
+            token: agent_token.clone(),
+            pool: "default".into(),
+            name: name.clone(),
+            capacity: Capacity {
+                cpus: (host.cpus / agents).max(1),
+                memory_bytes: host.memory_bytes / agents as u64,
+                devices: Default::default(),
+            },
+            storage_root: data_dir.join("storage"),
+            state_dir: data_dir.join("agents").join(&name),
+            pull: pull.clone(),
+            shim_argv: shim_argv()?,
+        };
+        tokio::spawn(async move {
+            if let Err(e) = gantry_agent::node::run(config).await {
+                tracing::error!(agent = %name, "agent stopped: {e:#}");
+            }
+        });
+    }
+    let client = Client::new(&url, &admin_token)?;
+    // Wait until every agent has registered, so the first workflow does not wait for nodes.
+    for _ in 0..100 {
+        let nodes: Vec<gantry_api::v1::NodeInfo> = client.get("/nodes").await?;
+        if nodes.iter().filter(|n| n.connected).count() >= agents as usize {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok((server, client))
+}
+
+pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
+    let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let (server, client) =
+        embedded(&data_dir, args.listen, args.agents, &args.registry, true).await?;
+    println!("Gantry is up at {}", client.base);
+    println!("  data:    {}", data_dir.display());
+    println!("  agents:  {}", args.agents);
+    println!(
+        "  context: {} (the other verbs use it)",
+        data_dir.join("context.toml").display()
+    );
+    println!("Try: gantry workflow start examples/pipeline.yaml --watch");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = server.wait() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let tmp;
+    let data_dir = match &args.data_dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile_dir()?;
+            tmp.clone()
+        }
+    };
+    let listen: SocketAddr = "127.0.0.1:0".parse()?;
+    let (_server, client) = embedded(&data_dir, listen, args.agents, &args.registry, false).await?;
+    let conn = Conn {
+        url: Some(client.base.clone()),
+        token: None,
+        data_dir: Some(data_dir.clone()),
+    };
+    let created = super::workflow::submit(&conn, &args.file, None).await?;
+    let status = super::watch::watch(&client, &created.id.to_string(), true).await?;
+    Ok(super::watch::exit_code(status))
+}
+
+/// A scratch data dir for `gantry run`; kept after exit for inspection (it is small).
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("gantry-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
+    let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let mut config = ServerConfig::new(args.listen, data_dir.join("server"));
+    config.heartbeat_timeout = args.heartbeat_timeout;
+    config.heartbeat_interval = (args.heartbeat_timeout / 6).max(Duration::from_millis(200));
+    config.stop_grace = args.stop_grace;
+    let server = Server::start(config).await?;
+    let url = format!("http://{}", server.addr);
+    if !server.has_users().await? {
+        let token = server.create_user("admin", "admin", Role::Admin).await?;
+        write_context(
+            &data_dir.join("context.toml"),
+            &ClientContext {
+                url: url.clone(),
+                token,
+            },
+        )?;
+        eprintln!(
+            "created the first administrator; its token is in {}",
+            data_dir.join("context.toml").display()
+        );
+    }
+    tracing::info!("listening on {url}");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = server.wait() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    let mut capacity = detect_capacity();
+    if let Some(c) = args.cpus {
+        capacity.cpus = c;
+    }
+    if let Some(m) = args.memory {
+        capacity.memory_bytes = m;
+    }
+    let name = args.name.unwrap_or_else(hostname);
+    let state_dir = args
+        .state_dir
+        .unwrap_or_else(|| PathBuf::from("/var/lib/gantry/agent").join(&name));
+    let config = AgentConfig {
+        server: args.server,
+        token: args.token,
+        pool: args.pool,
+        name,
+        capacity,
+        storage_root: args.storage_root,
+        state_dir,
+        pull: args.registry.pull_config()?,
+        shim_argv: shim_argv()?,
+    };
+    tokio::select! {
+        r = gantry_agent::node::run(config) => r?,
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}

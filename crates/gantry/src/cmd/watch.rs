@@ -1,0 +1,243 @@
+//! Following a workflow: progress on a terminal, events as lines, and job output streamed.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use gantry_api::v1::{Event, WorkflowDetail};
+use gantry_api::{TaskStatus, WorkflowStatus};
+use indicatif::{ProgressBar, ProgressStyle};
+use uuid::Uuid;
+
+use crate::client::Client;
+use crate::output::{json, Format};
+
+pub fn exit_code(s: WorkflowStatus) -> ExitCode {
+    if s == WorkflowStatus::Finished {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+pub fn event_line(e: &Event) -> String {
+    let t = format!(
+        "{:02}:{:02}:{:02}",
+        e.time.hour(),
+        e.time.minute(),
+        e.time.second()
+    );
+    match &e.task {
+        Some(task) => format!("{t} {task}: {}", e.message),
+        None => format!("{t} {}", e.message),
+    }
+}
+
+/// Prints above the progress line, or plainly when there is no terminal to draw it on.
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+fn progress_line(d: &WorkflowDetail) -> String {
+    let total = d.tasks.len();
+    let count = |s: TaskStatus| d.tasks.iter().filter(|t| t.status == s).count();
+    format!(
+        "{} · {}/{} finished · {} running · {} starting · {} pending · {} failed",
+        d.summary.status,
+        count(TaskStatus::Finished),
+        total,
+        count(TaskStatus::Running),
+        count(TaskStatus::Started),
+        count(TaskStatus::Pending),
+        count(TaskStatus::Failed)
+    )
+}
+
+/// Follows a workflow until it ends, printing events; with `stream_logs`, also every job's
+/// output prefixed by its task. Returns the final status.
+pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Result<WorkflowStatus> {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let mut after = 0i64;
+    let mut following: HashSet<Uuid> = HashSet::new();
+    let mut log_tasks = Vec::new();
+    let status = loop {
+        let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+        let evs: Vec<Event> = client
+            .send(
+                client
+                    .request(reqwest::Method::GET, &format!("/workflows/{id}/events"))
+                    .query(&[("after", after)]),
+            )
+            .await?;
+        for e in &evs {
+            after = after.max(e.seq);
+            say(&bar, event_line(e));
+        }
+        if stream_logs {
+            for t in &d.tasks {
+                let Some(a) = t.attempts.last() else { continue };
+                if !following.insert(a.id) {
+                    continue;
+                }
+                let label = match t.index {
+                    Some(i) => format!("{}[{i}]", t.job),
+                    None => t.job.clone(),
+                };
+                let c = client.clone();
+                let wid = d.summary.id.to_string();
+                let job = t.job.clone();
+                let (idx, num) = (t.index, a.number);
+                log_tasks.push(tokio::spawn(async move {
+                    let _ = print_logs(&c, &wid, &job, idx, Some(num), true, Some(&label)).await;
+                }));
+            }
+        }
+        bar.set_message(progress_line(&d));
+        if d.summary.status.is_terminal() {
+            break d.summary.status;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    for t in log_tasks {
+        let _ = t.await;
+    }
+    // Events written as the workflow ended.
+    let evs: Vec<Event> = client
+        .send(
+            client
+                .request(reqwest::Method::GET, &format!("/workflows/{id}/events"))
+                .query(&[("after", after)]),
+        )
+        .await?;
+    for e in &evs {
+        say(&bar, event_line(e));
+    }
+    bar.finish_and_clear();
+    let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+    eprintln!(
+        "workflow {} {}{}",
+        d.summary.id,
+        status,
+        d.summary
+            .reason
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default()
+    );
+    Ok(status)
+}
+
+pub async fn follow_events(
+    client: &Client,
+    id: &str,
+    format: Format,
+) -> anyhow::Result<WorkflowStatus> {
+    let mut after = 0i64;
+    loop {
+        let evs: Vec<Event> = client
+            .send(
+                client
+                    .request(reqwest::Method::GET, &format!("/workflows/{id}/events"))
+                    .query(&[("after", after)]),
+            )
+            .await?;
+        for e in &evs {
+            after = after.max(e.seq);
+            if format == Format::Json {
+                println!("{}", serde_json::to_string(e)?);
+            } else {
+                println!("{}", event_line(e));
+            }
+        }
+        let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+        if d.summary.status.is_terminal() && evs.is_empty() {
+            if format == Format::Json {
+                json(&d.summary)?;
+            }
+            return Ok(d.summary.status);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Prints a job's stdout and stderr (to our stdout and stderr), optionally prefixed per line.
+pub async fn print_logs(
+    client: &Client,
+    id: &str,
+    job: &str,
+    task: Option<u32>,
+    attempt: Option<u32>,
+    follow: bool,
+    prefix: Option<&str>,
+) -> anyhow::Result<()> {
+    let one = |stream: &'static str| {
+        let client = client.clone();
+        let path = format!("/workflows/{id}/logs/{job}");
+        let prefix = prefix.map(|p| format!("[{p}] "));
+        async move {
+            let mut q: Vec<(&str, String)> = vec![("stream", stream.to_string())];
+            if let Some(t) = task {
+                q.push(("task", t.to_string()));
+            }
+            if let Some(a) = attempt {
+                q.push(("attempt", a.to_string()));
+            }
+            if follow {
+                q.push(("follow", "true".into()));
+            }
+            let resp = client
+                .check(client.request(reqwest::Method::GET, &path).query(&q))
+                .await?;
+            let mut body = resp.bytes_stream();
+            let mut pending: Vec<u8> = Vec::new();
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                match &prefix {
+                    None => write_out(stream, &chunk),
+                    Some(p) => {
+                        pending.extend_from_slice(&chunk);
+                        while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = pending.drain(..=nl).collect();
+                            let mut out = p.as_bytes().to_vec();
+                            out.extend_from_slice(&line);
+                            write_out(stream, &out);
+                        }
+                    }
+                }
+            }
+            if let (Some(p), false) = (&prefix, pending.is_empty()) {
+                let mut out = p.as_bytes().to_vec();
+                out.extend_from_slice(&pending);
+                out.push(b'\n');
+                write_out(stream, &out);
+            }
+            anyhow::Ok(())
+        }
+    };
+    let (a, b) = tokio::join!(one("stdout"), one("stderr"));
+    a?;
+    b?;
+    Ok(())
+}
+
+fn write_out(stream: &str, data: &[u8]) {
+    if stream == "stdout" {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(data);
+        let _ = o.flush();
+    } else {
+        let mut o = std::io::stderr().lock();
+        let _ = o.write_all(data);
+        let _ = o.flush();
+    }
+}

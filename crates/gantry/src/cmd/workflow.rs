@@ -1,0 +1,315 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Subcommand;
+use gantry_api::v1::{Event, SubmitWorkflow, WorkflowCreated, WorkflowDetail, WorkflowSummary};
+use gantry_api::TaskStatus;
+
+use super::watch;
+use crate::output::{self, age, json, short_id, table, Format, UsageError};
+use crate::{Conn, OutputArg};
+
+#[derive(Subcommand)]
+pub enum WorkflowCmd {
+    /// Submit a workflow file.
+    Start {
+        file: PathBuf,
+        /// Follow progress until the workflow ends; exit 0 FINISHED, 1 FAILED/STOPPED.
+        #[arg(long)]
+        watch: bool,
+        /// A name for listings (default: the file's name).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// List workflows you may see.
+    List {
+        /// Only this status (PENDING, RUNNING, FINISHED, FAILED, STOPPED).
+        #[arg(long)]
+        status: Option<String>,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// A workflow's status.
+    Status {
+        id: String,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// A workflow's tasks, attempts, and why anything waits or failed.
+    Describe {
+        id: String,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// A workflow's events.
+    Events {
+        id: String,
+        /// Keep printing new events until the workflow ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// A job's output: stdout to stdout, stderr to stderr.
+    Log {
+        id: String,
+        job: String,
+        /// Task-array index.
+        #[arg(long)]
+        task: Option<u32>,
+        /// Attempt number (default: the latest).
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Keep streaming until the attempt ends.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
+    /// Stop a workflow: SIGTERM, a grace period, then SIGKILL; it ends STOPPED.
+    Stop {
+        id: String,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// Check a workflow file without submitting it.
+    Validate {
+        file: PathBuf,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+}
+
+fn read_file(file: &PathBuf) -> anyhow::Result<String> {
+    std::fs::read_to_string(file)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", file.display())).into())
+}
+
+/// Validates locally so problems carry the file's name; true when valid.
+fn check(file: &PathBuf, text: &str, format: Format) -> anyhow::Result<bool> {
+    let name = file.display().to_string();
+    match gantry_spec::parse(text) {
+        Ok(_) => {
+            if format == Format::Json {
+                json(&serde_json::json!({"file": name, "valid": true, "diagnostics": []}))?;
+            }
+            Ok(true)
+        }
+        Err(ds) => {
+            if format == Format::Json {
+                let list: Vec<_> = ds
+                    .iter()
+                    .map(|d| serde_json::json!({"line": d.line, "column": d.column, "message": d.message}))
+                    .collect();
+                json(&serde_json::json!({"file": name, "valid": false, "diagnostics": list}))?;
+            } else {
+                for d in &ds {
+                    eprintln!("{}", d.render(&name));
+                }
+                eprintln!("{name}: {} problem(s)", ds.len());
+            }
+            Ok(false)
+        }
+    }
+}
+
+pub async fn submit(
+    conn: &Conn,
+    file: &PathBuf,
+    name: Option<String>,
+) -> anyhow::Result<WorkflowCreated> {
+    let text = read_file(file)?;
+    if !check(file, &text, Format::Text)? {
+        return Err(UsageError(format!("{} is not a valid workflow file", file.display())).into());
+    }
+    let name = name.or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()));
+    let client = conn.client()?;
+    let created: WorkflowCreated = client
+        .post("/workflows", &SubmitWorkflow { spec: text, name })
+        .await?;
+    for w in &created.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(created)
+}
+
+pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
+    match cmd {
+        WorkflowCmd::Validate { file, out } => {
+            let text = read_file(&file)?;
+            Ok(if check(&file, &text, out.format)? {
+                if out.format == Format::Text {
+                    println!("{}: valid", file.display());
+                }
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            })
+        }
+        WorkflowCmd::Start {
+            file,
+            watch: follow,
+            name,
+            out,
+        } => {
+            let created = submit(conn, &file, name).await?;
+            if out.format == Format::Json && !follow {
+                json(&created)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if out.format == Format::Text {
+                println!("{}", created.id);
+            }
+            if !follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let client = conn.client()?;
+            let status = watch::watch(&client, &created.id.to_string(), false).await?;
+            if out.format == Format::Json {
+                let s: WorkflowSummary = client.get(&format!("/workflows/{}", created.id)).await?;
+                json(&s)?;
+            }
+            Ok(watch::exit_code(status))
+        }
+        WorkflowCmd::List { status, out } => {
+            let client = conn.client()?;
+            let mut req = client.request(reqwest::Method::GET, "/workflows");
+            if let Some(s) = &status {
+                req = req.query(&[("status", s)]);
+            }
+            let list: Vec<WorkflowSummary> = client.send(req).await?;
+            if out.format == Format::Json {
+                json(&list)?;
+            } else {
+                let rows: Vec<Vec<String>> = list
+                    .iter()
+                    .map(|w| {
+                        vec![
+                            short_id(&w.id),
+                            w.name.clone(),
+                            w.status.to_string(),
+                            counts(w),
+                            w.owner.clone(),
+                            age(w.created_at),
+                        ]
+                    })
+                    .collect();
+                table(&["ID", "NAME", "STATUS", "TASKS", "OWNER", "AGE"], &rows);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        WorkflowCmd::Status { id, out } => {
+            let client = conn.client()?;
+            let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+            if out.format == Format::Json {
+                json(&d.summary)?;
+            } else {
+                let w = &d.summary;
+                println!("{} {} {}", w.id, w.name, w.status);
+                if let Some(r) = &w.reason {
+                    println!("reason: {r}");
+                }
+                println!("tasks: {}", counts(w));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        WorkflowCmd::Describe { id, out } => {
+            let client = conn.client()?;
+            let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+            if out.format == Format::Json {
+                json(&d)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let w = &d.summary;
+            println!("Workflow: {} ({})", w.name, w.id);
+            println!("Status:   {}", w.status);
+            if let Some(r) = &w.reason {
+                println!("Reason:   {r}");
+            }
+            println!("Owner:    {} (group {})", w.owner, w.group);
+            println!("Created:  {}", output::time(w.created_at));
+            if let Some(e) = w.ended_at {
+                println!("Ended:    {}", output::time(e));
+            }
+            println!();
+            let rows: Vec<Vec<String>> = d
+                .tasks
+                .iter()
+                .map(|t| {
+                    let name = match t.index {
+                        Some(i) => format!("{}[{i}]", t.job),
+                        None => t.job.clone(),
+                    };
+                    let why = match (t.status, &t.reason, t.exit_code) {
+                        (_, Some(r), _) => r.clone(),
+                        (TaskStatus::Finished, None, _) => String::new(),
+                        (_, None, Some(c)) => format!("exit code {c}"),
+                        _ => String::new(),
+                    };
+                    vec![
+                        name,
+                        t.status.to_string(),
+                        t.node.clone().unwrap_or_else(|| "-".into()),
+                        t.attempts.len().to_string(),
+                        why,
+                    ]
+                })
+                .collect();
+            table(&["TASK", "STATUS", "NODE", "ATTEMPTS", "REASON"], &rows);
+            Ok(ExitCode::SUCCESS)
+        }
+        WorkflowCmd::Events { id, follow, out } => {
+            let client = conn.client()?;
+            if follow {
+                let status = watch::follow_events(&client, &id, out.format).await?;
+                return Ok(watch::exit_code(status));
+            }
+            let evs: Vec<Event> = client.get(&format!("/workflows/{id}/events")).await?;
+            if out.format == Format::Json {
+                json(&evs)?;
+            } else {
+                for e in &evs {
+                    println!("{}", watch::event_line(e));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        WorkflowCmd::Log {
+            id,
+            job,
+            task,
+            attempt,
+            follow,
+        } => {
+            let client = conn.client()?;
+            watch::print_logs(&client, &id, &job, task, attempt, follow, None).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        WorkflowCmd::Stop { id, out } => {
+            let client = conn.client()?;
+            let s: WorkflowSummary = client
+                .send(client.request(reqwest::Method::POST, &format!("/workflows/{id}/stop")))
+                .await
+                .context("stopping")?;
+            if out.format == Format::Json {
+                json(&s)?;
+            } else {
+                println!("stopping {} ({})", s.id, s.name);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+pub fn counts(w: &WorkflowSummary) -> String {
+    let total: u32 = w.counts.values().sum();
+    let done = w.counts.get(&TaskStatus::Finished).copied().unwrap_or(0);
+    let mut s = format!("{done}/{total}");
+    for (st, n) in &w.counts {
+        if *st != TaskStatus::Finished {
+            s.push_str(&format!(" {n} {st}"));
+        }
+    }
+    s
+}

@@ -1,0 +1,267 @@
+//! A real embedded cluster for end-to-end tests: the `gantry` binary (`gantry up`), runc, and a
+//! local OCI registry (Debian's docker-registry) serving busybox, set up by
+//! `scripts/test-images.sh`. Nothing here is mocked.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const GANTRY: &str = env!("CARGO_BIN_EXE_gantry");
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The local registry's `host:port`, starting it once if needed.
+pub fn registry() -> &'static str {
+    static REG: OnceLock<String> = OnceLock::new();
+    REG.get_or_init(|| {
+        let dir = std::env::var("GANTRY_TEST_DIR").unwrap_or_else(|_| "/tmp/gantry-test".into());
+        let status = Command::new(repo_root().join("scripts/test-images.sh"))
+            .stdout(Stdio::null())
+            .status()
+            .expect("running scripts/test-images.sh");
+        assert!(status.success(), "scripts/test-images.sh failed");
+        let env = std::fs::read_to_string(Path::new(&dir).join("env")).expect("test env file");
+        env.lines()
+            .find_map(|l| l.strip_prefix("GANTRY_TEST_REGISTRY="))
+            .expect("GANTRY_TEST_REGISTRY in the env file")
+            .trim()
+            .to_string()
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    pub agents: u32,
+    child: Option<Child>,
+}
+
+impl Cluster {
+    pub fn up(agents: u32) -> Cluster {
+        let dir = tempfile::Builder::new()
+            .prefix("gantry-e2e-")
+            .tempdir()
+            .unwrap();
+        let mut c = Cluster {
+            dir,
+            port: free_port(),
+            agents,
+            child: None,
+        };
+        c.start();
+        c
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts (or restarts) `gantry up` on this data dir and waits for every agent.
+    pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("up.log"))
+            .unwrap();
+        let child = Command::new(GANTRY)
+            .args(["up", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .args(["--agents", &self.agents.to_string()])
+            .args([
+                "--registry-mirror",
+                &format!("docker.io=http://{}", registry()),
+            ])
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gantry up");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.gantry(&["node", "list", "-o", "json"]);
+            if out.status.success() {
+                let nodes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let up = nodes
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|n| n["connected"] == true)
+                    .count();
+                if up >= self.agents as usize {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster did not come up: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills `gantry up` with SIGKILL: server and agents die at once, containers live on.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("up.log")).unwrap_or_default()
+    }
+
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(GANTRY);
+        cmd.args(args)
+            .env("GANTRY_DATA_DIR", self.dir.path())
+            .env_remove("GANTRY_URL")
+            .env_remove("GANTRY_TOKEN")
+            .env("HOME", self.dir.path())
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"));
+        cmd
+    }
+
+    pub fn gantry(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running gantry")
+    }
+
+    /// Runs a client verb that must succeed; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.gantry(args);
+        assert!(
+            out.status.success(),
+            "gantry {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&self.ok(&a)).expect("JSON output")
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Submits a workflow file; returns its id.
+    pub fn start_workflow(&self, file: &Path) -> String {
+        let out = self.ok(&["workflow", "start", file.to_str().unwrap()]);
+        out.trim().to_string()
+    }
+
+    pub fn detail(&self, id: &str) -> serde_json::Value {
+        self.json(&["workflow", "describe", id])
+    }
+
+    /// Waits (generously) until `pred` holds for the workflow's detail.
+    pub fn wait_for(
+        &self,
+        id: &str,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let d = self.detail(id);
+            if pred(&d) {
+                return d;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; workflow is {d:#}\nlog: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn wait_status(&self, id: &str, status: &str) -> serde_json::Value {
+        self.wait_for(id, status, |d| d["status"] == status)
+    }
+
+    pub fn task<'a>(d: &'a serde_json::Value, label: &str) -> &'a serde_json::Value {
+        d["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| {
+                let name = match t["index"].as_u64() {
+                    Some(i) => format!("{}[{i}]", t["job"].as_str().unwrap()),
+                    None => t["job"].as_str().unwrap().to_string(),
+                };
+                name == label
+            })
+            .unwrap_or_else(|| panic!("no task {label} in {d:#}"))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill9();
+        // Containers outlive the agent by design: end the ones a failed test left behind.
+        if let Ok(agents) = std::fs::read_dir(self.dir.path().join("agents")) {
+            for a in agents.flatten() {
+                let root = a.path().join("runc");
+                let Ok(out) = Command::new("runc")
+                    .arg("--root")
+                    .arg(&root)
+                    .args(["list", "-q"])
+                    .output()
+                else {
+                    continue;
+                };
+                for id in String::from_utf8_lossy(&out.stdout).lines() {
+                    let _ = Command::new("runc")
+                        .arg("--root")
+                        .arg(&root)
+                        .args(["kill", "--all", id, "KILL"])
+                        .status();
+                    std::thread::sleep(Duration::from_millis(100));
+                    let _ = Command::new("runc")
+                        .arg("--root")
+                        .arg(&root)
+                        .args(["delete", "-f", id])
+                        .status();
+                }
+            }
+        }
+        // Unmount anything left under the data dir, deepest first.
+        if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
+            let prefix = self.dir.path().to_string_lossy().into_owned();
+            let mut targets: Vec<&str> = mounts
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1))
+                .filter(|t| t.starts_with(&prefix))
+                .collect();
+            targets.sort_by_key(|t| std::cmp::Reverse(t.len()));
+            for t in targets {
+                let _ = Command::new("umount").args(["-l", t]).status();
+            }
+        }
+    }
+}

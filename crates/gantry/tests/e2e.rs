@@ -1,0 +1,281 @@
+//! End to end: the `gantry` binary runs workflows in runc containers on an embedded cluster
+//! (`gantry up` with real agents over loopback), pulling busybox from a local registry.
+
+mod common;
+
+use common::Cluster;
+
+fn attempts(task: &serde_json::Value) -> &Vec<serde_json::Value> {
+    task["attempts"].as_array().unwrap()
+}
+
+#[test]
+fn pipeline_runs_a_dag_with_a_task_array_a_shared_volume_files_and_env() {
+    let c = Cluster::up(2);
+    let example = common::repo_root().join("examples/pipeline.yaml");
+    let out = c.gantry(&["workflow", "start", example.to_str().unwrap(), "--watch"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "watch exited {}: {stderr}\n{}",
+        out.status,
+        c.log()
+    );
+    let id = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(stderr.contains("FINISHED"), "{stderr}");
+
+    let d = c.detail(&id);
+    assert_eq!(d["status"], "FINISHED");
+    assert_eq!(
+        d["tasks"].as_array().unwrap().len(),
+        6,
+        "prepare, 4 squares, report"
+    );
+    for t in d["tasks"].as_array().unwrap() {
+        assert_eq!(t["status"], "FINISHED", "{t:#}");
+        assert_eq!(t["exit_code"], 0);
+    }
+
+    let prepare = c.ok(&["workflow", "log", &id, "prepare"]);
+    assert_eq!(prepare.trim(), format!("preparing demo in workflow {id}"));
+    let sq = c.ok(&["workflow", "log", &id, "square", "--task", "3"]);
+    assert_eq!(sq.trim(), "task 3: 3 squared is 9");
+    let report = c.ok(&["workflow", "log", &id, "report"]);
+    assert!(
+        report.contains("Hello from a file the workflow carries."),
+        "{report}"
+    );
+    assert!(report.contains("sum of squares: 30"), "{report}");
+
+    // A prefix of 8 characters is enough wherever an id is taken.
+    let status = c.json(&["workflow", "status", &id[..8]]);
+    assert_eq!(status["id"], id.as_str());
+
+    // The ephemeral volume is removed once the workflow has ended.
+    let vol = c.data_dir().join("storage/default/ephemeral").join(&id);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while vol.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} was not removed",
+            vol.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+const FAILURES: &str = r#"version: v4
+volumes:
+  state: {}
+jobs:
+  fails:
+    image: { uri: docker://busybox:1 }
+    script: |
+      #!/bin/sh
+      echo "about to fail"
+      echo "boom" >&2
+      exit 3
+  after-fails:
+    image: { uri: docker://busybox:1 }
+    command: [ "true" ]
+    depends-on: [ { name: fails, status: FINISHED } ]
+  slow:
+    image: { uri: docker://busybox:1 }
+    command: [ sleep, "600" ]
+    policy:
+      timeout:
+        execute: 2s
+  flaky:
+    image: { uri: docker://busybox:1 }
+    mounts:
+      /state: { volume: state }
+    policy:
+      retry:
+        attempts: 3
+        on: [ failure ]
+    script: |
+      #!/bin/sh
+      n=$(cat /state/count 2>/dev/null || echo 0)
+      n=$((n + 1))
+      echo $n > /state/count
+      echo "attempt $n"
+      [ "$n" -ge 3 ]
+"#;
+
+#[test]
+fn failures_timeouts_and_retries_end_with_recorded_causes() {
+    let c = Cluster::up(1);
+    let file = c.write("failures.yaml", FAILURES);
+    let out = c.gantry(&["workflow", "start", file.to_str().unwrap(), "--watch"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a FAILED workflow exits 1: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let d = c.detail(&id);
+    assert_eq!(d["status"], "FAILED");
+
+    let fails = Cluster::task(&d, "fails");
+    assert_eq!(fails["status"], "FAILED");
+    assert_eq!(fails["exit_code"], 3);
+    assert_eq!(fails["reason"], "exited with code 3");
+    assert_eq!(attempts(fails)[0]["cause"], "EXIT");
+
+    let after = Cluster::task(&d, "after-fails");
+    assert_eq!(after["status"], "FAILED");
+    assert_eq!(after["reason"], "dependency fails ended FAILED");
+    assert!(
+        attempts(after).is_empty(),
+        "a step whose dependency failed never runs"
+    );
+
+    let slow = Cluster::task(&d, "slow");
+    assert_eq!(slow["status"], "FAILED");
+    assert_eq!(slow["reason"], "timeout");
+    assert_eq!(attempts(slow)[0]["cause"], "TIMEOUT");
+
+    let flaky = Cluster::task(&d, "flaky");
+    assert_eq!(flaky["status"], "FINISHED", "{flaky:#}");
+    let a = attempts(flaky);
+    assert_eq!(a.len(), 3);
+    assert_eq!(a[0]["status"], "FAILED");
+    assert_eq!(a[1]["status"], "FAILED");
+    assert_eq!(a[2]["status"], "FINISHED");
+    assert_eq!(c.ok(&["workflow", "log", &id, "flaky"]).trim(), "attempt 3");
+    assert_eq!(
+        c.ok(&["workflow", "log", &id, "flaky", "--attempt", "1"])
+            .trim(),
+        "attempt 1"
+    );
+
+    // stdout and stderr are kept apart.
+    let out = c.gantry(&["workflow", "log", &id, "fails"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "about to fail");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "boom");
+
+    let events = c.ok(&["workflow", "events", &id]);
+    assert!(events.contains("slow: stopping on"), "{events}");
+    assert!(events.contains("timeout"), "{events}");
+}
+
+#[test]
+fn stop_ends_the_workflow_stopped_and_a_job_that_cannot_fit_says_why() {
+    let c = Cluster::up(1);
+    let file = c.write(
+        "stop.yaml",
+        r#"version: v4
+jobs:
+  sleeper:
+    image: { uri: docker://busybox:1 }
+    command: [ sleep, "600" ]
+  huge:
+    image: { uri: docker://busybox:1 }
+    command: [ "true" ]
+    resource:
+      cpu: { cores: 512 }
+"#,
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "sleeper RUNNING and huge explained", |d| {
+        Cluster::task(d, "sleeper")["status"] == "RUNNING"
+            && Cluster::task(d, "huge")["reason"].is_string()
+    });
+    let huge = Cluster::task(&d, "huge");
+    assert_eq!(huge["status"], "PENDING");
+    let reason = huge["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("never fits") && reason.contains("512"),
+        "{reason}"
+    );
+    let describe = c.ok(&["workflow", "describe", &id]);
+    assert!(describe.contains("never fits"), "{describe}");
+
+    c.ok(&["workflow", "stop", &id]);
+    let d = c.wait_status(&id, "STOPPED");
+    assert_eq!(Cluster::task(&d, "sleeper")["status"], "STOPPED");
+    assert_eq!(
+        attempts(Cluster::task(&d, "sleeper"))[0]["cause"],
+        "STOPPED"
+    );
+    assert_eq!(Cluster::task(&d, "huge")["status"], "STOPPED");
+    // Stopping twice is refused: it already ended.
+    let again = c.gantry(&["workflow", "stop", &id]);
+    assert!(!again.status.success());
+}
+
+#[test]
+fn kill_minus_nine_loses_nothing_and_running_jobs_continue() {
+    let mut c = Cluster::up(1);
+    let file = c.write(
+        "long.yaml",
+        r#"version: v4
+jobs:
+  counter:
+    image: { uri: docker://busybox:1 }
+    script: |
+      #!/bin/sh
+      for i in 1 2 3 4 5 6; do echo "line $i"; sleep 1; done
+"#,
+    );
+    let id = c.start_workflow(&file);
+    c.wait_for(&id, "counter RUNNING", |d| {
+        Cluster::task(d, "counter")["status"] == "RUNNING"
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    c.kill9();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    c.start();
+    let d = c.wait_status(&id, "FINISHED");
+    let counter = Cluster::task(&d, "counter");
+    assert_eq!(
+        attempts(counter).len(),
+        1,
+        "the same attempt continued: {counter:#}"
+    );
+    let log = c.ok(&["workflow", "log", &id, "counter"]);
+    let want: Vec<String> = (1..=6).map(|i| format!("line {i}")).collect();
+    assert_eq!(
+        log.lines().collect::<Vec<_>>(),
+        want,
+        "every line exactly once"
+    );
+    let events = c.ok(&["workflow", "events", &id]);
+    assert!(events.contains("submitted by admin"), "{events}");
+}
+
+#[test]
+fn validate_prints_every_problem_with_its_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "version: v4\njobs:\n  a:\n    image: { uri: docker://busybox:1 }\n    comand: [ls]\n    depends-on: [ { name: ghost, status: FINISHED } ]\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::GANTRY)
+        .args(["workflow", "validate"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = bad.display().to_string();
+    assert!(err.contains(&format!("{name}:5:5:")), "{err}");
+    assert!(err.contains("command"), "did-you-mean: {err}");
+    assert!(
+        err.contains(&format!("{name}:6:")) && err.contains("ghost"),
+        "{err}"
+    );
+}

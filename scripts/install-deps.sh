@@ -1,0 +1,24 @@
+#!/bin/sh
+# install-deps.sh - what Gantry's demo and tests need on a Debian 12 machine (run as root).
+# Installs only what is missing, from Debian's packages.
+set -eu
+need=""
+have() { command -v "$1" >/dev/null 2>&1; }
+have runc || need="$need runc"
+have skopeo || need="$need skopeo"
+have umoci || need="$need umoci"
+have docker-registry || need="$need docker-registry"
+[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || need="$need busybox-static"
+dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"
+have jq || need="$need jq"
+have curl || need="$need curl"
+have htpasswd || need="$need apache2-utils"
+[ -x /usr/bin/tini-static ] || need="$need tini"
+have ip || need="$need iproute2"
+if [ -n "$need" ]; then
+  echo "install-deps: installing$need"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null || true
+  # shellcheck disable=SC2086
+  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $need >/dev/null
+fi
