@@ -33,12 +33,49 @@ pub fn router(state: AppState) -> Router {
             "/admin/settings/{key}",
             get(admin::get_setting).put(admin::set_setting),
         )
-        .route("/agent/connect", get(crate::agents::connect));
+        .route("/agent/connect", get(crate::agents::connect))
+        .layer(axum::middleware::map_response(json_errors));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .nest("/api/v1", api)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state)
+}
+
+/// Errors axum makes itself (a query string or path that does not parse, a method a route does
+/// not take, a refused WebSocket handshake) are plain text; give them our `{"error": ...}` shape.
+/// Only for the JSON API: what other routes serve (proxied apps, say) is theirs to shape.
+async fn json_errors(resp: Response) -> Response {
+    use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 64 << 10)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let error = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let body = serde_json::to_vec(&ErrorBody {
+        error,
+        diagnostics: vec![],
+    })
+    .unwrap_or_default();
+    parts.headers.remove(CONTENT_LENGTH);
+    parts.headers.insert(
+        CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, axum::body::Body::from(body))
 }
 
 async fn whoami(UserCaller(c): UserCaller) -> Json<WhoAmI> {
