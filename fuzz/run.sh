@@ -27,6 +27,7 @@ mkdir -p "$corpus"
 exec cargo fuzz run --sanitizer none parse "$corpus" seeds -- \
   -max_total_time="$secs" \
   -max_len=8192 \
+  -dict=parse.dict \
   -timeout=10 \
   -rss_limit_mb=2048 \
   -print_final_stats=1
