@@ -922,6 +922,32 @@ impl Cx<'_> {
             }
         }
 
+        // Two endpoints of one workflow taking over the same persistent
+        // endpoint would race for it.
+        let mut attached: BTreeMap<&str, Pos> = BTreeMap::new();
+        for (sname, svc) in &services {
+            for (i, ep) in svc.network.endpoints.iter().enumerate() {
+                let Some(target) = ep.attach.as_deref() else {
+                    continue;
+                };
+                match attached.get(target) {
+                    Some(first) => {
+                        let path = index(
+                            &format!("{}.network.endpoints", child("services", sname)),
+                            i,
+                        );
+                        let msg = format!(
+                            "persistent endpoint `{target}` is already attached at {first}; attach it once"
+                        );
+                        self.err(ep.pos, &path, msg);
+                    }
+                    None => {
+                        attached.insert(target, ep.pos);
+                    }
+                }
+            }
+        }
+
         if self.names.jobs.is_empty() && self.names.services.is_empty() {
             self.err(
                 root.pos,

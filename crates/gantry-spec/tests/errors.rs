@@ -538,3 +538,24 @@ fn env_as_a_mapping() {
         &["5:10: jobs.a.env: expected a list of `NAME=VALUE` strings (`- NAME=VALUE`), found a mapping"],
     );
 }
+
+#[test]
+fn persistent_endpoint_attached_twice() {
+    check(
+        "\
+version: v4
+services:
+  a:
+    image: {uri: docker://x}
+    network:
+      ports: [{name: p, port: 80}]
+      endpoints: [{name: e, port-name: p, attach: chat}]
+  b:
+    image: {uri: docker://x}
+    network:
+      ports: [{name: p, port: 80}]
+      endpoints: [{name: e, port-name: p, attach: chat}]
+",
+        &["12:19: services.b.network.endpoints[0]: persistent endpoint `chat` is already attached at 7:19; attach it once"],
+    );
+}
