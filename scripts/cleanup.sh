@@ -1,0 +1,23 @@
+#!/bin/sh
+# cleanup.sh - remove what killed test runs leave behind: containers of test clusters, overlay
+# mounts under their temporary data dirs, and empty cgroup directories under gantry/.
+# Only touches Gantry's own test locations, never a real cluster's /var/lib/gantry.
+set -u
+tmp=${TMPDIR:-/tmp}
+for root in "$tmp"/gantry-e2e-*/agents/*/runc "$tmp"/gantry-run-*/agents/*/runc "$tmp"/gantry-bench-*/agents/*/runc; do
+  [ -d "$root" ] || continue
+  for id in $(runc --root "$root" list -q 2>/dev/null); do
+    runc --root "$root" kill --all "$id" KILL 2>/dev/null
+    runc --root "$root" delete -f "$id" 2>/dev/null
+  done
+done
+# Unmount, deepest first, anything mounted under a test data dir.
+awk '{print $2}' /proc/self/mounts | grep -E "^$tmp/gantry-(e2e|run|bench|rt)-" | sort -r | while read -r m; do
+  umount -l "$m" 2>/dev/null
+done
+# Empty cgroup directories (rmdir refuses non-empty ones, so live containers are safe).
+for h in /sys/fs/cgroup/*/gantry /sys/fs/cgroup/gantry; do
+  [ -d "$h" ] || continue
+  find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
+done
+exit 0

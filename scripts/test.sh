@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# test.sh - everything `make test` runs: install and start what the tests need, then every
+# test against the real things (runc, a local OCI registry), lints, and a bounded fuzz run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+scripts/cleanup.sh
+scripts/test-images.sh >/dev/null
+trap 'scripts/cleanup.sh' EXIT
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "== tests"
+# Two threads: the end-to-end tests start real clusters and containers on a 2-core machine.
+cargo test --workspace -- --test-threads=2
+
+echo "== fuzzing the workflow parser for ${GANTRY_FUZZ_SECONDS:-60}s"
+fuzz/run.sh "${GANTRY_FUZZ_SECONDS:-60}"
