@@ -1,0 +1,684 @@
+//! Image pull, node cache and layer unpack.
+//!
+//! The cache is content-addressed under one root:
+//!
+//! ```text
+//! blobs/sha256/<hex>     verified blobs (manifests' configs and layers), fetched once
+//! layers/sha256/<hex>/   each layer unpacked once, ready to be an overlayfs lowerdir
+//! locks/                 per-digest lock files (agents may share a cache root)
+//! tmp/<pid>.<n>          work in progress; renamed into place only when complete
+//! ```
+//!
+//! Layer directories are named without a `:` because overlayfs splits `lowerdir` on colons.
+
+mod layout;
+mod reference;
+pub mod unpack;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use gantry_api::agent::{ImageSource, RegistryCredential};
+use oci_client::client::{linux_amd64_resolver, ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+pub use reference::{parse_source, Source};
+
+/// How this node reaches registries.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PullConfig {
+    /// Registry host -> base URL of a mirror to pull from instead, e.g.
+    /// `docker.io` -> `http://127.0.0.1:5000` (air-gapped sites). A mirror given as `http://`
+    /// is spoken to in plain HTTP. There is no fallback to the original registry.
+    #[serde(default)]
+    pub mirrors: BTreeMap<String, String>,
+    /// Registry hosts (`host` or `host:port`) that speak plain HTTP.
+    #[serde(default)]
+    pub insecure_hosts: Vec<String>,
+}
+
+/// What a container needs from its image's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageConfig {
+    pub env: Vec<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub working_dir: Option<String>,
+    pub user: Option<String>,
+}
+
+/// An image whose layers are unpacked on this node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedImage {
+    /// The normalised source (`docker.io/library/busybox:1`, `oci:/path:tag`).
+    pub reference: String,
+    /// Digest of the platform manifest that was used (`sha256:...`).
+    pub manifest_digest: String,
+    /// Unpacked layer directories, bottom layer first.
+    pub layers: Vec<PathBuf>,
+    pub config: ImageConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("invalid image `{uri}`: {reason}")]
+    InvalidSource { uri: String, reason: String },
+    #[error("invalid pull configuration: {0}")]
+    InvalidConfig(String),
+    #[error(
+        "registry {registry} refused access to {reference}: {detail} (check the image's secret)"
+    )]
+    Unauthorized {
+        registry: String,
+        reference: String,
+        detail: String,
+    },
+    #[error("image {reference} not found: {detail}")]
+    NotFound { reference: String, detail: String },
+    #[error("pulling {reference} from {registry}: {detail}")]
+    Registry {
+        registry: String,
+        reference: String,
+        detail: String,
+    },
+    #[error("blob {digest}: content does not match its digest (got {actual})")]
+    DigestMismatch { digest: String, actual: String },
+    #[error("unsupported digest `{0}` (only sha256 is supported)")]
+    UnsupportedDigest(String),
+    #[error("image {reference} is for {platform}; this node runs linux/amd64")]
+    WrongPlatform { reference: String, platform: String },
+    #[error("OCI layout {path}: {reason}")]
+    Layout { path: String, reason: String },
+    #[error("image config {digest} is not valid: {reason}")]
+    BadConfig { digest: String, reason: String },
+    #[error("unpacking layer {digest}: {source}")]
+    Unpack {
+        digest: String,
+        #[source]
+        source: unpack::UnpackError,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+type Result<T, E = ImageError> = std::result::Result<T, E>;
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
+    let context = context.into();
+    move |source| ImageError::Io { context, source }
+}
+
+/// The node's image cache. Cheap to share behind an `Arc`; all methods take `&self`.
+pub struct ImageStore {
+    root: PathBuf,
+    config: PullConfig,
+    /// In-process half of the per-digest lock (the other half is a file lock).
+    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    fetches: AtomicU64,
+    tmp_seq: AtomicU64,
+}
+
+impl ImageStore {
+    /// Opens (creating if needed) the cache under `root`, and clears work left behind by
+    /// processes that died mid-pull.
+    pub fn new(root: impl Into<PathBuf>, config: PullConfig) -> Result<Self> {
+        let root = root.into();
+        for (host, base) in &config.mirrors {
+            reference::mirror_host(base).map_err(|reason| {
+                ImageError::InvalidConfig(format!("mirror for {host}: {reason}"))
+            })?;
+        }
+        for d in ["blobs/sha256", "layers/sha256", "locks", "tmp"] {
+            let p = root.join(d);
+            fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        }
+        // reqwest is built without a bundled crypto provider; ring is the light one. An error
+        // only means some other part of the process installed one first.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let store = ImageStore {
+            root,
+            config,
+            locks: Mutex::new(HashMap::new()),
+            fetches: AtomicU64::new(0),
+            tmp_seq: AtomicU64::new(0),
+        };
+        store.clean_stale_tmp();
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// How many blobs this store has downloaded from registries since it was created.
+    pub fn fetch_count(&self) -> u64 {
+        self.fetches.load(Ordering::Relaxed)
+    }
+
+    /// Bytes used by the cache on disk (hard links counted once).
+    pub fn cache_bytes(&self) -> u64 {
+        let mut seen = std::collections::HashSet::new();
+        let mut total = 0;
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                let Ok(m) = e.metadata() else { continue };
+                if m.is_dir() {
+                    stack.push(e.path());
+                } else if m.nlink() <= 1 || seen.insert((m.dev(), m.ino())) {
+                    total += m.blocks() * 512;
+                }
+            }
+        }
+        total
+    }
+
+    /// Resolves, downloads (what is not cached) and unpacks an image.
+    pub async fn prepare(&self, src: &ImageSource) -> Result<PreparedImage> {
+        match parse_source(&src.uri)? {
+            Source::Registry(reference) => {
+                self.prepare_registry(reference, src.credential.as_ref())
+                    .await
+            }
+            Source::Layout { path, tag } => self.prepare_layout(&path, tag.as_deref()).await,
+        }
+    }
+
+    async fn prepare_registry(
+        &self,
+        original: Reference,
+        credential: Option<&RegistryCredential>,
+    ) -> Result<PreparedImage> {
+        let display = original.whole();
+        let (target, plain_http) =
+            reference::apply_mirror(&original, &self.config).map_err(ImageError::InvalidConfig)?;
+        let registry = target.resolve_registry().to_owned();
+        let mut plain: Vec<String> = self.config.insecure_hosts.clone();
+        plain.extend(plain_http);
+        // One client per pull: oci-client caches credentials per registry inside a client, and
+        // two assignments may pull from the same registry as different users.
+        let client = Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(plain),
+            platform_resolver: Some(Box::new(linux_amd64_resolver)),
+            connect_timeout: Some(Duration::from_secs(30)),
+            read_timeout: Some(Duration::from_secs(120)),
+            ..Default::default()
+        });
+        let auth = match credential {
+            None => RegistryAuth::Anonymous,
+            Some(RegistryCredential::Basic { username, password }) => {
+                RegistryAuth::Basic(username.clone(), password.clone())
+            }
+            Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
+        };
+        let ctx = RegistryCtx {
+            client,
+            reference: target,
+            display: display.clone(),
+            registry,
+        };
+        let (manifest, digest) = ctx
+            .client
+            .pull_image_manifest(&ctx.reference, &auth)
+            .await
+            .map_err(|e| ctx.error(e))?;
+        check_digest(&digest)?;
+        let source = BlobSource::Registry(&ctx);
+        self.finish(&source, display, digest, &manifest).await
+    }
+
+    async fn prepare_layout(&self, path: &Path, tag: Option<&str>) -> Result<PreparedImage> {
+        let (digest, manifest) = layout::resolve(path, tag).await?;
+        let display = match tag {
+            Some(t) => format!("oci:{}:{t}", path.display()),
+            None => format!("oci:{}", path.display()),
+        };
+        let source = BlobSource::Layout(path);
+        self.finish(&source, display, digest, &manifest).await
+    }
+
+    async fn finish(
+        &self,
+        source: &BlobSource<'_>,
+        reference: String,
+        manifest_digest: String,
+        manifest: &OciImageManifest,
+    ) -> Result<PreparedImage> {
+        let config_path = self.ensure_blob(source, &manifest.config).await?;
+        let raw = tokio::fs::read(&config_path)
+            .await
+            .map_err(io_err(format!("reading {}", config_path.display())))?;
+        let config = parse_image_config(&manifest.config.digest, &reference, &raw)?;
+        let layers = futures_util::future::try_join_all(
+            manifest.layers.iter().map(|l| self.ensure_layer(source, l)),
+        )
+        .await?;
+        Ok(PreparedImage {
+            reference,
+            manifest_digest,
+            layers,
+            config,
+        })
+    }
+
+    fn blob_path(&self, digest: &str) -> Result<PathBuf> {
+        Ok(self.root.join("blobs/sha256").join(check_digest(digest)?))
+    }
+
+    /// The directory a layer is (or will be) unpacked into.
+    pub fn layer_path(&self, digest: &str) -> Result<PathBuf> {
+        Ok(self.root.join("layers/sha256").join(check_digest(digest)?))
+    }
+
+    fn tmp_path(&self) -> PathBuf {
+        let n = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        self.root
+            .join("tmp")
+            .join(format!("{}.{n}", std::process::id()))
+    }
+
+    async fn ensure_layer(&self, source: &BlobSource<'_>, desc: &OciDescriptor) -> Result<PathBuf> {
+        let dest = self.layer_path(&desc.digest)?;
+        if dest.is_dir() {
+            return Ok(dest);
+        }
+        let _guard = self
+            .lock(&format!("layer-{}", check_digest(&desc.digest)?))
+            .await?;
+        if dest.is_dir() {
+            return Ok(dest);
+        }
+        let blob = self.ensure_blob(source, desc).await?;
+        let tmp = self.tmp_path();
+        let digest = desc.digest.clone();
+        let final_dest = dest.clone();
+        tokio::task::spawn_blocking(move || -> Result<()> {
+            fs::create_dir(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
+            let done = unpack::unpack_layer(&blob, &tmp)
+                .map_err(|source| ImageError::Unpack {
+                    digest: digest.clone(),
+                    source,
+                })
+                .and_then(|()| {
+                    // The rename is the commit point: make the content durable before it.
+                    sync_fs(&tmp).map_err(io_err("syncing unpacked layer"))?;
+                    fs::rename(&tmp, &final_dest).map_err(io_err(format!(
+                        "moving layer into {}",
+                        final_dest.display()
+                    )))
+                });
+            if done.is_err() {
+                let _ = fs::remove_dir_all(&tmp);
+            }
+            done
+        })
+        .await
+        .map_err(|e| io_err("unpack task")(io::Error::other(e)))??;
+        Ok(dest)
+    }
+
+    async fn ensure_blob(&self, source: &BlobSource<'_>, desc: &OciDescriptor) -> Result<PathBuf> {
+        let path = self.blob_path(&desc.digest)?;
+        if path.is_file() {
+            return Ok(path);
+        }
+        let _guard = self
+            .lock(&format!("blob-{}", check_digest(&desc.digest)?))
+            .await?;
+        if path.is_file() {
+            return Ok(path);
+        }
+        let tmp = self.tmp_path();
+        let res = match source {
+            BlobSource::Registry(ctx) => self.fetch_blob(ctx, desc, &tmp).await,
+            BlobSource::Layout(dir) => {
+                let src = layout::blob_path(dir, &desc.digest)?;
+                let (tmp2, digest) = (tmp.clone(), desc.digest.clone());
+                tokio::task::spawn_blocking(move || copy_verified(&src, &tmp2, &digest))
+                    .await
+                    .map_err(|e| io_err("copy task")(io::Error::other(e)))?
+            }
+        };
+        let res = res.and_then(|()| {
+            fs::rename(&tmp, &path).map_err(io_err(format!("storing {}", path.display())))
+        });
+        if res.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        res.map(|()| path)
+    }
+
+    async fn fetch_blob(&self, ctx: &RegistryCtx, desc: &OciDescriptor, tmp: &Path) -> Result<()> {
+        let mut stream = ctx
+            .client
+            .pull_blob_stream(&ctx.reference, desc)
+            .await
+            .map_err(|e| ctx.error(e))?;
+        let mut file = tokio::fs::File::create(tmp)
+            .await
+            .map_err(io_err(format!("creating {}", tmp.display())))?;
+        let mut hasher = Sha256::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| ImageError::Registry {
+                registry: ctx.registry.clone(),
+                reference: ctx.display.clone(),
+                detail: format!("downloading {}: {e}", desc.digest),
+            })?;
+            hasher.update(&chunk);
+            file.write_all(&chunk)
+                .await
+                .map_err(io_err(format!("writing {}", tmp.display())))?;
+        }
+        file.sync_all()
+            .await
+            .map_err(io_err(format!("syncing {}", tmp.display())))?;
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        verify(&desc.digest, &hasher.finalize())
+    }
+
+    /// Serialises work on one digest, across tasks of this process (async mutex) and across
+    /// processes sharing the cache root (flock).
+    async fn lock(&self, key: &str) -> Result<DigestGuard> {
+        let m = {
+            let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            map.retain(|_, w| w.strong_count() > 0);
+            match map.get(key).and_then(Weak::upgrade) {
+                Some(m) => m,
+                None => {
+                    let m = Arc::new(tokio::sync::Mutex::new(()));
+                    map.insert(key.to_owned(), Arc::downgrade(&m));
+                    m
+                }
+            }
+        };
+        let local = m.lock_owned().await;
+        let path = self.root.join("locks").join(key);
+        let file = tokio::task::spawn_blocking(move || -> io::Result<fs::File> {
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
+            flock(&f)?;
+            Ok(f)
+        })
+        .await
+        .map_err(|e| io_err("lock task")(io::Error::other(e)))?
+        .map_err(io_err(format!("locking {key}")))?;
+        Ok(DigestGuard {
+            _file: file,
+            _local: local,
+        })
+    }
+
+    fn clean_stale_tmp(&self) {
+        let Ok(rd) = fs::read_dir(self.root.join("tmp")) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.split('.').next())
+                .and_then(|p| p.parse::<i32>().ok());
+            let alive = pid.is_some_and(|p| p == std::process::id() as i32 || pid_alive(p));
+            if !alive {
+                let p = e.path();
+                let _ = if p.is_dir() {
+                    fs::remove_dir_all(&p)
+                } else {
+                    fs::remove_file(&p)
+                };
+            }
+        }
+    }
+}
+
+/// Held while one digest is being fetched or unpacked; released on drop (closing the file
+/// releases the flock).
+struct DigestGuard {
+    _file: fs::File,
+    _local: tokio::sync::OwnedMutexGuard<()>,
+}
+
+enum BlobSource<'a> {
+    Registry(&'a RegistryCtx),
+    Layout(&'a Path),
+}
+
+struct RegistryCtx {
+    client: Client,
+    reference: Reference,
+    display: String,
+    registry: String,
+}
+
+impl RegistryCtx {
+    fn error(&self, e: OciDistributionError) -> ImageError {
+        let registry = self.registry.clone();
+        let reference = self.display.clone();
+        let detail = e.to_string();
+        match &e {
+            OciDistributionError::AuthenticationFailure(_)
+            | OciDistributionError::UnauthorizedError { .. } => ImageError::Unauthorized {
+                registry,
+                reference,
+                detail,
+            },
+            OciDistributionError::ImageManifestNotFoundError(_) => {
+                ImageError::NotFound { reference, detail }
+            }
+            OciDistributionError::RegistryError { envelope, .. }
+                if envelope.errors.iter().any(|x| {
+                    matches!(x.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)
+                }) =>
+            {
+                ImageError::Unauthorized {
+                    registry,
+                    reference,
+                    detail,
+                }
+            }
+            OciDistributionError::RegistryError { envelope, .. }
+                if envelope.errors.iter().any(|x| {
+                    matches!(
+                        x.code,
+                        OciErrorCode::ManifestUnknown
+                            | OciErrorCode::NameUnknown
+                            | OciErrorCode::NotFound
+                    )
+                }) =>
+            {
+                ImageError::NotFound { reference, detail }
+            }
+            _ => ImageError::Registry {
+                registry,
+                reference,
+                detail,
+            },
+        }
+    }
+}
+
+/// Returns the hex part of a `sha256:` digest, refusing anything else: the hex becomes a file
+/// name, so it must be exactly 64 lowercase hex digits.
+pub(crate) fn check_digest(digest: &str) -> Result<&str> {
+    match digest.strip_prefix("sha256:") {
+        Some(hex)
+            if hex.len() == 64
+                && hex
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) =>
+        {
+            Ok(hex)
+        }
+        _ => Err(ImageError::UnsupportedDigest(digest.to_owned())),
+    }
+}
+
+fn verify(digest: &str, actual: &[u8]) -> Result<()> {
+    let actual = hex::encode(actual);
+    if check_digest(digest)? != actual {
+        return Err(ImageError::DigestMismatch {
+            digest: digest.to_owned(),
+            actual: format!("sha256:{actual}"),
+        });
+    }
+    Ok(())
+}
+
+fn copy_verified(src: &Path, dst: &Path, digest: &str) -> Result<()> {
+    let mut input = fs::File::open(src).map_err(io_err(format!("opening {}", src.display())))?;
+    let mut out = fs::File::create(dst).map_err(io_err(format!("creating {}", dst.display())))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = input
+            .read(&mut buf)
+            .map_err(io_err(format!("reading {}", src.display())))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n])
+            .map_err(io_err(format!("writing {}", dst.display())))?;
+    }
+    out.sync_all()
+        .map_err(io_err(format!("syncing {}", dst.display())))?;
+    verify(digest, &hasher.finalize())
+}
+
+#[derive(Deserialize)]
+struct RawImage {
+    #[serde(default)]
+    os: Option<String>,
+    #[serde(default)]
+    architecture: Option<String>,
+    #[serde(default)]
+    config: Option<RawConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RawConfig {
+    #[serde(default)]
+    env: Option<Vec<String>>,
+    #[serde(default)]
+    entrypoint: Option<Vec<String>>,
+    #[serde(default)]
+    cmd: Option<Vec<String>>,
+    #[serde(default)]
+    working_dir: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+fn parse_image_config(digest: &str, reference: &str, raw: &[u8]) -> Result<ImageConfig> {
+    let img: RawImage = serde_json::from_slice(raw).map_err(|e| ImageError::BadConfig {
+        digest: digest.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let os = img.os.as_deref().unwrap_or("linux");
+    let arch = img.architecture.as_deref().unwrap_or("amd64");
+    if os != "linux" || arch != "amd64" {
+        return Err(ImageError::WrongPlatform {
+            reference: reference.to_owned(),
+            platform: format!("{os}/{arch}"),
+        });
+    }
+    let c = img.config.unwrap_or(RawConfig {
+        env: None,
+        entrypoint: None,
+        cmd: None,
+        working_dir: None,
+        user: None,
+    });
+    Ok(ImageConfig {
+        env: c.env.unwrap_or_default(),
+        entrypoint: c.entrypoint.unwrap_or_default(),
+        cmd: c.cmd.unwrap_or_default(),
+        working_dir: c.working_dir.filter(|w| !w.is_empty()),
+        user: c.user.filter(|u| !u.is_empty()),
+    })
+}
+
+fn flock(f: &fs::File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: the fd is owned by `f` and open.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn sync_fs(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = fs::File::open(path)?;
+    // SAFETY: the fd is owned by `f` and open.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+pub(crate) fn pid_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_must_be_sha256_hex() {
+        let good = format!("sha256:{}", "a".repeat(64));
+        assert!(check_digest(&good).is_ok());
+        assert!(check_digest("sha512:abcd").is_err());
+        assert!(check_digest(&format!("sha256:{}", "A".repeat(64))).is_err());
+        assert!(check_digest(&format!("sha256:../{}", "a".repeat(61))).is_err());
+    }
+
+    #[test]
+    fn image_config_fields() {
+        let raw = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","A=1"],
+            "Entrypoint":["/init"],"Cmd":["serve"],"WorkingDir":"/srv","User":"1000:1000"}}"#;
+        let c = parse_image_config("d", "r", raw).unwrap();
+        assert_eq!(c.env, vec!["PATH=/bin", "A=1"]);
+        assert_eq!(c.entrypoint, vec!["/init"]);
+        assert_eq!(c.cmd, vec!["serve"]);
+        assert_eq!(c.working_dir.as_deref(), Some("/srv"));
+        assert_eq!(c.user.as_deref(), Some("1000:1000"));
+        let bare =
+            parse_image_config("d", "r", br#"{"config":{"Cmd":null,"WorkingDir":""}}"#).unwrap();
+        assert_eq!(bare, ImageConfig::default());
+        let arm = parse_image_config("d", "r", br#"{"os":"linux","architecture":"arm64"}"#);
+        assert!(matches!(arm, Err(ImageError::WrongPlatform { .. })));
+    }
+}

@@ -1,0 +1,163 @@
+//! Image source URIs (`docker://REF`, `oci://PATH[:TAG]`) and registry mirrors.
+
+use std::path::{Path, PathBuf};
+
+use oci_client::Reference;
+
+use super::{ImageError, PullConfig};
+
+/// Where an image comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A registry reference, normalised like docker does (`busybox` ->
+    /// `docker.io/library/busybox:latest`).
+    Registry(Reference),
+    /// A local OCI image layout, with the `org.opencontainers.image.ref.name` to pick.
+    Layout { path: PathBuf, tag: Option<String> },
+}
+
+pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
+    let invalid = |reason: &str| ImageError::InvalidSource {
+        uri: uri.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if let Some(rest) = uri.strip_prefix("docker://") {
+        let reference: Reference = rest
+            .parse()
+            .map_err(|e| invalid(&format!("not a valid image reference ({e})")))?;
+        return Ok(Source::Registry(reference));
+    }
+    if let Some(rest) = uri.strip_prefix("oci://") {
+        if !rest.starts_with('/') {
+            return Err(invalid("an oci:// layout path must be absolute"));
+        }
+        // A path may itself contain `:`, so the tag split is only taken when the whole string
+        // is not a layout.
+        let whole = Path::new(rest);
+        if whole.join("index.json").is_file() {
+            return Ok(Source::Layout {
+                path: whole.to_path_buf(),
+                tag: None,
+            });
+        }
+        if let Some((path, tag)) = rest.rsplit_once(':') {
+            if !tag.is_empty() && !tag.contains('/') {
+                return Ok(Source::Layout {
+                    path: PathBuf::from(path),
+                    tag: Some(tag.to_owned()),
+                });
+            }
+        }
+        return Ok(Source::Layout {
+            path: whole.to_path_buf(),
+            tag: None,
+        });
+    }
+    Err(invalid("expected docker://REF or oci://PATH"))
+}
+
+/// The `host[:port]` of a mirror base URL, and whether it speaks plain HTTP.
+pub fn mirror_host(base: &str) -> Result<(String, bool), String> {
+    let (rest, plain) = if let Some(r) = base.strip_prefix("http://") {
+        (r, true)
+    } else if let Some(r) = base.strip_prefix("https://") {
+        (r, false)
+    } else {
+        (base, false)
+    };
+    let host = rest.trim_end_matches('/');
+    if host.is_empty() || host.contains('/') {
+        return Err(format!(
+            "`{base}` must be a registry base URL like http://host:port (registries serve /v2/ at their root)"
+        ));
+    }
+    Ok((host.to_owned(), plain))
+}
+
+/// Rewrites a reference to go to its registry's mirror, if one is configured. Returns the
+/// reference to use and any host that must be spoken to in plain HTTP.
+pub fn apply_mirror(
+    original: &Reference,
+    config: &PullConfig,
+) -> Result<(Reference, Option<String>), String> {
+    let Some(base) = config.mirrors.get(original.registry()) else {
+        return Ok((original.clone(), None));
+    };
+    let (host, plain) = mirror_host(base)?;
+    let repo = original.repository().to_owned();
+    let r = match (original.tag(), original.digest()) {
+        (Some(t), Some(d)) => {
+            Reference::with_tag_and_digest(host.clone(), repo, t.to_owned(), d.to_owned())
+        }
+        (None, Some(d)) => Reference::with_digest(host.clone(), repo, d.to_owned()),
+        (t, None) => Reference::with_tag(host.clone(), repo, t.unwrap_or("latest").to_owned()),
+    };
+    Ok((r, plain.then_some(host)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(uri: &str) -> Reference {
+        match parse_source(uri).unwrap() {
+            Source::Registry(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn normalises_like_docker() {
+        assert_eq!(
+            reg("docker://alpine").whole(),
+            "docker.io/library/alpine:latest"
+        );
+        assert_eq!(
+            reg("docker://busybox:1").whole(),
+            "docker.io/library/busybox:1"
+        );
+        assert_eq!(
+            reg("docker://index.docker.io/user/app:2").whole(),
+            "docker.io/user/app:2"
+        );
+        let r = reg("docker://127.0.0.1:5055/library/busybox:1");
+        assert_eq!(r.registry(), "127.0.0.1:5055");
+        assert_eq!(r.repository(), "library/busybox");
+        assert!(parse_source("docker://UPPER/Case").is_err());
+        assert!(parse_source("http://x/y").is_err());
+    }
+
+    #[test]
+    fn layout_paths_and_tags() {
+        assert_eq!(
+            parse_source("oci:///no/such/layout:v1").unwrap(),
+            Source::Layout {
+                path: "/no/such/layout".into(),
+                tag: Some("v1".into())
+            }
+        );
+        assert_eq!(
+            parse_source("oci:///no/such/layout").unwrap(),
+            Source::Layout {
+                path: "/no/such/layout".into(),
+                tag: None
+            }
+        );
+        assert!(parse_source("oci://relative/path").is_err());
+    }
+
+    #[test]
+    fn mirrors_rewrite_the_registry() {
+        let mut config = PullConfig::default();
+        config
+            .mirrors
+            .insert("docker.io".into(), "http://127.0.0.1:5000/".into());
+        let (r, plain) = apply_mirror(&reg("docker://busybox:1"), &config).unwrap();
+        assert_eq!(r.whole(), "127.0.0.1:5000/library/busybox:1");
+        assert_eq!(plain.as_deref(), Some("127.0.0.1:5000"));
+        let (r, plain) = apply_mirror(&reg("docker://quay.io/x/y:1"), &config).unwrap();
+        assert_eq!(r.whole(), "quay.io/x/y:1");
+        assert_eq!(plain, None);
+        assert!(mirror_host("http://host:1/path").is_err());
+    }
+}
