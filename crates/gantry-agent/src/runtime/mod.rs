@@ -1,0 +1,913 @@
+//! Containers under runc, each parented by a detached `gantry shim`.
+//!
+//! Everything about a container lives in `<state_dir>/containers/<id>/`, so an agent that
+//! restarts finds its containers again with [`Runtime::list`]:
+//!
+//! ```text
+//! meta.json       the caller's opaque metadata (the agent keeps its Assignment there)
+//! config.json     the OCI runtime config; rootfs/ is the overlay of the image layers
+//! upper/ work/    the container's private overlay layer
+//! files/N         injected files, bind-mounted read-only at their targets
+//! stdout stderr   the container's output, written by the container itself
+//! shim.pid shim.log runc.log container.pid
+//! exit.json       {"exit_code": N, "signal": S?, "start_error": "..."?}, written once at the end
+//! ```
+
+mod shim;
+mod spec;
+mod sys;
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::image::ImageConfig;
+
+pub use shim::shim_main;
+pub use spec::INIT_PATH;
+
+/// A pids limit that stops fork bombs without getting in the way of real work.
+pub const DEFAULT_PIDS_LIMIT: u64 = 4096;
+
+/// How long `start` waits for runc to report the process running.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a SIGKILLed container may take to be reaped before `stop` gives up.
+const KILL_TIMEOUT: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(50);
+
+/// File names inside a container's directory.
+mod files {
+    pub const META: &str = "meta.json";
+    pub const CONFIG: &str = "config.json";
+    pub const ROOTFS: &str = "rootfs";
+    pub const UPPER: &str = "upper";
+    pub const WORK: &str = "work";
+    pub const INJECTED: &str = "files";
+    pub const STDOUT: &str = "stdout";
+    pub const STDERR: &str = "stderr";
+    pub const SHIM_PID: &str = "shim.pid";
+    pub const SHIM_LOG: &str = "shim.log";
+    pub const RUNC_LOG: &str = "runc.log";
+    pub const CONTAINER_PID: &str = "container.pid";
+    pub const EXIT: &str = "exit.json";
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeConfig {
+    /// This agent's state; containers live in `<state_dir>/containers/<id>/`.
+    pub state_dir: PathBuf,
+    /// This agent's runc root (`runc --root`), so agents on one host never see each other's
+    /// containers.
+    pub runc_root: PathBuf,
+    /// Cgroup path under which containers are placed, e.g. `gantry/<agent-name>`.
+    pub cgroup_parent: String,
+    /// The command that runs a shim, e.g. `[/usr/bin/gantry, shim]`.
+    pub shim_argv: Vec<String>,
+    /// A static init (tini-static, catatonit) run as each container's PID 1. Without one the
+    /// workload is PID 1 itself and, unless it handles SIGTERM, only stops at SIGKILL.
+    pub init: Option<PathBuf>,
+    /// The runc binary.
+    pub runc: PathBuf,
+}
+
+impl RuntimeConfig {
+    /// A configuration with the host's init (see [`find_init`]) and `runc` from `PATH`.
+    pub fn new(
+        state_dir: impl Into<PathBuf>,
+        runc_root: impl Into<PathBuf>,
+        cgroup_parent: impl Into<String>,
+        shim_argv: Vec<String>,
+    ) -> Self {
+        RuntimeConfig {
+            state_dir: state_dir.into(),
+            runc_root: runc_root.into(),
+            cgroup_parent: cgroup_parent.into(),
+            shim_argv,
+            init: find_init(),
+            runc: PathBuf::from("runc"),
+        }
+    }
+}
+
+/// A statically linked init from the host's packages (`tini`, `catatonit`), if installed.
+/// It must be static: it runs inside images that may have no libc at all.
+pub fn find_init() -> Option<PathBuf> {
+    [
+        "/usr/bin/tini-static",
+        "/usr/bin/catatonit",
+        "/usr/libexec/podman/catatonit",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+/// A bind mount from the host into the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    /// Absolute host path; must exist.
+    pub source: PathBuf,
+    /// Absolute path in the container.
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// Everything needed to start one container.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContainerSpec {
+    /// `[A-Za-z0-9_.-]`, at most 128 characters, not starting with `.` or `-`.
+    pub id: String,
+    /// Unpacked image layers, bottom first (as [`crate::image::PreparedImage::layers`]).
+    pub layers: Vec<PathBuf>,
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    /// Absolute working directory; created if the image lacks it.
+    pub cwd: String,
+    /// `user`, `uid`, `user:group` or `uid:gid`, resolved in the image; `None` is root.
+    #[serde(default)]
+    pub user: Option<String>,
+    pub mounts: Vec<Bind>,
+    /// (absolute target, content): written under the container's directory and bind-mounted
+    /// read-only (mode 0644).
+    pub files: Vec<(String, Vec<u8>)>,
+    /// CPU quota in cores (1.5 = 150 ms per 100 ms); 0 or less means no quota.
+    pub cpus: f64,
+    pub memory_bytes: Option<u64>,
+    pub pids_limit: Option<u64>,
+    /// Empty: the first 12 characters of the id.
+    pub hostname: String,
+    /// Share the host's network namespace instead of getting one with only `lo`.
+    pub host_network: bool,
+}
+
+/// What [`merge_image_config`] decides from an image and an assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergedProcess {
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub cwd: String,
+    pub user: Option<String>,
+}
+
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Combines an image's configuration with what an assignment asks for:
+/// - argv: the assignment's when given (it is the full command line, replacing the image's
+///   entrypoint), otherwise the image's entrypoint followed by its cmd;
+/// - env: the image's, overridden by the assignment's per variable (order kept, new ones
+///   appended), with a default `PATH` when neither sets one;
+/// - cwd: the assignment's, else the image's `WorkingDir`, else `/`;
+/// - user: the image's.
+pub fn merge_image_config(
+    image: &ImageConfig,
+    argv: &[String],
+    env: &[String],
+    cwd: Option<&str>,
+) -> Result<MergedProcess, RuntimeError> {
+    let args = if argv.is_empty() {
+        image
+            .entrypoint
+            .iter()
+            .chain(image.cmd.iter())
+            .cloned()
+            .collect()
+    } else {
+        argv.to_vec()
+    };
+    if args.is_empty() {
+        return Err(RuntimeError::InvalidSpec(
+            "no command: the task gives none and the image has no entrypoint or cmd".into(),
+        ));
+    }
+    let key = |kv: &str| kv.split_once('=').map_or(kv, |(k, _)| k).to_owned();
+    let mut merged: Vec<String> = Vec::new();
+    for kv in image.env.iter().chain(env.iter()) {
+        if !kv.contains('=') || kv.starts_with('=') {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "environment entry `{kv}` is not NAME=VALUE"
+            )));
+        }
+        let k = key(kv);
+        match merged.iter_mut().find(|e| key(e) == k) {
+            Some(slot) => *slot = kv.clone(),
+            None => merged.push(kv.clone()),
+        }
+    }
+    if !merged.iter().any(|e| key(e) == "PATH") {
+        merged.insert(0, DEFAULT_PATH.to_owned());
+    }
+    let cwd = cwd
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .or_else(|| image.working_dir.clone())
+        .unwrap_or_else(|| "/".to_owned());
+    if !cwd.starts_with('/') {
+        return Err(RuntimeError::InvalidSpec(format!(
+            "working directory `{cwd}` is not absolute"
+        )));
+    }
+    Ok(MergedProcess {
+        args,
+        env: merged,
+        cwd,
+        user: image.user.clone(),
+    })
+}
+
+/// A container as the runtime sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    Running,
+    /// `exit_code` follows the shell convention: 128+N when killed by signal N (137 for
+    /// SIGKILL, which is also what the OOM killer sends).
+    Exited {
+        exit_code: i32,
+        signal: Option<i32>,
+    },
+    /// No record of it, or its shim died without recording an exit (e.g. the node rebooted).
+    Unknown,
+}
+
+/// The shim's record of how the container ended (`exit.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ExitRecord {
+    exit_code: i32,
+    #[serde(default)]
+    signal: Option<i32>,
+    /// Set when the process never started (bad command, bad mount...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    start_error: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("invalid container spec: {0}")]
+    InvalidSpec(String),
+    #[error("invalid runtime configuration: {0}")]
+    InvalidConfig(String),
+    #[error("container {0} already exists")]
+    AlreadyExists(String),
+    #[error("no container {0}")]
+    NotFound(String),
+    #[error("container {id} failed to start: {message}")]
+    StartFailed { id: String, message: String },
+    #[error("container {id}: {what} did not happen within {secs} s")]
+    Timeout { id: String, what: String, secs: u64 },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> RuntimeError {
+    let context = context.into();
+    move |source| RuntimeError::Io { context, source }
+}
+
+/// Writes a file so readers see either nothing or all of it.
+fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with(['.', '-'])
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// An absolute container path without `..`.
+fn valid_target(t: &str) -> bool {
+    let p = Path::new(t);
+    p.is_absolute()
+        && p.components().all(|c| !matches!(c, Component::ParentDir))
+        && p.components().count() > 1
+}
+
+/// The runc runtime of one agent. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    cfg: Arc<RuntimeConfig>,
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> Result<Self> {
+        if config.shim_argv.is_empty() {
+            return Err(RuntimeError::InvalidConfig("shim_argv is empty".into()));
+        }
+        let parts: Vec<&str> = config.cgroup_parent.split('/').collect();
+        if config.cgroup_parent.trim_matches('/').is_empty()
+            || parts.iter().any(|p| *p == ".." || *p == ".")
+        {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "cgroup_parent `{}` must be a relative path like gantry/<agent>",
+                config.cgroup_parent
+            )));
+        }
+        for d in [
+            config.state_dir.join("containers"),
+            config.runc_root.clone(),
+        ] {
+            fs::create_dir_all(&d).map_err(io_err(format!("creating {}", d.display())))?;
+        }
+        Ok(Runtime {
+            cfg: Arc::new(config),
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.cfg
+    }
+
+    /// The container's directory (bundle and state).
+    pub fn container_dir(&self, id: &str) -> PathBuf {
+        self.cfg.state_dir.join("containers").join(id)
+    }
+
+    /// The files the container's stdout and stderr go to.
+    pub fn log_paths(&self, id: &str) -> (PathBuf, PathBuf) {
+        let d = self.container_dir(id);
+        (d.join(files::STDOUT), d.join(files::STDERR))
+    }
+
+    fn cgroups_path(&self, id: &str) -> String {
+        format!("/{}/{id}", self.cfg.cgroup_parent.trim_matches('/'))
+    }
+
+    /// Starts a container and returns once its process runs (or has already exited). On
+    /// error nothing is left behind. Blocks (up to a minute): call it from a blocking task.
+    pub fn start(&self, spec: &ContainerSpec, meta: &serde_json::Value) -> Result<()> {
+        self.create(spec, meta)?;
+        match self.wait_started(&spec.id) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = self.stop(&spec.id, Duration::ZERO);
+                let _ = self.remove(&spec.id);
+                Err(e)
+            }
+        }
+    }
+
+    fn validate(&self, spec: &ContainerSpec) -> Result<()> {
+        let bad = |m: String| Err(RuntimeError::InvalidSpec(m));
+        if !valid_id(&spec.id) {
+            return bad(format!("id `{}` must be 1-128 of [A-Za-z0-9_.-]", spec.id));
+        }
+        if spec.layers.is_empty() {
+            return bad("no image layers".into());
+        }
+        if let Some(l) = spec.layers.iter().find(|l| !l.is_dir()) {
+            return bad(format!("layer {} is not unpacked", l.display()));
+        }
+        if spec.args.is_empty() {
+            return bad("no command".into());
+        }
+        if !spec.cwd.starts_with('/') {
+            return bad(format!("working directory `{}` is not absolute", spec.cwd));
+        }
+        let reserved = |t: &str| {
+            let p = Path::new(t);
+            p.starts_with("/proc") || p.starts_with("/sys") || p == Path::new(INIT_PATH)
+        };
+        for b in &spec.mounts {
+            if !valid_target(&b.target) || reserved(&b.target) {
+                return bad(format!("mount target `{}` is not allowed", b.target));
+            }
+            if !b.source.is_absolute() || !b.source.exists() {
+                return bad(format!(
+                    "mount source {} does not exist (or is not absolute)",
+                    b.source.display()
+                ));
+            }
+        }
+        for (t, _) in &spec.files {
+            if !valid_target(t) || reserved(t) {
+                return bad(format!("file target `{t}` is not allowed"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the bundle and launches the shim (blocking work).
+    fn create(&self, spec: &ContainerSpec, meta: &serde_json::Value) -> Result<()> {
+        self.validate(spec)?;
+        let dir = self.container_dir(&spec.id);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(RuntimeError::AlreadyExists(spec.id.clone()))
+            }
+            Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
+        }
+        let built = self.populate(spec, meta, &dir);
+        if built.is_err() {
+            let _ = self.remove_blocking(&spec.id);
+        }
+        built
+    }
+
+    fn populate(&self, spec: &ContainerSpec, meta: &serde_json::Value, dir: &Path) -> Result<()> {
+        // runc runs the container's processes from the bundle; keep it away from other users.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o711))
+            .map_err(io_err("chmod bundle"))?;
+        let meta_bytes = serde_json::to_vec(meta).map_err(|e| io_err("meta")(e.into()))?;
+        write_atomic(&dir.join(files::META), &meta_bytes).map_err(io_err("writing meta.json"))?;
+        for d in [files::ROOTFS, files::UPPER, files::WORK, files::INJECTED] {
+            fs::create_dir(dir.join(d)).map_err(io_err(format!("creating {d}")))?;
+        }
+        let rootfs = dir.join(files::ROOTFS);
+        sys::mount_overlay(
+            &spec.layers,
+            &dir.join(files::UPPER),
+            &dir.join(files::WORK),
+            &rootfs,
+        )
+        .map_err(io_err(format!(
+            "mounting the image at {}",
+            rootfs.display()
+        )))?;
+
+        let (uid, gid, additional_gids) = resolve_user(&rootfs, spec.user.as_deref())?;
+        let mut injected = Vec::new();
+        for (n, (target, content)) in spec.files.iter().enumerate() {
+            let src = dir.join(files::INJECTED).join(n.to_string());
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&src)
+                .and_then(|mut f| f.write_all(content))
+                .map_err(io_err(format!("writing injected file for {target}")))?;
+            injected.push((src, target.clone()));
+        }
+        let mut spec = spec.clone();
+        if spec.hostname.is_empty() {
+            spec.hostname = spec.id.chars().take(12).collect();
+        }
+        let host = spec::HostSide {
+            uid,
+            gid,
+            additional_gids,
+            files: injected,
+            init: self.cfg.init.as_deref(),
+            cgroups_path: self.cgroups_path(&spec.id),
+            swap_accounting: Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+                .exists(),
+        };
+        let oci = spec::build(&spec, &host)?;
+        let json = serde_json::to_vec_pretty(&oci).map_err(|e| io_err("config.json")(e.into()))?;
+        write_atomic(&dir.join(files::CONFIG), &json).map_err(io_err("writing config.json"))?;
+        self.spawn_shim(&spec.id, dir)
+    }
+
+    fn spawn_shim(&self, id: &str, dir: &Path) -> Result<()> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(files::SHIM_LOG))
+            .map_err(io_err("opening shim.log"))?;
+        let log2 = log.try_clone().map_err(io_err("opening shim.log"))?;
+        let mut cmd = Command::new(&self.cfg.shim_argv[0]);
+        cmd.args(&self.cfg.shim_argv[1..])
+            .args(shim::shim_args(
+                &self.cfg.runc,
+                &self.cfg.runc_root,
+                id,
+                dir,
+            ))
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // SAFETY: only async-signal-safe calls between fork and exec. The shim gets its own
+        // session (no terminal signals), and the extra fork makes it an orphan adopted by init,
+        // so the agent never has to reap it and it outlives the agent.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                match libc::fork() {
+                    -1 => Err(io::Error::last_os_error()),
+                    0 => Ok(()),
+                    _ => libc::_exit(0),
+                }
+            });
+        }
+        let status = cmd
+            .status()
+            .map_err(io_err(format!("starting shim {}", self.cfg.shim_argv[0])))?;
+        if !status.success() {
+            return Err(RuntimeError::StartFailed {
+                id: id.to_owned(),
+                message: format!("shim launcher exited with {status}"),
+            });
+        }
+        Ok(())
+    }
+
+    fn wait_started(&self, id: &str) -> Result<()> {
+        let dir = self.container_dir(id);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(rec) = read_exit(&dir) {
+                return match rec.start_error {
+                    Some(message) => Err(RuntimeError::StartFailed {
+                        id: id.to_owned(),
+                        message,
+                    }),
+                    None => Ok(()),
+                };
+            }
+            if dir.join(files::CONTAINER_PID).exists() {
+                return Ok(());
+            }
+            let shim_pid = read_pid(&dir.join(files::SHIM_PID));
+            if shim_pid.is_some_and(|p| !self.shim_alive(p, id)) && read_exit(&dir).is_none() {
+                let log = fs::read_to_string(dir.join(files::SHIM_LOG)).unwrap_or_default();
+                return Err(RuntimeError::StartFailed {
+                    id: id.to_owned(),
+                    message: format!("the shim died: {}", log.trim()),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(RuntimeError::Timeout {
+                    id: id.to_owned(),
+                    what: "start".into(),
+                    secs: START_TIMEOUT.as_secs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether `pid` is still this container's shim (guarding against pid reuse).
+    fn shim_alive(&self, pid: i32, id: &str) -> bool {
+        if !crate::image::pid_alive(pid) {
+            return false;
+        }
+        let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+            return false;
+        };
+        let mut args = cmdline.split(|b| *b == 0);
+        args.any(|a| a == b"--id") && cmdline.split(|b| *b == 0).any(|a| a == id.as_bytes())
+    }
+
+    /// Containers in the state directory, for re-adoption after an agent restart.
+    pub fn list(&self) -> Vec<String> {
+        let Ok(rd) = fs::read_dir(self.cfg.state_dir.join("containers")) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| valid_id(n))
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// The metadata given to [`Runtime::start`].
+    pub fn meta(&self, id: &str) -> Result<serde_json::Value> {
+        if !valid_id(id) {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        let p = self.container_dir(id).join(files::META);
+        let raw = fs::read(&p).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => RuntimeError::NotFound(id.to_owned()),
+            _ => io_err(format!("reading {}", p.display()))(e),
+        })?;
+        serde_json::from_slice(&raw)
+            .map_err(|e| io_err(format!("parsing {}", p.display()))(e.into()))
+    }
+
+    pub fn status(&self, id: &str) -> ContainerState {
+        if !valid_id(id) {
+            return ContainerState::Unknown;
+        }
+        let dir = self.container_dir(id);
+        if !dir.is_dir() {
+            return ContainerState::Unknown;
+        }
+        if let Some(rec) = read_exit(&dir) {
+            return ContainerState::Exited {
+                exit_code: rec.exit_code,
+                signal: rec.signal,
+            };
+        }
+        if read_pid(&dir.join(files::SHIM_PID)).is_some_and(|p| self.shim_alive(p, id)) {
+            return ContainerState::Running;
+        }
+        // The shim is gone without a record: the container may still run, orphaned.
+        match self.runc_status(id).as_deref() {
+            Some("running" | "created" | "paused" | "pausing") => ContainerState::Running,
+            _ => ContainerState::Unknown,
+        }
+    }
+
+    fn runc(&self) -> Command {
+        let mut c = Command::new(&self.cfg.runc);
+        c.arg("--root")
+            .arg(&self.cfg.runc_root)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn runc_status(&self, id: &str) -> Option<String> {
+        let out = self
+            .runc()
+            .args(["state", id])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["status"].as_str().map(str::to_owned)
+    }
+
+    /// Best effort: an exited or unknown container makes runc complain, which is fine here.
+    fn runc_kill(&self, id: &str, all: bool, signal: &str) {
+        let mut c = self.runc();
+        c.arg("kill");
+        if all {
+            c.arg("--all");
+        }
+        let _ = c
+            .args([id, signal])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// The one way to stop a container: SIGTERM to its init, up to `grace` to exit, then
+    /// SIGKILL to every process in it. Harmless on a container that has already exited.
+    /// Blocks until the container is gone: call it from a blocking task.
+    pub fn stop(&self, id: &str, grace: Duration) -> Result<ContainerState> {
+        if !valid_id(id) || !self.container_dir(id).is_dir() {
+            return Ok(ContainerState::Unknown);
+        }
+        let state = self.status(id);
+        if state != ContainerState::Running {
+            return Ok(state);
+        }
+        if !grace.is_zero() {
+            self.runc_kill(id, false, "TERM");
+            if let Some(s) = self.wait_not_running(id, grace) {
+                return Ok(s);
+            }
+        }
+        self.runc_kill(id, true, "KILL");
+        self.wait_not_running(id, KILL_TIMEOUT)
+            .ok_or_else(|| RuntimeError::Timeout {
+                id: id.to_owned(),
+                what: "exit after SIGKILL".into(),
+                secs: KILL_TIMEOUT.as_secs(),
+            })
+    }
+
+    fn wait_not_running(&self, id: &str, within: Duration) -> Option<ContainerState> {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status(id);
+            if s != ContainerState::Running {
+                return Some(s);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Deletes everything about a container: runc state, its rootfs mount, its directory and
+    /// the cgroup directories runc leaves behind. A running container is killed first.
+    /// Blocks: call it from a blocking task.
+    pub fn remove(&self, id: &str) -> Result<()> {
+        if !valid_id(id) {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        if self.status(id) == ContainerState::Running {
+            self.stop(id, Duration::ZERO)?;
+        }
+        let dir = self.container_dir(id);
+        // Let the shim finish its own cleanup rather than racing it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Some(pid) = read_pid(&dir.join(files::SHIM_PID)) {
+            if !self.shim_alive(pid, id) || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        self.remove_blocking(id)
+    }
+
+    fn remove_blocking(&self, id: &str) -> Result<()> {
+        let _ = self
+            .runc()
+            .args(["delete", "--force", id])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let dir = self.container_dir(id);
+        let mut mounts = sys::mounts_under(&dir);
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        for m in &mounts {
+            sys::unmount_all(m).map_err(io_err(format!("unmounting {}", m.display())))?;
+        }
+        // Never recurse into a mounted image: that would walk the shared layers.
+        if let Some(m) = sys::mounts_under(&dir).first() {
+            return Err(RuntimeError::Io {
+                context: format!("removing {}", dir.display()),
+                source: io::Error::other(format!("{} is still mounted", m.display())),
+            });
+        }
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(format!("removing {}", dir.display()))(e)),
+        }
+        sys::remove_cgroups(&self.cfg.cgroup_parent, id);
+        Ok(())
+    }
+}
+
+fn read_pid(p: &Path) -> Option<i32> {
+    fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+fn read_exit(dir: &Path) -> Option<ExitRecord> {
+    serde_json::from_slice(&fs::read(dir.join(files::EXIT)).ok()?).ok()
+}
+
+/// Resolves `user[:group]` against the image's /etc/passwd and /etc/group. Files are read only
+/// if they are not symlinks: a symlink would be followed on the host, not in the image.
+fn resolve_user(rootfs: &Path, user: Option<&str>) -> Result<(u32, u32, Vec<u32>)> {
+    let Some(user) = user.filter(|u| !u.is_empty()) else {
+        return Ok((0, 0, Vec::new()));
+    };
+    let read = |name: &str| -> Option<String> {
+        let etc = rootfs.join("etc");
+        let p = etc.join(name);
+        let plain = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink());
+        if plain(&etc) && plain(&p) {
+            fs::read_to_string(p).ok()
+        } else {
+            None
+        }
+    };
+    let passwd = read("passwd").unwrap_or_default();
+    let group = read("group").unwrap_or_default();
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    let bad = |m: String| RuntimeError::InvalidSpec(m);
+    let pw = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 4 && (f[0] == u || f[2] == u));
+    let (uid, name, primary) = match (u.parse::<u32>(), &pw) {
+        (Ok(uid), pw) => (
+            uid,
+            pw.as_ref().map(|f| f[0]),
+            pw.as_ref().and_then(|f| f[3].parse().ok()),
+        ),
+        (Err(_), Some(f)) => (
+            f[2].parse()
+                .map_err(|_| bad(format!("bad uid for {u} in /etc/passwd")))?,
+            Some(f[0]),
+            f[3].parse().ok(),
+        ),
+        (Err(_), None) => return Err(bad(format!("user `{u}` is not in the image's /etc/passwd"))),
+    };
+    let groups: Vec<Vec<&str>> = group
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .filter(|f| f.len() >= 3)
+        .collect();
+    let gid = match g {
+        None => primary.unwrap_or(0),
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => groups
+                .iter()
+                .find(|f| f[0] == g)
+                .and_then(|f| f[2].parse().ok())
+                .ok_or_else(|| bad(format!("group `{g}` is not in the image's /etc/group")))?,
+        },
+    };
+    let additional = match name {
+        Some(n) if g.is_none() => groups
+            .iter()
+            .filter(|f| f.len() >= 4 && f[3].split(',').any(|m| m == n))
+            .filter_map(|f| f[2].parse().ok())
+            .filter(|x| *x != gid)
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok((uid, gid, additional))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> ImageConfig {
+        ImageConfig {
+            env: vec!["PATH=/usr/bin".into(), "LANG=C".into()],
+            entrypoint: vec!["/entry".into()],
+            cmd: vec!["serve".into(), "--port=1".into()],
+            working_dir: Some("/srv".into()),
+            user: Some("app".into()),
+        }
+    }
+
+    #[test]
+    fn merge_defaults_to_image() {
+        let m = merge_image_config(&image(), &[], &[], None).unwrap();
+        assert_eq!(m.args, vec!["/entry", "serve", "--port=1"]);
+        assert_eq!(m.env, vec!["PATH=/usr/bin", "LANG=C"]);
+        assert_eq!(m.cwd, "/srv");
+        assert_eq!(m.user.as_deref(), Some("app"));
+    }
+
+    #[test]
+    fn merge_assignment_overrides() {
+        let argv = vec!["/bin/sh".to_owned(), "-c".into(), "true".into()];
+        let env = vec!["LANG=C.UTF-8".to_owned(), "FB_TASK_ID=3".into()];
+        let m = merge_image_config(&image(), &argv, &env, Some("/work")).unwrap();
+        assert_eq!(m.args, argv);
+        assert_eq!(m.env, vec!["PATH=/usr/bin", "LANG=C.UTF-8", "FB_TASK_ID=3"]);
+        assert_eq!(m.cwd, "/work");
+    }
+
+    #[test]
+    fn merge_adds_path_and_checks_input() {
+        let bare = ImageConfig::default();
+        let m = merge_image_config(&bare, &["x".into()], &["A=1".into()], None).unwrap();
+        assert_eq!(m.env[0], DEFAULT_PATH);
+        assert_eq!(m.cwd, "/");
+        assert!(merge_image_config(&bare, &[], &[], None).is_err());
+        assert!(merge_image_config(&bare, &["x".into()], &["NOVALUE".into()], None).is_err());
+        assert!(merge_image_config(&bare, &["x".into()], &[], Some("rel")).is_err());
+    }
+
+    #[test]
+    fn ids_and_targets() {
+        assert!(valid_id("0b5f-attempt_1.2"));
+        assert!(!valid_id("../x") && !valid_id("") && !valid_id(".hidden") && !valid_id("a/b"));
+        assert!(valid_target("/etc/app.conf"));
+        assert!(!valid_target("/") && !valid_target("rel") && !valid_target("/a/../b"));
+    }
+
+    #[test]
+    fn users_resolve_in_the_image() {
+        let root = std::env::temp_dir().join(format!("gantry-user-{}", std::process::id()));
+        fs::create_dir_all(root.join("etc")).unwrap();
+        fs::write(
+            root.join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n",
+        )
+        .unwrap();
+        fs::write(
+            root.join("etc/group"),
+            "root:x:0:\napp:x:1000:\nvideo:x:44:app,other\n",
+        )
+        .unwrap();
+        assert_eq!(resolve_user(&root, None).unwrap(), (0, 0, vec![]));
+        assert_eq!(
+            resolve_user(&root, Some("app")).unwrap(),
+            (1000, 1000, vec![44])
+        );
+        assert_eq!(
+            resolve_user(&root, Some("1000")).unwrap(),
+            (1000, 1000, vec![44])
+        );
+        assert_eq!(resolve_user(&root, Some("5:7")).unwrap(), (5, 7, vec![]));
+        assert_eq!(
+            resolve_user(&root, Some("app:video")).unwrap(),
+            (1000, 44, vec![])
+        );
+        assert!(resolve_user(&root, Some("nobody")).is_err());
+        fs::remove_dir_all(root).unwrap();
+    }
+}
