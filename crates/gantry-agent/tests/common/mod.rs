@@ -1,0 +1,86 @@
+//! The test environment: a local registry (plain HTTP), one with basic auth, and OCI layouts,
+//! all made by `scripts/test-images.sh`. When `GANTRY_TEST_REGISTRY` is set the caller has
+//! prepared everything and the variables are read as they are; otherwise the script is run
+//! once (it is idempotent and holds its own lock) and its env file is read.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub struct TestEnv {
+    pub dir: PathBuf,
+    pub registry: String,
+    pub auth_registry: String,
+    pub auth_user: String,
+    pub auth_password: String,
+    pub oci_busybox: PathBuf,
+    pub oci_busybox_zstd: PathBuf,
+    pub oci_whiteout: PathBuf,
+    pub busybox_digest: String,
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn from_vars(vars: &HashMap<String, String>) -> TestEnv {
+    let get = |k: &str| {
+        vars.get(k)
+            .cloned()
+            .unwrap_or_else(|| panic!("{k} is not set in the test environment"))
+    };
+    TestEnv {
+        dir: get("GANTRY_TEST_DIR").into(),
+        registry: get("GANTRY_TEST_REGISTRY"),
+        auth_registry: get("GANTRY_TEST_AUTH_REGISTRY"),
+        auth_user: get("GANTRY_TEST_AUTH_USER"),
+        auth_password: get("GANTRY_TEST_AUTH_PASSWORD"),
+        oci_busybox: get("GANTRY_TEST_OCI_BUSYBOX").into(),
+        oci_busybox_zstd: get("GANTRY_TEST_OCI_BUSYBOX_ZSTD").into(),
+        oci_whiteout: get("GANTRY_TEST_OCI_WHITEOUT").into(),
+        busybox_digest: get("GANTRY_TEST_BUSYBOX_DIGEST"),
+    }
+}
+
+pub fn env() -> &'static TestEnv {
+    static ENV: OnceLock<TestEnv> = OnceLock::new();
+    ENV.get_or_init(|| {
+        if std::env::var_os("GANTRY_TEST_REGISTRY").is_some() {
+            return from_vars(&std::env::vars().collect());
+        }
+        let dir = std::env::var("GANTRY_TEST_DIR").unwrap_or_else(|_| "/tmp/gantry-test".into());
+        let script = repo_root().join("scripts/test-images.sh");
+        let out = Command::new(&script)
+            .env("GANTRY_TEST_DIR", &dir)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "{} failed:\n{}{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(Path::new(&dir).join("env")).expect("the env file");
+        let vars = text
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+            .collect();
+        from_vars(&vars)
+    })
+}
+
+/// A scratch directory for one test, on the same filesystem as the test environment (overlay
+/// and mknod need a real filesystem, not a tmpfs that may lack trusted xattrs).
+pub fn scratch(tag: &str) -> tempfile::TempDir {
+    let base = env().dir.join("scratch");
+    std::fs::create_dir_all(&base).unwrap();
+    tempfile::Builder::new()
+        .prefix(&format!("{tag}-"))
+        .tempdir_in(base)
+        .unwrap()
+}

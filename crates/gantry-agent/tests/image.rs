@@ -1,0 +1,305 @@
+//! Image pulls against a real local registry and real OCI layouts (see `common`).
+
+mod common;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use gantry_agent::image::{ImageError, ImageStore, PreparedImage, PullConfig};
+use gantry_api::agent::{ImageSource, RegistryCredential};
+
+/// Built from JSON so the test does not depend on every field of the wire type.
+fn src_with(uri: &str, credential: Option<RegistryCredential>) -> ImageSource {
+    serde_json::from_value(serde_json::json!({ "uri": uri, "credential": credential })).unwrap()
+}
+
+fn src(uri: &str) -> ImageSource {
+    src_with(uri, None)
+}
+
+fn plain_http() -> PullConfig {
+    PullConfig {
+        insecure_hosts: vec![
+            common::env().registry.clone(),
+            common::env().auth_registry.clone(),
+        ],
+        ..Default::default()
+    }
+}
+
+fn store(dir: &Path, config: PullConfig) -> ImageStore {
+    ImageStore::new(dir.join("cache"), config).unwrap()
+}
+
+fn assert_busybox(img: &PreparedImage) {
+    assert_eq!(img.layers.len(), 1);
+    assert!(img.layers[0].join("bin/busybox").is_file());
+    assert_eq!(img.config.cmd, vec!["/bin/sh"]);
+    assert!(img.config.env.iter().any(|e| e.starts_with("PATH=")));
+}
+
+#[tokio::test]
+async fn pulls_over_plain_http_when_allowed() {
+    let env = common::env();
+    let dir = common::scratch("pull");
+    let s = store(dir.path(), plain_http());
+    let img = s
+        .prepare(&src(&format!(
+            "docker://{}/library/busybox:1",
+            env.registry
+        )))
+        .await
+        .unwrap();
+    assert_eq!(img.manifest_digest, env.busybox_digest);
+    assert_busybox(&img);
+    assert!(s.cache_bytes() > 1_000_000, "{}", s.cache_bytes());
+}
+
+#[tokio::test]
+async fn https_is_the_default() {
+    let env = common::env();
+    let dir = common::scratch("https");
+    let s = store(dir.path(), PullConfig::default());
+    let err = s
+        .prepare(&src(&format!(
+            "docker://{}/library/busybox:1",
+            env.registry
+        )))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ImageError::Registry { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn mirror_serves_docker_hub_names() {
+    let env = common::env();
+    let dir = common::scratch("mirror");
+    let mut config = PullConfig::default();
+    config
+        .mirrors
+        .insert("docker.io".into(), format!("http://{}", env.registry));
+    let s = store(dir.path(), config);
+    let img = s.prepare(&src("docker://busybox:1")).await.unwrap();
+    assert_eq!(img.reference, "docker.io/library/busybox:1");
+    assert_eq!(img.manifest_digest, env.busybox_digest);
+    assert_busybox(&img);
+}
+
+#[tokio::test]
+async fn basic_auth_credentials() {
+    let env = common::env();
+    let dir = common::scratch("auth");
+    let s = store(dir.path(), plain_http());
+    let uri = format!("docker://{}/private/busybox:1", env.auth_registry);
+
+    let err = s.prepare(&src(&uri)).await.unwrap_err();
+    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+
+    let wrong = src_with(
+        &uri,
+        Some(RegistryCredential::Basic {
+            username: env.auth_user.clone(),
+            password: "wrong".into(),
+        }),
+    );
+    let err = s.prepare(&wrong).await.unwrap_err();
+    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+
+    let right = src_with(
+        &uri,
+        Some(RegistryCredential::Basic {
+            username: env.auth_user.clone(),
+            password: env.auth_password.clone(),
+        }),
+    );
+    let img = s.prepare(&right).await.unwrap();
+    assert_eq!(img.manifest_digest, env.busybox_digest);
+}
+
+#[tokio::test]
+async fn missing_image_is_not_found() {
+    let env = common::env();
+    let dir = common::scratch("missing");
+    let s = store(dir.path(), plain_http());
+    let err = s
+        .prepare(&src(&format!("docker://{}/library/nope:1", env.registry)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ImageError::NotFound { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn blobs_are_fetched_once() {
+    let env = common::env();
+    let dir = common::scratch("once");
+    let s = store(dir.path(), plain_http());
+    let whiteout = src(&format!("docker://{}/library/whiteout:1", env.registry));
+    // Two pulls of one image at once: the per-digest lock makes the second wait, not refetch.
+    let (a, b) = tokio::join!(s.prepare(&whiteout), s.prepare(&whiteout));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a, b);
+    assert_eq!(a.layers.len(), 3);
+    assert_eq!(s.fetch_count(), 4, "3 layers and a config");
+    let ino = fs::metadata(&a.layers[0]).unwrap().ino();
+
+    // busybox shares its only layer with whiteout: only its config is new.
+    let bb = s
+        .prepare(&src(&format!(
+            "docker://{}/library/busybox:1",
+            env.registry
+        )))
+        .await
+        .unwrap();
+    assert_eq!(bb.layers[0], a.layers[0]);
+    assert_eq!(s.fetch_count(), 5);
+    s.prepare(&whiteout).await.unwrap();
+    assert_eq!(s.fetch_count(), 5);
+    assert_eq!(
+        fs::metadata(&a.layers[0]).unwrap().ino(),
+        ino,
+        "not unpacked again"
+    );
+
+    // A new store on the same cache (an agent restart) finds everything on disk.
+    let again = store(dir.path(), plain_http());
+    again.prepare(&whiteout).await.unwrap();
+    assert_eq!(again.fetch_count(), 0);
+}
+
+#[tokio::test]
+async fn zstd_layers() {
+    let env = common::env();
+    let dir = common::scratch("zstd");
+    let s = store(dir.path(), plain_http());
+    let reg = s
+        .prepare(&src(&format!(
+            "docker://{}/library/busybox:1-zstd",
+            env.registry
+        )))
+        .await
+        .unwrap();
+    assert_busybox(&reg);
+    let layout = s
+        .prepare(&src(&format!("oci://{}:1", env.oci_busybox_zstd.display())))
+        .await
+        .unwrap();
+    assert_eq!(layout.manifest_digest, reg.manifest_digest);
+    assert_eq!(
+        fs::read(reg.layers[0].join("bin/busybox")).unwrap(),
+        fs::read("/usr/bin/busybox").unwrap()
+    );
+}
+
+#[tokio::test]
+async fn oci_layouts() {
+    let env = common::env();
+    let dir = common::scratch("layout");
+    let s = store(dir.path(), PullConfig::default());
+    let tagged = s
+        .prepare(&src(&format!("oci://{}:1", env.oci_busybox.display())))
+        .await
+        .unwrap();
+    assert_eq!(tagged.manifest_digest, env.busybox_digest);
+    assert_busybox(&tagged);
+    // A layout holding a single image needs no tag.
+    let untagged = s
+        .prepare(&src(&format!("oci://{}", env.oci_busybox.display())))
+        .await
+        .unwrap();
+    assert_eq!(untagged.manifest_digest, env.busybox_digest);
+    let err = s
+        .prepare(&src(&format!("oci://{}:nope", env.oci_busybox.display())))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("it has: 1"), "{err}");
+    assert_eq!(s.fetch_count(), 0, "layouts are not registry fetches");
+}
+
+/// Mounts the image's layers (read-only overlay, no upper) the way a container sees them.
+struct Overlay(PathBuf);
+
+impl Overlay {
+    fn mount(layers: &[PathBuf], target: &Path) -> Overlay {
+        fs::create_dir_all(target).unwrap();
+        let lower: Vec<String> = layers
+            .iter()
+            .rev()
+            .map(|p| p.display().to_string())
+            .collect();
+        let data = CString::new(format!("lowerdir={}", lower.join(":"))).unwrap();
+        let t = CString::new(target.as_os_str().as_bytes()).unwrap();
+        let fstype = CString::new("overlay").unwrap();
+        // SAFETY: valid NUL-terminated strings.
+        let rc = unsafe {
+            libc::mount(
+                fstype.as_ptr(),
+                t.as_ptr(),
+                fstype.as_ptr(),
+                libc::MS_RDONLY,
+                data.as_ptr().cast(),
+            )
+        };
+        assert_eq!(rc, 0, "mount: {}", std::io::Error::last_os_error());
+        Overlay(target.to_path_buf())
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let t = CString::new(self.0.as_os_str().as_bytes()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[tokio::test]
+async fn whiteouts_hide_files_and_metadata_is_kept() {
+    let env = common::env();
+    let dir = common::scratch("whiteout");
+    let s = store(dir.path(), plain_http());
+    let img = s
+        .prepare(&src(&format!(
+            "docker://{}/library/whiteout:1",
+            env.registry
+        )))
+        .await
+        .unwrap();
+    assert_eq!(img.layers.len(), 3);
+    let root = dir.path().join("merged");
+    let _m = Overlay::mount(&img.layers, &root);
+    let data = root.join("data");
+
+    assert!(root.join("bin/busybox").is_file());
+    assert_eq!(fs::read_to_string(data.join("keep")).unwrap(), "keep\n");
+    assert!(!data.join("gone").exists(), "whiteout hides the file");
+    assert!(!data.join("opq/old1").exists() && !data.join("opq/old2").exists());
+    assert_eq!(fs::read_to_string(data.join("opq/new")).unwrap(), "new\n");
+    let names: Vec<_> = fs::read_dir(data.join("opq"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        names,
+        vec!["new"],
+        "opaque directory shows only its own layer"
+    );
+
+    let keep = fs::metadata(data.join("keep")).unwrap();
+    assert_eq!(
+        fs::metadata(data.join("hard")).unwrap().ino(),
+        keep.ino(),
+        "hard link kept"
+    );
+    assert_eq!(fs::read_link(data.join("link")).unwrap(), Path::new("keep"));
+    let owned = fs::metadata(data.join("owned")).unwrap();
+    assert_eq!((owned.uid(), owned.gid()), (1000, 1000));
+    assert_eq!(owned.permissions().mode() & 0o7777, 0o640);
+    let suid = fs::metadata(data.join("suid")).unwrap();
+    assert_eq!(suid.permissions().mode() & 0o7777, 0o4755);
+    let tmp = fs::metadata(root.join("tmp")).unwrap();
+    assert_eq!(tmp.permissions().mode() & 0o7777, 0o1777);
+}

@@ -1,0 +1,467 @@
+//! Containers under real runc, with real shims. This is a `harness = false` test: the same
+//! binary is also the shim (`<test binary> shim ...`), so no extra binary is needed.
+//!
+//! Tests run one after another: they share one runtime state directory and cgroup parent, and
+//! leftovers of a killed earlier run are cleaned at start.
+
+mod common;
+
+use std::fs;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gantry_agent::image::{ImageStore, PullConfig};
+use gantry_agent::runtime::{
+    shim_main, Bind, ContainerSpec, ContainerState, Runtime, RuntimeConfig, RuntimeError,
+};
+use gantry_api::agent::ImageSource;
+
+const CGROUP_PARENT: &str = "gantry-test/agent-runtime";
+
+struct Ctx {
+    rt: Runtime,
+    config: RuntimeConfig,
+    layers: Vec<PathBuf>,
+}
+
+impl Ctx {
+    fn spec(&self, id: &str, script: &str) -> ContainerSpec {
+        ContainerSpec {
+            id: id.to_owned(),
+            layers: self.layers.clone(),
+            args: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            env: vec!["PATH=/bin:/usr/bin".into()],
+            cwd: "/".into(),
+            user: None,
+            mounts: vec![],
+            files: vec![],
+            cpus: 1.0,
+            memory_bytes: Some(256 << 20),
+            pids_limit: Some(gantry_agent::runtime::DEFAULT_PIDS_LIMIT),
+            hostname: String::new(),
+            host_network: false,
+        }
+    }
+
+    fn run(&self, spec: &ContainerSpec) -> (i32, String, String) {
+        self.rt.start(spec, &serde_json::json!({})).unwrap();
+        let code = match wait_exit(&self.rt, &spec.id) {
+            ContainerState::Exited { exit_code, .. } => exit_code,
+            other => panic!("{other:?}"),
+        };
+        let (out, err) = self.rt.log_paths(&spec.id);
+        let out = fs::read_to_string(out).unwrap();
+        let err = fs::read_to_string(err).unwrap();
+        self.rt.remove(&spec.id).unwrap();
+        (code, out, err)
+    }
+}
+
+fn wait_exit(rt: &Runtime, id: &str) -> ContainerState {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = rt.status(id);
+        if s != ContainerState::Running || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn output_and_exit_code(c: &Ctx) {
+    let (code, out, err) = c.run(&c.spec("t-output", "echo hello; echo err >&2; exit 3"));
+    assert_eq!(code, 3);
+    assert_eq!(out, "hello\n");
+    assert_eq!(err, "err\n");
+}
+
+fn env_cwd_mounts_and_files(c: &Ctx) {
+    let dir = common::scratch("volumes");
+    let (rw, ro) = (dir.path().join("rw"), dir.path().join("ro"));
+    fs::create_dir_all(&rw).unwrap();
+    fs::create_dir_all(&ro).unwrap();
+    fs::write(rw.join("in.txt"), "from host\n").unwrap();
+    let mut spec = c.spec(
+        "t-env",
+        "echo foo=$FOO; pwd; cat /data/in.txt; cat /etc/gantry/injected.txt; \
+         echo out > /data/out.txt; \
+         if touch /ro/x 2>/dev/null; then echo ro-writable; else echo ro-refused; fi; \
+         if echo x > /etc/gantry/injected.txt 2>/dev/null; then echo file-writable; else echo file-refused; fi; \
+         hostname; id -u",
+    );
+    spec.env.push("FOO=bar baz".into());
+    spec.cwd = "/work/dir".into();
+    spec.hostname = "box".into();
+    spec.mounts = vec![
+        Bind {
+            source: rw.clone(),
+            target: "/data".into(),
+            read_only: false,
+        },
+        Bind {
+            source: ro,
+            target: "/ro".into(),
+            read_only: true,
+        },
+    ];
+    spec.files = vec![("/etc/gantry/injected.txt".into(), b"injected\n".to_vec())];
+    let (code, out, err) = c.run(&spec);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "foo=bar baz\n/work/dir\nfrom host\ninjected\nro-refused\nfile-refused\nbox\n0\n"
+    );
+    assert_eq!(fs::read_to_string(rw.join("out.txt")).unwrap(), "out\n");
+}
+
+fn image_user(c: &Ctx) {
+    let mut spec = c.spec("t-user", "id -u; id -g; grep CapEff /proc/self/status");
+    spec.user = Some("nobody".into());
+    let (code, out, err) = c.run(&spec);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("65534\n65534\nCapEff:\t0000000000000000"),
+        "{out}"
+    );
+}
+
+fn memory_limit_kills(c: &Ctx) {
+    // The shell keeps the whole string in memory: far past 32 MiB.
+    let mut spec = c.spec(
+        "t-oom",
+        "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo survived ${#x}",
+    );
+    spec.memory_bytes = Some(32 << 20);
+    let (code, out, _) = c.run(&spec);
+    assert_eq!(code, 137, "{out}");
+    assert!(!out.contains("survived"));
+}
+
+fn pids_limit_refuses_forks(c: &Ctx) {
+    let mut spec = c.spec(
+        "t-pids",
+        "i=0; while [ $i -lt 40 ]; do sleep 30 & i=$((i+1)); done; echo all-started",
+    );
+    spec.pids_limit = Some(16);
+    let (code, out, err) = c.run(&spec);
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("all-started"));
+    assert!(err.to_lowercase().contains("fork"), "{err}");
+}
+
+fn isolated_namespaces(c: &Ctx) {
+    let mut spec = c.spec(
+        "t-isolated",
+        "ps -o pid,comm; echo --; cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; echo --; \
+         if unshare -n true 2>/dev/null; then echo unshare-allowed; else echo unshare-refused; fi; \
+         grep NoNewPrivs /proc/self/status",
+    );
+    spec.hostname = "iso".into();
+    let (code, out, err) = c.run(&spec);
+    assert_eq!(code, 0, "{err}");
+    let parts: Vec<&str> = out.split("--\n").collect();
+    let procs: Vec<(u32, &str)> = parts[0]
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next().unwrap().parse().unwrap(), f.next().unwrap_or(""))
+        })
+        .collect();
+    // init (tini), the shell, ps: nothing of the host.
+    assert!(procs.len() <= 3, "{procs:?}");
+    assert!(procs.iter().any(|(_, c)| *c == "ps"), "{procs:?}");
+    assert!(procs.iter().all(|(pid, _)| *pid < 10), "{procs:?}");
+    assert_eq!(parts[1].trim(), "lo", "only loopback");
+    assert!(parts[2].contains("unshare-refused"), "{out}");
+    assert!(parts[2].contains("NoNewPrivs:\t1"), "{out}");
+}
+
+fn host_network_when_asked(c: &Ctx) {
+    let host_ifaces = fs::read_to_string("/proc/net/dev").unwrap().lines().count() - 2;
+    let mut spec = c.spec("t-hostnet", "tail -n +3 /proc/net/dev | wc -l");
+    spec.host_network = true;
+    let (code, out, err) = c.run(&spec);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), host_ifaces.to_string());
+}
+
+fn limits_reach_cgroups_and_cgroups_are_removed(c: &Ctx) {
+    let mut spec = c.spec("t-cgroup", "sleep 1000");
+    spec.cpus = 1.5;
+    spec.memory_bytes = Some(64 << 20);
+    spec.pids_limit = Some(100);
+    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    let cg = |ctrl: &str, file: &str| {
+        let p = Path::new("/sys/fs/cgroup")
+            .join(ctrl)
+            .join(CGROUP_PARENT)
+            .join(&spec.id)
+            .join(file);
+        fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(cg("cpu", "cpu.cfs_quota_us"), "150000");
+    assert_eq!(cg("cpu", "cpu.cfs_period_us"), "100000");
+    assert_eq!(
+        cg("memory", "memory.limit_in_bytes"),
+        (64u64 << 20).to_string()
+    );
+    assert_eq!(cg("pids", "pids.max"), "100");
+    c.rt.stop(&spec.id, Duration::from_secs(30)).unwrap();
+    c.rt.remove(&spec.id).unwrap();
+    for ctrl in ["cpu", "memory", "pids", "freezer", "devices"] {
+        let p = Path::new("/sys/fs/cgroup").join(ctrl).join(CGROUP_PARENT);
+        assert!(!p.join(&spec.id).exists(), "{} left behind", p.display());
+    }
+    assert!(!c.rt.container_dir(&spec.id).exists());
+}
+
+fn stop_uses_sigterm(c: &Ctx) {
+    let mut spec = c.spec("t-stop", "");
+    spec.args = vec!["sleep".into(), "1000".into()];
+    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    assert_eq!(c.rt.status(&spec.id), ContainerState::Running);
+    let end = c.rt.stop(&spec.id, Duration::from_secs(60)).unwrap();
+    // 143 = SIGTERM: it ended at the polite signal, not at the SIGKILL after the grace.
+    assert_eq!(
+        end,
+        ContainerState::Exited {
+            exit_code: 143,
+            signal: Some(15)
+        }
+    );
+    c.rt.remove(&spec.id).unwrap();
+}
+
+fn stop_kills_after_grace(c: &Ctx) {
+    let spec = c.spec("t-stubborn", "trap '' TERM; while :; do sleep 1; done");
+    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    let end = c.rt.stop(&spec.id, Duration::from_secs(1)).unwrap();
+    let killed = ContainerState::Exited {
+        exit_code: 137,
+        signal: Some(9),
+    };
+    assert_eq!(end, killed);
+    // Stopping again is harmless and says the same.
+    assert_eq!(c.rt.stop(&spec.id, Duration::from_secs(1)).unwrap(), killed);
+    c.rt.remove(&spec.id).unwrap();
+    c.rt.remove(&spec.id).unwrap();
+    assert_eq!(
+        c.rt.stop(&spec.id, Duration::from_secs(1)).unwrap(),
+        ContainerState::Unknown
+    );
+}
+
+fn start_failure_is_reported_and_cleaned(c: &Ctx) {
+    let mut spec = c.spec("t-nostart", "");
+    spec.args = vec!["/no/such/binary".into()];
+    // Without an init the failure is runc's own (with one, tini reports it as exit 127).
+    let mut config = c.config.clone();
+    config.init = None;
+    let rt = Runtime::new(config).unwrap();
+    let err = rt.start(&spec, &serde_json::json!({})).unwrap_err();
+    assert!(matches!(err, RuntimeError::StartFailed { .. }), "{err}");
+    assert!(err.to_string().contains("/no/such/binary"), "{err}");
+    assert!(!rt.list().contains(&spec.id));
+    // A duplicate id is refused without touching the existing container.
+    let spec = c.spec("t-dup", "sleep 1000");
+    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    let err = c.rt.start(&spec, &serde_json::json!({})).unwrap_err();
+    assert!(matches!(err, RuntimeError::AlreadyExists(_)), "{err}");
+    assert_eq!(c.rt.status(&spec.id), ContainerState::Running);
+    c.rt.remove(&spec.id).unwrap();
+}
+
+fn shim_survives_the_runtime(c: &Ctx) {
+    let spec = c.spec("t-survive", "sleep 3; echo done; exit 7");
+    let meta = serde_json::json!({"attempt_id": "a1", "attempt": 2});
+    {
+        let rt = Runtime::new(c.config.clone()).unwrap();
+        rt.start(&spec, &meta).unwrap();
+        // The agent goes away: nothing of the runtime is left in this process.
+    }
+    let shim_pid: i32 = fs::read_to_string(c.rt.container_dir(&spec.id).join("shim.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stat = fs::read_to_string(format!("/proc/{shim_pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let (ppid, sid): (u32, i32) = (fields[1].parse().unwrap(), fields[3].parse().unwrap());
+    assert_ne!(ppid, std::process::id(), "the shim is not our child");
+    // SAFETY: getsid(0) only reads this process's session id.
+    let our_sid = unsafe { libc::getsid(0) };
+    assert_ne!(sid, our_sid, "the shim has its own session");
+
+    let rt = Runtime::new(c.config.clone()).unwrap();
+    assert!(rt.list().contains(&spec.id));
+    assert_eq!(rt.meta(&spec.id).unwrap(), meta);
+    assert_eq!(rt.status(&spec.id), ContainerState::Running);
+    assert_eq!(
+        wait_exit(&rt, &spec.id),
+        ContainerState::Exited {
+            exit_code: 7,
+            signal: None
+        }
+    );
+    assert_eq!(
+        fs::read_to_string(rt.log_paths(&spec.id).0).unwrap(),
+        "done\n"
+    );
+    rt.remove(&spec.id).unwrap();
+    assert!(!rt.list().contains(&spec.id));
+}
+
+type Test = (&'static str, fn(&Ctx));
+
+const TESTS: &[Test] = &[
+    ("output_and_exit_code", output_and_exit_code),
+    ("env_cwd_mounts_and_files", env_cwd_mounts_and_files),
+    ("image_user", image_user),
+    ("memory_limit_kills", memory_limit_kills),
+    ("pids_limit_refuses_forks", pids_limit_refuses_forks),
+    ("isolated_namespaces", isolated_namespaces),
+    ("host_network_when_asked", host_network_when_asked),
+    (
+        "limits_reach_cgroups_and_cgroups_are_removed",
+        limits_reach_cgroups_and_cgroups_are_removed,
+    ),
+    ("stop_uses_sigterm", stop_uses_sigterm),
+    ("stop_kills_after_grace", stop_kills_after_grace),
+    (
+        "start_failure_is_reported_and_cleaned",
+        start_failure_is_reported_and_cleaned,
+    ),
+    ("shim_survives_the_runtime", shim_survives_the_runtime),
+];
+
+/// Removes what a killed earlier run may have left: containers in our state directory, runc
+/// containers in our runc root, and their cgroups.
+fn clean_leftovers(rt: &Runtime, config: &RuntimeConfig) {
+    for id in rt.list() {
+        if let Err(e) = rt.remove(&id) {
+            eprintln!("cleaning leftover {id}: {e}");
+        }
+    }
+    let out = std::process::Command::new(&config.runc)
+        .arg("--root")
+        .arg(&config.runc_root)
+        .args(["list", "-q"])
+        .output();
+    if let Ok(out) = out {
+        for id in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = std::process::Command::new(&config.runc)
+                .arg("--root")
+                .arg(&config.runc_root)
+                .args(["delete", "--force", id])
+                .status();
+        }
+    }
+}
+
+/// Built from JSON so the test does not depend on every field of the wire type.
+fn image_source(uri: &str) -> ImageSource {
+    serde_json::from_value(serde_json::json!({ "uri": uri })).unwrap()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("shim") {
+        std::process::exit(shim_main(&args[2..]));
+    }
+    // libtest-compatible enough for `cargo test NAME` and `--list`.
+    let filters: Vec<&str> = args[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in TESTS {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let selected: Vec<&Test> = TESTS
+        .iter()
+        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f)))
+        .collect();
+    println!("\nrunning {} tests", selected.len());
+    if selected.is_empty() {
+        println!("\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
+        return;
+    }
+
+    let env = common::env();
+    let base = env.dir.join("agent-runtime");
+    let exe = std::env::current_exe().expect("current_exe");
+    let config = RuntimeConfig::new(
+        base.join("state"),
+        base.join("runc"),
+        CGROUP_PARENT,
+        vec![exe.to_string_lossy().into_owned(), "shim".into()],
+    );
+    assert!(
+        config.init.is_some(),
+        "no static init found: apt-get install tini (scripts/test-images.sh does)"
+    );
+    let rt = Runtime::new(config.clone()).expect("runtime");
+    clean_leftovers(&rt, &config);
+
+    let images = ImageStore::new(
+        base.join("images"),
+        PullConfig {
+            insecure_hosts: vec![env.registry.clone()],
+            ..Default::default()
+        },
+    )
+    .expect("image store");
+    let image = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(images.prepare(&image_source(&format!(
+            "docker://{}/library/busybox:1",
+            env.registry
+        ))))
+        .expect("pulling busybox");
+    let ctx = Ctx {
+        rt: rt.clone(),
+        config: config.clone(),
+        layers: image.layers,
+    };
+
+    let started = Instant::now();
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (name, test) in &selected {
+        let ok = catch_unwind(AssertUnwindSafe(|| test(&ctx))).is_ok();
+        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+        if ok {
+            passed += 1;
+        } else {
+            failed.push(*name);
+        }
+        // Whatever a failed test left running goes before the next one starts.
+        clean_leftovers(&rt, &config);
+    }
+    let filtered = TESTS.len() - selected.len();
+    let secs = started.elapsed().as_secs_f64();
+    if failed.is_empty() {
+        println!(
+            "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n"
+        );
+    } else {
+        println!("\nfailures:\n    {}", failed.join("\n    "));
+        println!(
+            "\ntest result: FAILED. {passed} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n",
+            failed.len()
+        );
+        std::process::exit(101);
+    }
+}

@@ -1,0 +1,225 @@
+#!/bin/sh
+# test-images.sh - offline test images and local registries for Gantry's tests (Debian 12, root).
+#
+#   scripts/test-images.sh         build what is missing, start the registries if they are down,
+#                                  push the images, write $GANTRY_TEST_DIR/env
+#   scripts/test-images.sh stop    stop the registries this script started (by pid)
+#
+# Idempotent and safe to run concurrently (it holds a lock). Nothing here needs a public
+# registry: images are made from busybox-static, reproducibly (fixed mtimes, gzip -n), so their
+# digests are the same on every machine.
+#
+# Environment: GANTRY_TEST_DIR (default /tmp/gantry-test), GANTRY_TEST_REGISTRY_PORT (5055),
+# GANTRY_TEST_AUTH_REGISTRY_PORT (5056, a registry with htpasswd basic auth).
+#
+# Produces, under $GANTRY_TEST_DIR:
+#   images/busybox        OCI layout, one gzip layer, ref name "1"
+#   images/busybox-zstd   the same rootfs as one zstd layer, ref name "1"
+#   images/whiteout       FROM busybox + a layer of test files + a layer that deletes one file
+#                         (.wh.gone) and empties a directory (.wh..wh..opq), ref name "1"
+#   registry/, registry-auth/   config, data, pid and log of each registry
+#   env                   KEY=VALUE lines for the tests (see the end of this file)
+# Pushed: 127.0.0.1:$PORT/library/busybox:1, library/busybox:1-zstd, library/whiteout:1;
+#         127.0.0.1:$AUTH_PORT/private/busybox:1 (user gantry).
+set -eu
+
+DIR=${GANTRY_TEST_DIR:-/tmp/gantry-test}
+PORT=${GANTRY_TEST_REGISTRY_PORT:-5055}
+AUTH_PORT=${GANTRY_TEST_AUTH_REGISTRY_PORT:-5056}
+AUTH_USER=gantry
+AUTH_PASSWORD=gantry-test-password
+IMAGES_VERSION=1 # bump when the images below change, so old builds are redone
+export SOURCE_DATE_EPOCH=1700000000
+mkdir -p "$DIR"
+
+stop_one() { # NAME
+  pidfile=$DIR/$1/registry.pid
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q docker-registry; then
+    kill "$pid" && echo "stopped $1 (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
+if [ "${1:-}" = stop ]; then
+  stop_one registry
+  stop_one registry-auth
+  exit 0
+fi
+
+# One run at a time: tests in several binaries may call this at once.
+exec 9>"$DIR/.setup.lock"
+flock 9
+
+# --- packages ------------------------------------------------------------------------------
+MISSING=
+need() { command -v "$1" >/dev/null 2>&1 || MISSING="$MISSING $2"; }
+need skopeo skopeo; need docker-registry docker-registry; need jq jq; need busybox busybox-static
+need zstd zstd; need htpasswd apache2-utils; need curl curl; need runc runc; need flock util-linux
+[ -x /usr/bin/tini-static ] || MISSING="$MISSING tini"
+if [ -n "$MISSING" ]; then
+  echo "installing:$MISSING"
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $MISSING ||
+    { apt-get -o DPkg::Lock::Timeout=600 update &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends $MISSING; }
+fi
+
+# --- image building ------------------------------------------------------------------------
+# A deterministic layer tar of a directory. Ownership comes from the tree itself (the tests
+# check that it is kept), so the trees are chowned explicitly.
+mk_tar() { # DIR OUT
+  tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --clamp-mtime --numeric-owner \
+      --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
+      -C "$1" -cf "$2" .
+}
+
+# An OCI layout with one image made of the given layer tars (bottom first).
+mk_image() { # OCI_DIR TAG gzip|zstd TAR...
+  oci=$1 tag=$2 comp=$3; shift 3
+  rm -rf "$oci"; mkdir -p "$oci/blobs/sha256"
+  layers='[]' diffids='[]' history='[]'
+  created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+  for t in "$@"; do
+    diffid=$(sha256sum "$t" | cut -d' ' -f1)
+    case $comp in
+      gzip) gzip -n -6 -c "$t" > "$oci/layer.tmp"; mt=application/vnd.oci.image.layer.v1.tar+gzip ;;
+      zstd) zstd -q -19 --no-progress -c "$t" > "$oci/layer.tmp"; mt=application/vnd.oci.image.layer.v1.tar+zstd ;;
+    esac
+    d=$(sha256sum "$oci/layer.tmp" | cut -d' ' -f1); s=$(stat -c %s "$oci/layer.tmp")
+    mv "$oci/layer.tmp" "$oci/blobs/sha256/$d"
+    layers=$(echo "$layers" | jq -c --arg mt "$mt" --arg d "sha256:$d" --argjson s "$s" '. + [{mediaType:$mt,digest:$d,size:$s}]')
+    diffids=$(echo "$diffids" | jq -c --arg d "sha256:$diffid" '. + [$d]')
+    history=$(echo "$history" | jq -c --arg c "$created" --arg by "$(basename "$t")" '. + [{created:$c,created_by:$by}]')
+  done
+  jq -cnj --arg c "$created" --argjson ids "$diffids" --argjson h "$history" '{created:$c,architecture:"amd64",os:"linux",
+     config:{Env:["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],Cmd:["/bin/sh"]},
+     rootfs:{type:"layers",diff_ids:$ids},history:$h}' > "$oci/config.tmp"
+  cd_=$(sha256sum "$oci/config.tmp" | cut -d' ' -f1); cs=$(stat -c %s "$oci/config.tmp")
+  mv "$oci/config.tmp" "$oci/blobs/sha256/$cd_"
+  jq -cnj --arg c "sha256:$cd_" --argjson cs "$cs" --argjson l "$layers" '{schemaVersion:2,
+     mediaType:"application/vnd.oci.image.manifest.v1+json",
+     config:{mediaType:"application/vnd.oci.image.config.v1+json",digest:$c,size:$cs},layers:$l}' > "$oci/m.tmp"
+  md=$(sha256sum "$oci/m.tmp" | cut -d' ' -f1); ms=$(stat -c %s "$oci/m.tmp")
+  mv "$oci/m.tmp" "$oci/blobs/sha256/$md"
+  jq -cn --arg m "sha256:$md" --argjson ms "$ms" --arg t "$tag" '{schemaVersion:2,manifests:[{
+     mediaType:"application/vnd.oci.image.manifest.v1+json",digest:$m,size:$ms,
+     annotations:{"org.opencontainers.image.ref.name":$t}}]}' > "$oci/index.json"
+  printf '{"imageLayoutVersion":"1.0.0"}' > "$oci/oci-layout"
+}
+
+manifest_digest() { jq -r '.manifests[0].digest' "$1/index.json"; }
+
+IMG=$DIR/images
+if [ ! -f "$IMG/.done-v$IMAGES_VERSION" ]; then
+  rm -rf "$IMG"; mkdir -p "$IMG/build"; B=$IMG/build
+
+  # busybox-static rootfs, as in shared/reference/scripts/make-base-images.sh
+  mkdir -p "$B/busybox"
+  ( cd "$B/busybox"
+    mkdir -p bin sbin usr/bin usr/sbin etc tmp proc sys dev root var run; chmod 1777 tmp
+    cp "$(command -v busybox)" bin/busybox
+    for a in $(bin/busybox --list); do [ "$a" = busybox ] || ln -sf busybox "bin/$a"; done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > etc/passwd
+    printf 'root:x:0:\nnogroup:x:65534:\n' > etc/group )
+  chown -R 0:0 "$B/busybox"
+  mk_tar "$B/busybox" "$B/busybox.tar"
+
+  # Test files: plain, to-be-deleted, a directory to be made opaque, a hard link, a symlink,
+  # and modes/owners that must survive unpacking.
+  mkdir -p "$B/files/data/opq"
+  ( cd "$B/files/data"
+    echo keep > keep; echo gone > gone; echo old > opq/old1; echo old > opq/old2
+    ln keep hard; ln -s keep link
+    echo owned > owned; chown 1000:1000 owned; chmod 0640 owned
+    echo suid > suid; chmod 4755 suid )
+  mk_tar "$B/files" "$B/files.tar"
+
+  # The deletions, as OCI expresses them.
+  mkdir -p "$B/deletes/data/opq"
+  ( cd "$B/deletes/data"
+    : > .wh.gone; : > opq/.wh..wh..opq; echo new > opq/new )
+  mk_tar "$B/deletes" "$B/deletes.tar"
+
+  mk_image "$IMG/busybox" 1 gzip "$B/busybox.tar"
+  mk_image "$IMG/busybox-zstd" 1 zstd "$B/busybox.tar"
+  mk_image "$IMG/whiteout" 1 gzip "$B/busybox.tar" "$B/files.tar" "$B/deletes.tar"
+  rm -rf "$B"
+  touch "$IMG/.done-v$IMAGES_VERSION"
+  echo "built images in $IMG"
+fi
+
+# --- registries (CNCF distribution from Debian's docker-registry; no systemd) ----------------
+start_registry() { # NAME PORT EXPECTED_HTTP_CODE [AUTH_YAML]
+  name=$1 port=$2 code=$3 auth=${4:-}
+  R=$DIR/$name; mkdir -p "$R/data"
+  up=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v2/" || true)
+  if [ "$up" = "$code" ]; then return 0; fi
+  if [ "$up" != 000 ]; then
+    echo "port $port answers $up, not a registry of ours: set GANTRY_TEST_*REGISTRY_PORT" >&2
+    exit 1
+  fi
+  cat > "$R/config.yml" <<YML
+version: 0.1
+log: {level: warn, fields: {service: $name}}
+storage:
+  cache: {blobdescriptor: inmemory}
+  filesystem: {rootdirectory: $R/data}
+http:
+  addr: 127.0.0.1:$port
+$auth
+YML
+  # Own session, stdio off the caller's pipes: the registry outlives this script and must
+  # not keep a test runner waiting on its output.
+  # The lock's fd is closed for it too, or the lock would live as long as the registry.
+  setsid /usr/bin/docker-registry serve "$R/config.yml" > "$R/registry.log" 2>&1 < /dev/null 9>&- &
+  echo $! > "$R/registry.pid"
+  i=0
+  until [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v2/" || true)" = "$code" ]; do
+    i=$((i + 1))
+    if [ $i -gt 100 ]; then echo "$name did not come up; see $R/registry.log" >&2; exit 1; fi
+    sleep 0.1
+  done
+  echo "$name started on 127.0.0.1:$port (pid $(cat "$R/registry.pid"))"
+}
+
+HT=$DIR/registry-auth/htpasswd
+mkdir -p "$DIR/registry-auth"
+if ! [ -s "$HT" ] || ! htpasswd -vb "$HT" "$AUTH_USER" "$AUTH_PASSWORD" >/dev/null 2>&1; then
+  htpasswd -Bbc "$HT" "$AUTH_USER" "$AUTH_PASSWORD" 2>/dev/null
+fi
+start_registry registry "$PORT" 200
+start_registry registry-auth "$AUTH_PORT" 401 "auth:
+  htpasswd: {realm: gantry-test, path: $HT}"
+
+# Pushes unless the registry already has exactly this manifest under that tag.
+push() { # LAYOUT DEST_REGISTRY REPO:TAG [CREDS]
+  want=$(manifest_digest "$1"); repo=${3%:*}; tag=${3##*:}; creds=${4:-}
+  have=$(curl -sI ${creds:+-u "$creds"} -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+    "http://$2/v2/$repo/manifests/$tag" | tr -d '\r' | awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}')
+  [ "$have" = "$want" ] && return 0
+  skopeo copy -q --dest-tls-verify=false ${creds:+--dest-creds "$creds"} "oci:$1:1" "docker://$2/$3"
+  echo "pushed $2/$3 ($want)"
+}
+REG=127.0.0.1:$PORT
+AUTH_REG=127.0.0.1:$AUTH_PORT
+push "$IMG/busybox" "$REG" library/busybox:1
+push "$IMG/busybox-zstd" "$REG" library/busybox:1-zstd
+push "$IMG/whiteout" "$REG" library/whiteout:1
+push "$IMG/busybox" "$AUTH_REG" private/busybox:1 "$AUTH_USER:$AUTH_PASSWORD"
+
+cat > "$DIR/env.tmp" <<ENV
+GANTRY_TEST_DIR=$DIR
+GANTRY_TEST_REGISTRY=$REG
+GANTRY_TEST_AUTH_REGISTRY=$AUTH_REG
+GANTRY_TEST_AUTH_USER=$AUTH_USER
+GANTRY_TEST_AUTH_PASSWORD=$AUTH_PASSWORD
+GANTRY_TEST_OCI_BUSYBOX=$IMG/busybox
+GANTRY_TEST_OCI_BUSYBOX_ZSTD=$IMG/busybox-zstd
+GANTRY_TEST_OCI_WHITEOUT=$IMG/whiteout
+GANTRY_TEST_BUSYBOX_DIGEST=$(manifest_digest "$IMG/busybox")
+GANTRY_TEST_INIT=/usr/bin/tini-static
+ENV
+mv "$DIR/env.tmp" "$DIR/env"
+echo "test environment ready: $DIR/env"
