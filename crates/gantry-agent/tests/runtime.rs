@@ -1,8 +1,10 @@
 //! Containers under real runc, with real shims. This is a `harness = false` test: the same
 //! binary is also the shim (`<test binary> shim ...`), so no extra binary is needed.
 //!
-//! Tests run one after another: they share one runtime state directory and cgroup parent, and
-//! leftovers of a killed earlier run are cleaned at start.
+//! Tests run one after another in this process. Every container records the pid of the test
+//! process that made it (in its metadata), so leftovers of killed runs are removed at start
+//! without touching containers of tests running in other processes (nextest runs each test in
+//! its own process).
 
 mod common;
 
@@ -45,7 +47,7 @@ impl Ctx {
     }
 
     fn run(&self, spec: &ContainerSpec) -> (i32, String, String) {
-        self.rt.start(spec, &serde_json::json!({})).unwrap();
+        self.rt.start(spec, &meta()).unwrap();
         let code = match wait_exit(&self.rt, &spec.id) {
             ContainerState::Exited { exit_code, .. } => exit_code,
             other => panic!("{other:?}"),
@@ -56,6 +58,11 @@ impl Ctx {
         self.rt.remove(&spec.id).unwrap();
         (code, out, err)
     }
+}
+
+/// Every container's metadata names the test process that owns it.
+fn meta() -> serde_json::Value {
+    serde_json::json!({ "test_pid": std::process::id() })
 }
 
 fn wait_exit(rt: &Runtime, id: &str) -> ContainerState {
@@ -192,7 +199,7 @@ fn limits_reach_cgroups_and_cgroups_are_removed(c: &Ctx) {
     spec.cpus = 1.5;
     spec.memory_bytes = Some(64 << 20);
     spec.pids_limit = Some(100);
-    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    c.rt.start(&spec, &meta()).unwrap();
     let cg = |ctrl: &str, file: &str| {
         let p = Path::new("/sys/fs/cgroup")
             .join(ctrl)
@@ -223,7 +230,7 @@ fn limits_reach_cgroups_and_cgroups_are_removed(c: &Ctx) {
 fn stop_uses_sigterm(c: &Ctx) {
     let mut spec = c.spec("t-stop", "");
     spec.args = vec!["sleep".into(), "1000".into()];
-    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    c.rt.start(&spec, &meta()).unwrap();
     assert_eq!(c.rt.status(&spec.id), ContainerState::Running);
     let end = c.rt.stop(&spec.id, Duration::from_secs(60)).unwrap();
     // 143 = SIGTERM: it ended at the polite signal, not at the SIGKILL after the grace.
@@ -239,7 +246,7 @@ fn stop_uses_sigterm(c: &Ctx) {
 
 fn stop_kills_after_grace(c: &Ctx) {
     let spec = c.spec("t-stubborn", "trap '' TERM; while :; do sleep 1; done");
-    c.rt.start(&spec, &serde_json::json!({})).unwrap();
+    c.rt.start(&spec, &meta()).unwrap();
     let end = c.rt.stop(&spec.id, Duration::from_secs(1)).unwrap();
     let killed = ContainerState::Exited {
         exit_code: 137,
@@ -263,14 +270,14 @@ fn start_failure_is_reported_and_cleaned(c: &Ctx) {
     let mut config = c.config.clone();
     config.init = None;
     let rt = Runtime::new(config).unwrap();
-    let err = rt.start(&spec, &serde_json::json!({})).unwrap_err();
+    let err = rt.start(&spec, &meta()).unwrap_err();
     assert!(matches!(err, RuntimeError::StartFailed { .. }), "{err}");
     assert!(err.to_string().contains("/no/such/binary"), "{err}");
     assert!(!rt.list().contains(&spec.id));
     // A duplicate id is refused without touching the existing container.
     let spec = c.spec("t-dup", "sleep 1000");
-    c.rt.start(&spec, &serde_json::json!({})).unwrap();
-    let err = c.rt.start(&spec, &serde_json::json!({})).unwrap_err();
+    c.rt.start(&spec, &meta()).unwrap();
+    let err = c.rt.start(&spec, &meta()).unwrap_err();
     assert!(matches!(err, RuntimeError::AlreadyExists(_)), "{err}");
     assert_eq!(c.rt.status(&spec.id), ContainerState::Running);
     c.rt.remove(&spec.id).unwrap();
@@ -278,7 +285,7 @@ fn start_failure_is_reported_and_cleaned(c: &Ctx) {
 
 fn shim_survives_the_runtime(c: &Ctx) {
     let spec = c.spec("t-survive", "sleep 3; echo done; exit 7");
-    let meta = serde_json::json!({"attempt_id": "a1", "attempt": 2});
+    let meta = serde_json::json!({"test_pid": std::process::id(), "attempt": 2});
     {
         let rt = Runtime::new(c.config.clone()).unwrap();
         rt.start(&spec, &meta).unwrap();
@@ -344,11 +351,22 @@ const TESTS: &[Test] = &[
     ("shim_survives_the_runtime", shim_survives_the_runtime),
 ];
 
-/// Removes what a killed earlier run may have left: containers in our state directory, runc
-/// containers in our runc root, and their cgroups.
+/// Removes what this process or a killed earlier run left: containers in our state directory
+/// whose owning test process is this one or gone, runc containers in our runc root that have
+/// no directory at all, and their cgroups.
 fn clean_leftovers(rt: &Runtime, config: &RuntimeConfig) {
-    for id in rt.list() {
-        if let Err(e) = rt.remove(&id) {
+    let ours = std::process::id() as i64;
+    let ids = rt.list();
+    for id in &ids {
+        let owner = rt
+            .meta(id)
+            .ok()
+            .and_then(|m| m["test_pid"].as_i64())
+            .unwrap_or(0);
+        if owner != ours && common::pid_alive(owner as i32) {
+            continue;
+        }
+        if let Err(e) = rt.remove(id) {
             eprintln!("cleaning leftover {id}: {e}");
         }
     }
@@ -359,6 +377,9 @@ fn clean_leftovers(rt: &Runtime, config: &RuntimeConfig) {
         .output();
     if let Ok(out) = out {
         for id in String::from_utf8_lossy(&out.stdout).lines() {
+            if rt.container_dir(id).exists() {
+                continue;
+            }
             let _ = std::process::Command::new(&config.runc)
                 .arg("--root")
                 .arg(&config.runc_root)

@@ -75,12 +75,47 @@ pub fn env() -> &'static TestEnv {
 }
 
 /// A scratch directory for one test, on the same filesystem as the test environment (overlay
-/// and mknod need a real filesystem, not a tmpfs that may lack trusted xattrs).
+/// and mknod need a real filesystem, not a tmpfs that may lack trusted xattrs). Its name
+/// carries the test process's pid, so leftovers of killed runs can be told apart from the
+/// directories of tests running right now in other processes.
 pub fn scratch(tag: &str) -> tempfile::TempDir {
     let base = env().dir.join("scratch");
     std::fs::create_dir_all(&base).unwrap();
+    clean_dead_scratch(&base);
     tempfile::Builder::new()
-        .prefix(&format!("{tag}-"))
+        .prefix(&format!("{tag}.{}.", std::process::id()))
         .tempdir_in(base)
         .unwrap()
+}
+
+fn clean_dead_scratch(base: &Path) {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let Ok(rd) = std::fs::read_dir(base) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.split('.').nth(1).and_then(|p| p.parse::<i32>().ok());
+            if pid.is_some_and(pid_alive) {
+                continue;
+            }
+            let path = e.path();
+            // Overlays a killed test left mounted: never recurse into them.
+            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+            for m in info.lines().filter_map(|l| l.split(' ').nth(4)) {
+                if Path::new(m).starts_with(&path) {
+                    let c = std::ffi::CString::new(m).unwrap();
+                    // SAFETY: valid NUL-terminated path.
+                    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+                }
+            }
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    });
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
