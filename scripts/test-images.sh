@@ -17,9 +17,11 @@
 #   images/busybox-zstd   the same rootfs as one zstd layer, ref name "1"
 #   images/whiteout       FROM busybox + a layer of test files + a layer that deletes one file
 #                         (.wh.gone) and empties a directory (.wh..wh..opq), ref name "1"
+#   images/multi          an image index: linux/arm64 (listed first) and busybox as linux/amd64
 #   registry/, registry-auth/   config, data, pid and log of each registry
 #   env                   KEY=VALUE lines for the tests (see the end of this file)
-# Pushed: 127.0.0.1:$PORT/library/busybox:1, library/busybox:1-zstd, library/whiteout:1;
+# Pushed: 127.0.0.1:$PORT/library/busybox:1, library/busybox:1-zstd, library/whiteout:1,
+#         library/multi:1;
 #         127.0.0.1:$AUTH_PORT/private/busybox:1 (user gantry).
 set -eu
 
@@ -28,7 +30,7 @@ PORT=${GANTRY_TEST_REGISTRY_PORT:-5055}
 AUTH_PORT=${GANTRY_TEST_AUTH_REGISTRY_PORT:-5056}
 AUTH_USER=gantry
 AUTH_PASSWORD=gantry-test-password
-IMAGES_VERSION=1 # bump when the images below change, so old builds are redone
+IMAGES_VERSION=2 # bump when the images below change, so old builds are redone
 export SOURCE_DATE_EPOCH=1700000000
 mkdir -p "$DIR"
 
@@ -111,6 +113,30 @@ mk_image() { # OCI_DIR TAG gzip|zstd TAR...
 
 manifest_digest() { jq -r '.manifests[0].digest' "$1/index.json"; }
 
+# A multi-platform image: an index listing an arm64 variant first and then the amd64 image of
+# SRC (the arm64 one reuses the same layer: only its config says arm64; it is never run).
+mk_multi() { # OCI_DIR SRC_LAYOUT TAG
+  oci=$1 src=$2 tag=$3
+  rm -rf "$oci"; mkdir -p "$oci"; cp -r "$src/blobs" "$oci/"
+  amd=$(manifest_digest "$src"); amd_hex=${amd#sha256:}
+  cfg=$(jq -r .config.digest "$oci/blobs/sha256/$amd_hex"); cfg_hex=${cfg#sha256:}
+  jq -cj '.architecture = "arm64" | .variant = "v8"' "$oci/blobs/sha256/$cfg_hex" > "$oci/c.tmp"
+  c2=$(sha256sum "$oci/c.tmp" | cut -d' ' -f1); c2s=$(stat -c %s "$oci/c.tmp"); mv "$oci/c.tmp" "$oci/blobs/sha256/$c2"
+  jq -cj --arg c "sha256:$c2" --argjson s "$c2s" '.config.digest = $c | .config.size = $s' \
+    "$oci/blobs/sha256/$amd_hex" > "$oci/m.tmp"
+  arm=$(sha256sum "$oci/m.tmp" | cut -d' ' -f1); arms=$(stat -c %s "$oci/m.tmp"); mv "$oci/m.tmp" "$oci/blobs/sha256/$arm"
+  amds=$(stat -c %s "$oci/blobs/sha256/$amd_hex")
+  jq -cnj --arg a "sha256:$arm" --argjson asz "$arms" --arg b "$amd" --argjson bsz "$amds" '{schemaVersion:2,
+     mediaType:"application/vnd.oci.image.index.v1+json",manifests:[
+     {mediaType:"application/vnd.oci.image.manifest.v1+json",digest:$a,size:$asz,platform:{architecture:"arm64",os:"linux",variant:"v8"}},
+     {mediaType:"application/vnd.oci.image.manifest.v1+json",digest:$b,size:$bsz,platform:{architecture:"amd64",os:"linux"}}]}' > "$oci/i.tmp"
+  idx=$(sha256sum "$oci/i.tmp" | cut -d' ' -f1); idxs=$(stat -c %s "$oci/i.tmp"); mv "$oci/i.tmp" "$oci/blobs/sha256/$idx"
+  jq -cn --arg i "sha256:$idx" --argjson s "$idxs" --arg t "$tag" '{schemaVersion:2,manifests:[{
+     mediaType:"application/vnd.oci.image.index.v1+json",digest:$i,size:$s,
+     annotations:{"org.opencontainers.image.ref.name":$t}}]}' > "$oci/index.json"
+  printf '{"imageLayoutVersion":"1.0.0"}' > "$oci/oci-layout"
+}
+
 IMG=$DIR/images
 if [ ! -f "$IMG/.done-v$IMAGES_VERSION" ]; then
   rm -rf "$IMG"; mkdir -p "$IMG/build"; B=$IMG/build
@@ -145,6 +171,7 @@ if [ ! -f "$IMG/.done-v$IMAGES_VERSION" ]; then
   mk_image "$IMG/busybox" 1 gzip "$B/busybox.tar"
   mk_image "$IMG/busybox-zstd" 1 zstd "$B/busybox.tar"
   mk_image "$IMG/whiteout" 1 gzip "$B/busybox.tar" "$B/files.tar" "$B/deletes.tar"
+  mk_multi "$IMG/multi" "$IMG/busybox" 1
   rm -rf "$B"
   touch "$IMG/.done-v$IMAGES_VERSION"
   echo "built images in $IMG"
@@ -196,10 +223,11 @@ start_registry registry-auth "$AUTH_PORT" 401 "auth:
 # Pushes unless the registry already has exactly this manifest under that tag.
 push() { # LAYOUT DEST_REGISTRY REPO:TAG [CREDS]
   want=$(manifest_digest "$1"); repo=${3%:*}; tag=${3##*:}; creds=${4:-}
-  have=$(curl -sI ${creds:+-u "$creds"} -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+  have=$(curl -sI ${creds:+-u "$creds"} \
+    -H 'Accept: application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json' \
     "http://$2/v2/$repo/manifests/$tag" | tr -d '\r' | awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}')
   [ "$have" = "$want" ] && return 0
-  skopeo copy -q --dest-tls-verify=false ${creds:+--dest-creds "$creds"} "oci:$1:1" "docker://$2/$3"
+  skopeo copy -q --all --dest-tls-verify=false ${creds:+--dest-creds "$creds"} "oci:$1:1" "docker://$2/$3"
   echo "pushed $2/$3 ($want)"
 }
 REG=127.0.0.1:$PORT
@@ -207,6 +235,7 @@ AUTH_REG=127.0.0.1:$AUTH_PORT
 push "$IMG/busybox" "$REG" library/busybox:1
 push "$IMG/busybox-zstd" "$REG" library/busybox:1-zstd
 push "$IMG/whiteout" "$REG" library/whiteout:1
+push "$IMG/multi" "$REG" library/multi:1
 push "$IMG/busybox" "$AUTH_REG" private/busybox:1 "$AUTH_USER:$AUTH_PASSWORD"
 
 cat > "$DIR/env.tmp" <<ENV
@@ -218,6 +247,7 @@ GANTRY_TEST_AUTH_PASSWORD=$AUTH_PASSWORD
 GANTRY_TEST_OCI_BUSYBOX=$IMG/busybox
 GANTRY_TEST_OCI_BUSYBOX_ZSTD=$IMG/busybox-zstd
 GANTRY_TEST_OCI_WHITEOUT=$IMG/whiteout
+GANTRY_TEST_OCI_MULTI=$IMG/multi
 GANTRY_TEST_BUSYBOX_DIGEST=$(manifest_digest "$IMG/busybox")
 GANTRY_TEST_INIT=/usr/bin/tini-static
 ENV

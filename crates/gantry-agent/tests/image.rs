@@ -218,6 +218,40 @@ async fn oci_layouts() {
     assert_eq!(s.fetch_count(), 0, "layouts are not registry fetches");
 }
 
+#[tokio::test]
+async fn index_resolves_to_linux_amd64() {
+    let env = common::env();
+    let dir = common::scratch("index");
+    let s = store(dir.path(), plain_http());
+    let reg = s
+        .prepare(&src(&format!("docker://{}/library/multi:1", env.registry)))
+        .await
+        .unwrap();
+    assert_eq!(reg.manifest_digest, env.busybox_digest);
+    assert_busybox(&reg);
+    let layout = s
+        .prepare(&src(&format!("oci://{}:1", env.oci_multi.display())))
+        .await
+        .unwrap();
+    assert_eq!(layout.manifest_digest, env.busybox_digest);
+
+    // The index's other entry, asked for by digest, is refused for its platform.
+    let index = std::fs::read_to_string(env.oci_multi.join("index.json")).unwrap();
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    let index_digest = index["manifests"][0]["digest"].as_str().unwrap();
+    let blob = env.oci_multi.join("blobs/sha256").join(&index_digest[7..]);
+    let inner: serde_json::Value = serde_json::from_slice(&fs::read(blob).unwrap()).unwrap();
+    let arm = inner["manifests"][0]["digest"].as_str().unwrap();
+    let err = s
+        .prepare(&src(&format!(
+            "docker://{}/library/multi@{arm}",
+            env.registry
+        )))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ImageError::WrongPlatform { .. }), "{err}");
+}
+
 /// Mounts the image's layers (read-only overlay, no upper) the way a container sees them.
 struct Overlay(PathBuf);
 

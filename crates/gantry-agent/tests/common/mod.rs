@@ -19,6 +19,7 @@ pub struct TestEnv {
     pub oci_busybox: PathBuf,
     pub oci_busybox_zstd: PathBuf,
     pub oci_whiteout: PathBuf,
+    pub oci_multi: PathBuf,
     pub busybox_digest: String,
 }
 
@@ -41,6 +42,7 @@ fn from_vars(vars: &HashMap<String, String>) -> TestEnv {
         oci_busybox: get("GANTRY_TEST_OCI_BUSYBOX").into(),
         oci_busybox_zstd: get("GANTRY_TEST_OCI_BUSYBOX_ZSTD").into(),
         oci_whiteout: get("GANTRY_TEST_OCI_WHITEOUT").into(),
+        oci_multi: get("GANTRY_TEST_OCI_MULTI").into(),
         busybox_digest: get("GANTRY_TEST_BUSYBOX_DIGEST"),
     }
 }
