@@ -527,11 +527,13 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
                     t.final_sent,
                 )
             };
-            if connected && !running_sent && done.is_none() {
-                if agent.report(id, AttemptPhase::Running) {
-                    if let Some(t) = lock(&agent.tracked).get_mut(&id) {
-                        t.running_sent = true;
-                    }
+            if connected
+                && !running_sent
+                && done.is_none()
+                && agent.report(id, AttemptPhase::Running)
+            {
+                if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                    t.running_sent = true;
                 }
             }
             // Output first, so the server holds every byte before it hears of the end.

@@ -159,6 +159,10 @@ pub struct ImageSource {
     pub uri: String,
     #[serde(default)]
     pub credential: Option<RegistryCredential>,
+    /// The `secret://` the credential comes from; the server fills `credential` from it just
+    /// before sending, so the store never holds the plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

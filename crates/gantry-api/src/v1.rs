@@ -200,3 +200,21 @@ pub struct WorkflowCreated {
     #[serde(default)]
     pub warnings: Vec<String>,
 }
+
+/// A secret as listed: never its value.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretInfo {
+    /// `secret://SCOPE/NAME`, as workflow files refer to it.
+    pub uri: String,
+    pub scope: String,
+    pub owner: String,
+    pub name: String,
+    pub updated_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PutSecret {
+    pub value: String,
+}

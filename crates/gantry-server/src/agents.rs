@@ -123,13 +123,17 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let conn_id = Uuid::new_v4();
     // The desired set goes first, before anything the controller sends on the new channel.
-    let desired: Vec<Assignment> = st
-        .store
-        .live_attempts_on(&name)
-        .await?
-        .iter()
-        .filter_map(|a| serde_json::from_str(&a.assignment).ok())
-        .collect();
+    let mut desired: Vec<Assignment> = Vec::new();
+    for a in st.store.live_attempts_on(&name).await? {
+        let Ok(mut asg) = serde_json::from_str::<Assignment>(&a.assignment) else {
+            continue;
+        };
+        let wf = st.store.workflow(a.workflow_id).await?;
+        match crate::secrets::resolve(&st, &mut asg, &wf.owner, &wf.group).await {
+            Ok(()) => desired.push(asg),
+            Err(e) => end_attempt(&st, a.id, None, EndCause::StartError, Some(e)).await?,
+        }
+    }
     tx.send(ServerMessage::Welcome {
         node_id: node.id,
         heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
@@ -263,11 +267,19 @@ pub async fn end_attempt(
     };
     let outcome =
         gantry_core::engine::attempt_outcome(&job, task.attempts, exit_code, cause, &attempt.node);
+    // A start error's own message is what a person needs to see on the task.
+    let detail = |r: String| match (&reason, cause) {
+        (Some(why), EndCause::StartError) => format!("{r}: {why}"),
+        _ => r,
+    };
     let next = match outcome {
-        gantry_core::engine::Outcome::Retry { reason } => TaskNext::Retry { reason },
-        gantry_core::engine::Outcome::Final { status, reason } => {
-            TaskNext::Final { status, reason }
-        }
+        gantry_core::engine::Outcome::Retry { reason } => TaskNext::Retry {
+            reason: detail(reason),
+        },
+        gantry_core::engine::Outcome::Final { status, reason } => TaskNext::Final {
+            status,
+            reason: reason.map(detail),
+        },
     };
     // The attempt's own status, whatever becomes of its task.
     let status = match cause {

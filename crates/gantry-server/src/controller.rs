@@ -127,6 +127,8 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
 
     let mut changes: Vec<Change> = Vec::new();
     let mut sends: Vec<(String, ServerMessage)> = Vec::new();
+    // (node, assignment, workflow owner, group): sent after the commit, with secrets filled in.
+    let mut assigns: Vec<(String, Assignment, String, String)> = Vec::new();
     let mut requests: Vec<TaskRequest<usize>> = Vec::new();
     let mut placing: Vec<Placing> = Vec::new();
     let mut finished: Vec<Uuid> = Vec::new();
@@ -246,7 +248,8 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
                 node: node.0.clone(),
                 assignment: serde_json::to_string(&asg)?,
             });
-            sends.push((node.0, ServerMessage::Assign(Box::new(asg))));
+            let wf = &p.aw.workflow;
+            assigns.push((node.0, asg, wf.owner.clone(), wf.group.clone()));
         }
         for u in plan.unplaced {
             let t = placing[u.key].task;
@@ -262,6 +265,17 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
     st.store.apply(&changes, now).await?;
     for (node, msg) in sends {
         st.hub.send(&node, msg);
+    }
+    for (node, mut asg, owner, group) in assigns {
+        match crate::secrets::resolve(st, &mut asg, &owner, &group).await {
+            Ok(()) => {
+                st.hub.send(&node, ServerMessage::Assign(Box::new(asg)));
+            }
+            Err(e) => {
+                crate::agents::end_attempt(st, asg.attempt_id, None, EndCause::StartError, Some(e))
+                    .await?;
+            }
+        }
     }
     for wf in finished {
         schedule_cleanup(st, wf, now).await?;
@@ -297,6 +311,7 @@ fn assignment(p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
         image: ImageSource {
             uri: jp.image.clone(),
             credential: None,
+            secret: jp.image_secret.clone(),
         },
         argv: jp.argv.clone(),
         env,

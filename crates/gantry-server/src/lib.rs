@@ -8,6 +8,7 @@ pub mod auth;
 mod controller;
 mod logs;
 pub mod plan;
+mod secrets;
 mod state;
 
 use std::net::SocketAddr;
@@ -63,7 +64,8 @@ impl Server {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
-        let state = AppState::new(store, config);
+        let key = secrets::load_or_create_key(&config.data_dir).context("the secrets key")?;
+        let state = AppState::new(store, config, key);
         controller::spawn(state.clone());
         let app = api::router(state.clone());
         let task = tokio::spawn(async move {

@@ -25,6 +25,9 @@ pub struct JobPlan {
     pub retry_on_node: bool,
     pub timeout_ms: Option<u64>,
     pub image: String,
+    /// `secret://` holding the registry credential.
+    #[serde(default)]
+    pub image_secret: Option<String>,
     pub argv: Vec<String>,
     pub env: Vec<String>,
     pub cwd: Option<String>,
@@ -38,6 +41,26 @@ pub struct JobPlan {
 }
 
 impl WorkflowPlan {
+    /// Every `secret://` the plan refers to.
+    pub fn secret_refs(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .jobs
+            .iter()
+            .flat_map(|j| {
+                j.image_secret.iter().cloned().chain(
+                    j.env
+                        .iter()
+                        .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
+                        .filter(|v| v.starts_with("secret://"))
+                        .map(str::to_string),
+                )
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     pub fn job(&self, name: &str) -> Option<&JobPlan> {
         self.jobs.iter().find(|j| j.name == name)
     }
@@ -119,19 +142,22 @@ pub fn support(wf: &Workflow) -> Support {
                         "{at}.image.uri: {uri:?}: only docker:// and oci:// images are supported"
                     ));
                 }
-                if secret.is_some() || !secrets.is_empty() || decryption_secret.is_some() {
+                if !secrets.is_empty() || decryption_secret.is_some() {
                     s.unsupported.push(format!(
-                        "{at}.image: registry secrets are not supported yet"
+                        "{at}.image: `secrets` and `decryption-secret` are not supported yet (`secret` is)"
                     ));
+                }
+                if let Some(sec) = secret {
+                    if !sec.starts_with("secret://") {
+                        s.unsupported.push(format!(
+                            "{at}.image.secret: {sec:?} is not a secret:// reference"
+                        ));
+                    }
                 }
             }
             ImageRef::Build(b) => s.unsupported.push(format!(
                 "{at}.image.build: {b}: image builds are not supported yet"
             )),
-        }
-        if j.env.iter().any(|e| matches!(e.value, EnvValue::Secret(_))) {
-            s.unsupported
-                .push(format!("{at}.env: secret:// values are not supported yet"));
         }
         if j.multinode.is_some() {
             s.unsupported.push(format!(
@@ -197,12 +223,12 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             });
         }
         argv.extend(j.args.iter().cloned());
+        // Secret values stay references here; they are filled in only when sent to an agent.
         let env = j
             .env
             .iter()
-            .filter_map(|e| match &e.value {
-                EnvValue::Plain(v) => Some(format!("{}={v}", e.name)),
-                EnvValue::Secret(_) => None,
+            .map(|e| match &e.value {
+                EnvValue::Plain(v) | EnvValue::Secret(v) => format!("{}={v}", e.name),
             })
             .collect();
         let cores = j.resource.cpu.cores.max(1);
@@ -223,6 +249,10 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             retry_on_node: j.policy.retry.on.contains(&RetryOn::Node),
             timeout_ms: j.policy.timeout_execute.map(|d| d.as_millis() as u64),
             image: j.image.uri().unwrap_or_default().to_string(),
+            image_secret: match &j.image {
+                ImageRef::Uri { secret, .. } => secret.clone(),
+                ImageRef::Build(_) => None,
+            },
             argv,
             env,
             cwd: j.cwd.clone(),

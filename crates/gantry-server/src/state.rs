@@ -13,15 +13,18 @@ pub struct AppState {
     pub(crate) hub: Hub,
     /// Wakes the controller: something changed that may unblock work.
     pub(crate) wake: Arc<Notify>,
+    /// Seals secrets at rest; lives in the data dir, never in the database.
+    pub(crate) secret_key: Arc<[u8; 32]>,
 }
 
 impl AppState {
-    pub fn new(store: Arc<dyn Store>, config: ServerConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: ServerConfig, secret_key: [u8; 32]) -> Self {
         Self {
             store,
             config: Arc::new(config),
             hub: Hub::default(),
             wake: Arc::new(Notify::new()),
+            secret_key: Arc::new(secret_key),
         }
     }
 

@@ -1076,6 +1076,102 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn put_secret(&self, key: &SecretKey, sealed: &str, by: &str, now: Millis) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query(
+            "INSERT INTO secrets (scope, owner, name, sealed, updated_by, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+             ON CONFLICT (scope, owner, name) DO UPDATE SET sealed = excluded.sealed,
+             updated_by = excluded.updated_by, updated_at = excluded.updated_at",
+        )
+        .bind(&key.scope)
+        .bind(&key.owner)
+        .bind(&key.name)
+        .bind(sealed)
+        .bind(by)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        event(
+            &mut tx,
+            &ev(
+                None,
+                None,
+                None,
+                "secret.set",
+                format!(
+                    "{by} set secret://{}/{} ({})",
+                    key.scope, key.name, key.owner
+                ),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn secret(&self, key: &SecretKey) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT sealed FROM secrets WHERE scope = ? AND owner = ? AND name = ?",
+        )
+        .bind(&key.scope)
+        .bind(&key.owner)
+        .bind(&key.name)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>> {
+        let rows = sqlx::query("SELECT scope, owner, name, updated_by, updated_at FROM secrets ORDER BY scope, owner, name")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| SecretRow {
+                scope: r.get("scope"),
+                owner: r.get("owner"),
+                name: r.get("name"),
+                updated_by: r.get("updated_by"),
+                updated_at: r.get("updated_at"),
+            })
+            .filter(|s| {
+                owners
+                    .iter()
+                    .any(|(scope, owner)| *scope == s.scope && *owner == s.owner)
+            })
+            .collect())
+    }
+
+    async fn delete_secret(&self, key: &SecretKey, by: &str, now: Millis) -> Result<bool> {
+        let mut tx = self.writer.begin().await?;
+        let n = sqlx::query("DELETE FROM secrets WHERE scope = ? AND owner = ? AND name = ?")
+            .bind(&key.scope)
+            .bind(&key.owner)
+            .bind(&key.name)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    None,
+                    None,
+                    "secret.deleted",
+                    format!(
+                        "{by} deleted secret://{}/{} ({})",
+                        key.scope, key.name, key.owner
+                    ),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
     async fn setting(&self, key: &str) -> Result<Option<String>> {
         Ok(
             sqlx::query_scalar("SELECT value FROM settings WHERE key = ?")

@@ -217,3 +217,21 @@ pub struct ChoreRow {
     pub created_at: Millis,
     pub sent_to: Option<String>,
 }
+
+/// Where a secret lives: `scope` is `user`, `group` or `organization`; `owner` the user or
+/// group name (empty for organization).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretKey {
+    pub scope: String,
+    pub owner: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SecretRow {
+    pub scope: String,
+    pub owner: String,
+    pub name: String,
+    pub updated_by: String,
+    pub updated_at: Millis,
+}

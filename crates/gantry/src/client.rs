@@ -133,7 +133,7 @@ impl Client {
         req: reqwest::RequestBuilder,
     ) -> anyhow::Result<T> {
         let resp = self.check(req).await?;
-        Ok(resp.json().await.context("reading the server's reply")?)
+        resp.json().await.context("reading the server's reply")
     }
 
     /// Sends and turns an error status into the server's own message.

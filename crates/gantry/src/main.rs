@@ -73,6 +73,9 @@ enum Command {
     /// Nodes and their state.
     #[command(subcommand)]
     Node(cmd::node::NodeCmd),
+    /// Secrets that workflow files name as secret://SCOPE/NAME.
+    #[command(subcommand)]
+    Secret(cmd::secret::SecretCmd),
     /// Users, tokens and cluster settings (administrators).
     #[command(subcommand)]
     Admin(cmd::admin::AdminCmd),
@@ -131,6 +134,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Workflow(c) => cmd::workflow::run(c, &conn).await,
         Command::Node(c) => cmd::node::run(c, &conn).await,
         Command::Admin(c) => cmd::admin::run(c, &conn).await,
+        Command::Secret(c) => cmd::secret::run(c, &conn).await,
     }
 }
 

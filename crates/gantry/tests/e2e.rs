@@ -279,3 +279,92 @@ fn validate_prints_every_problem_with_its_position() {
         "{err}"
     );
 }
+
+#[test]
+fn secrets_reach_the_registry_and_the_environment_but_never_the_store() {
+    let c = Cluster::up(1);
+    let reg = common::test_env("GANTRY_TEST_AUTH_REGISTRY");
+    let user = common::test_env("GANTRY_TEST_AUTH_USER");
+    let password = common::test_env("GANTRY_TEST_AUTH_PASSWORD");
+    c.ok(&[
+        "secret",
+        "set",
+        "regcred",
+        "--value",
+        &format!("{user}:{password}"),
+    ]);
+    let mut set = c.command(&["secret", "set", "api-token"]);
+    set.stdin(std::process::Stdio::piped());
+    let mut child = set.spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"hunter2-not-in-the-db\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    let listed = c.ok(&["secret", "list"]);
+    assert!(
+        listed.contains("secret://user/api-token") && !listed.contains("hunter2"),
+        "{listed}"
+    );
+
+    let file = c.write(
+        "secrets.yaml",
+        &format!(
+            r#"version: v4
+jobs:
+  private:
+    image:
+      uri: docker://{reg}/private/busybox:1
+      secret: secret://user/regcred
+    env:
+      - TOKEN=secret://user/api-token
+    script: |
+      #!/bin/sh
+      echo "token=$TOKEN"
+  no-credential:
+    image:
+      uri: docker://{reg}/private/busybox:1
+    command: [ "true" ]
+"#
+        ),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "both tasks ended", |d| {
+        d["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["status"] == "FINISHED" || t["status"] == "FAILED")
+    });
+    assert_eq!(Cluster::task(&d, "private")["status"], "FINISHED", "{d:#}");
+    assert_eq!(
+        c.ok(&["workflow", "log", &id, "private"]).trim(),
+        "token=hunter2-not-in-the-db"
+    );
+    let denied = Cluster::task(&d, "no-credential");
+    assert_eq!(denied["status"], "FAILED");
+    let why = attempts(denied)[0]["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(
+        why.contains("401") || why.contains("unauthorized") || why.contains("auth"),
+        "{why}"
+    );
+
+    // A workflow naming a secret that does not exist is refused at submit.
+    let missing = c.write(
+        "missing.yaml",
+        "version: v4\njobs:\n  a:\n    image: { uri: docker://busybox:1 }\n    env: [ X=secret://user/nope ]\n    command: [ \"true\" ]\n",
+    );
+    let out = c.gantry(&["workflow", "start", missing.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("secret://user/nope does not exist"));
+
+    // Sealed at rest: neither value appears anywhere in the database files.
+    for f in ["gantry.db", "gantry.db-wal"] {
+        let bytes = std::fs::read(c.data_dir().join("server").join(f)).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains("hunter2-not-in-the-db") && !text.contains(password),
+            "{f} holds a plaintext secret"
+        );
+    }
+}

@@ -4,7 +4,7 @@
 mod admin;
 mod nodes;
 mod workflows;
-pub use workflows::visible_workflow;
+pub use workflows::{ts, visible_workflow};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -27,6 +27,11 @@ pub fn router(state: AppState) -> Router {
         .route("/workflows/{id}/logs/{job}", get(crate::logs::read))
         .route("/nodes", get(nodes::list))
         .route("/nodes/{name}", get(nodes::show))
+        .route("/secrets", get(crate::secrets::list))
+        .route(
+            "/secrets/{scope}/{name}",
+            axum::routing::put(crate::secrets::put).delete(crate::secrets::delete),
+        )
         .route("/admin/users", post(admin::create_user))
         .route("/admin/settings", get(admin::list_settings))
         .route(

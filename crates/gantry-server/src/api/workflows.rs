@@ -79,6 +79,7 @@ pub async fn submit(
         )));
     }
     let compiled = plan::compile(&wf);
+    crate::secrets::check_refs(&st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
         match job.task_array {

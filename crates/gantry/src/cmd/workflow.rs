@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -81,13 +81,13 @@ pub enum WorkflowCmd {
     },
 }
 
-fn read_file(file: &PathBuf) -> anyhow::Result<String> {
+fn read_file(file: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(file)
         .map_err(|e| UsageError(format!("cannot read {}: {e}", file.display())).into())
 }
 
 /// Validates locally so problems carry the file's name; true when valid.
-fn check(file: &PathBuf, text: &str, format: Format) -> anyhow::Result<bool> {
+fn check(file: &Path, text: &str, format: Format) -> anyhow::Result<bool> {
     let name = file.display().to_string();
     match gantry_spec::parse(text) {
         Ok(_) => {
@@ -116,7 +116,7 @@ fn check(file: &PathBuf, text: &str, format: Format) -> anyhow::Result<bool> {
 
 pub async fn submit(
     conn: &Conn,
-    file: &PathBuf,
+    file: &Path,
     name: Option<String>,
 ) -> anyhow::Result<WorkflowCreated> {
     let text = read_file(file)?;

@@ -17,8 +17,13 @@ pub fn repo_root() -> PathBuf {
 
 /// The local registry's `host:port`, starting it once if needed.
 pub fn registry() -> &'static str {
-    static REG: OnceLock<String> = OnceLock::new();
-    REG.get_or_init(|| {
+    test_env("GANTRY_TEST_REGISTRY")
+}
+
+/// A value from the env file `scripts/test-images.sh` writes (registries, credentials).
+pub fn test_env(key: &str) -> &'static str {
+    static ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
+    let all = ENV.get_or_init(|| {
         let dir = std::env::var("GANTRY_TEST_DIR").unwrap_or_else(|_| "/tmp/gantry-test".into());
         let status = Command::new(repo_root().join("scripts/test-images.sh"))
             .stdout(Stdio::null())
@@ -27,11 +32,14 @@ pub fn registry() -> &'static str {
         assert!(status.success(), "scripts/test-images.sh failed");
         let env = std::fs::read_to_string(Path::new(&dir).join("env")).expect("test env file");
         env.lines()
-            .find_map(|l| l.strip_prefix("GANTRY_TEST_REGISTRY="))
-            .expect("GANTRY_TEST_REGISTRY in the env file")
-            .trim()
-            .to_string()
-    })
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    });
+    all.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("{key} is not in the test env file"))
 }
 
 fn free_port() -> u16 {
@@ -85,6 +93,7 @@ impl Cluster {
                 "--registry-mirror",
                 &format!("docker.io=http://{}", registry()),
             ])
+            .args(["--insecure-registry", test_env("GANTRY_TEST_AUTH_REGISTRY")])
             .env("HOME", self.dir.path())
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .stdout(log.try_clone().unwrap())

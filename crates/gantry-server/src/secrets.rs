@@ -1,0 +1,351 @@
+//! Secrets: values that workflow files name as `secret://SCOPE/NAME` (registry credentials in
+//! `image.secret`, environment values). Sealed with ChaCha20-Poly1305 under a key kept in the
+//! data dir (never in the database) before they reach the store, bound to their scope, owner
+//! and name so a sealed value cannot be moved to another secret. They are opened only to send
+//! an assignment to an agent; the stored assignment keeps the `secret://` reference.
+
+use std::path::Path;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::Json;
+use base64::Engine;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use gantry_api::agent::{Assignment, RegistryCredential};
+use gantry_api::v1::{PutSecret, SecretInfo};
+use gantry_store::SecretKey;
+
+use crate::api::{ApiError, JsonBody};
+use crate::auth::{Caller, UserCaller};
+use crate::state::{now_ms, AppState};
+
+/// The sealing key, created on first start.
+pub fn load_or_create_key(dir: &Path) -> anyhow::Result<[u8; 32]> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("secret.key");
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == 32 => {
+            let mut k = [0u8; 32];
+            k.copy_from_slice(&bytes);
+            Ok(k)
+        }
+        Ok(_) => anyhow::bail!("{} is not a 32-byte key", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut k = [0u8; 32];
+            getrandom::fill(&mut k).map_err(|e| anyhow::anyhow!("random key: {e}"))?;
+            let mut f = std::fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .open(&path)?;
+            f.write_all(&k)?;
+            f.sync_all()?;
+            Ok(k)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn aad(key: &SecretKey) -> String {
+    format!("{}/{}/{}", key.scope, key.owner, key.name)
+}
+
+pub fn seal(master: &[u8; 32], key: &SecretKey, value: &str) -> Result<String, ApiError> {
+    let cipher = ChaCha20Poly1305::new(Key::from_slice(master));
+    let mut nonce = [0u8; 12];
+    getrandom::fill(&mut nonce).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let aad = aad(key);
+    let ct = cipher
+        .encrypt(
+            Nonce::from_slice(&nonce),
+            Payload {
+                msg: value.as_bytes(),
+                aad: aad.as_bytes(),
+            },
+        )
+        .map_err(|_| ApiError::Internal("sealing failed".into()))?;
+    let mut out = nonce.to_vec();
+    out.extend_from_slice(&ct);
+    Ok(base64::engine::general_purpose::STANDARD.encode(out))
+}
+
+pub fn open(master: &[u8; 32], key: &SecretKey, sealed: &str) -> Result<String, String> {
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(sealed)
+        .map_err(|_| "a stored secret is corrupt".to_string())?;
+    if raw.len() < 12 {
+        return Err("a stored secret is corrupt".into());
+    }
+    let cipher = ChaCha20Poly1305::new(Key::from_slice(master));
+    let aad = aad(key);
+    let pt = cipher
+        .decrypt(
+            Nonce::from_slice(&raw[..12]),
+            Payload {
+                msg: &raw[12..],
+                aad: aad.as_bytes(),
+            },
+        )
+        .map_err(|_| "a stored secret cannot be opened with this server's key".to_string())?;
+    String::from_utf8(pt).map_err(|_| "a stored secret is not UTF-8".into())
+}
+
+/// `secret://SCOPE/NAME` seen from a workflow owned by `user` of `group`. `account` is the
+/// vendor format's word for the group.
+pub fn parse_ref(uri: &str, user: &str, group: &str) -> Result<SecretKey, String> {
+    let rest = uri
+        .strip_prefix("secret://")
+        .ok_or_else(|| format!("{uri:?} is not a secret:// reference"))?;
+    let (scope, name) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("{uri:?}: expected secret://SCOPE/NAME"))?;
+    valid_name(name).map_err(|e| format!("{uri:?}: {e}"))?;
+    let (scope, owner) = match scope {
+        "user" => ("user", user.to_string()),
+        "group" | "account" => ("group", group.to_string()),
+        "organization" | "org" => ("organization", String::new()),
+        other => {
+            return Err(format!(
+                "{uri:?}: unknown scope {other:?}; use user, group or organization"
+            ))
+        }
+    };
+    Ok(SecretKey {
+        scope: scope.into(),
+        owner,
+        name: name.into(),
+    })
+}
+
+fn valid_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 128
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!(
+            "secret name {name:?} must be 1-128 letters, digits, '-', '_' or '.'"
+        ));
+    }
+    Ok(())
+}
+
+async fn reveal(st: &AppState, key: &SecretKey) -> Result<String, String> {
+    let sealed = st
+        .store
+        .secret(key)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("secret://{}/{} does not exist", key.scope, key.name))?;
+    open(&st.secret_key, key, &sealed)
+}
+
+/// Checks at submit that every secret a workflow names exists, so it fails there, not later.
+pub async fn check_refs(
+    st: &AppState,
+    uris: &[String],
+    user: &str,
+    group: &str,
+) -> Result<(), ApiError> {
+    let mut problems = vec![];
+    for uri in uris {
+        match parse_ref(uri, user, group) {
+            Ok(key) => {
+                if st.store.secret(&key).await?.is_none() {
+                    problems.push(format!(
+                        "{uri} does not exist: create it with `gantry secret set {} --scope {}`",
+                        key.name, key.scope
+                    ));
+                }
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(problems.join("\n")))
+    }
+}
+
+/// A registry credential from a secret's value: `USER:PASSWORD` is basic auth, anything else
+/// a bearer token.
+fn credential(value: &str) -> RegistryCredential {
+    match value.split_once(':') {
+        Some((u, p)) if !u.is_empty() => RegistryCredential::Basic {
+            username: u.into(),
+            password: p.into(),
+        },
+        _ => RegistryCredential::Bearer {
+            token: value.trim().into(),
+        },
+    }
+}
+
+/// Fills in the secrets an assignment refers to, just before it goes to an agent.
+pub async fn resolve(
+    st: &AppState,
+    asg: &mut Assignment,
+    user: &str,
+    group: &str,
+) -> Result<(), String> {
+    if let Some(uri) = asg.image.secret.clone() {
+        let key = parse_ref(&uri, user, group)?;
+        asg.image.credential = Some(credential(&reveal(st, &key).await?));
+    }
+    for kv in asg.env.iter_mut() {
+        let Some((k, v)) = kv.split_once('=') else {
+            continue;
+        };
+        if v.starts_with("secret://") {
+            let key = parse_ref(v, user, group)?;
+            *kv = format!("{k}={}", reveal(st, &key).await?);
+        }
+    }
+    Ok(())
+}
+
+/// Who may write (and see) secrets of a scope: the user their own, a group member the
+/// group's, an administrator the organization's.
+fn owner_for(c: &Caller, scope: &str) -> Result<SecretKey, ApiError> {
+    let (scope, owner) = match scope {
+        "user" => ("user", c.user.name.clone()),
+        "group" | "account" => ("group", c.user.group.clone()),
+        "organization" | "org" => {
+            c.require_admin()?;
+            ("organization", String::new())
+        }
+        other => {
+            return Err(ApiError::BadRequest(format!(
+                "unknown scope {other:?}; use user, group or organization"
+            )))
+        }
+    };
+    Ok(SecretKey {
+        scope: scope.into(),
+        owner,
+        name: String::new(),
+    })
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<SecretInfo>>, ApiError> {
+    let owners = vec![
+        ("user".to_string(), c.user.name.clone()),
+        ("group".to_string(), c.user.group.clone()),
+        ("organization".to_string(), String::new()),
+    ];
+    let rows = st.store.list_secrets(&owners).await?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|r| SecretInfo {
+                uri: format!("secret://{}/{}", r.scope, r.name),
+                scope: r.scope,
+                owner: r.owner,
+                name: r.name,
+                updated_by: r.updated_by,
+                updated_at: crate::api::ts(r.updated_at),
+            })
+            .collect(),
+    ))
+}
+
+/// Largest secret value accepted.
+const MAX_SECRET: usize = 64 << 10;
+
+pub async fn put(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    UrlPath((scope, name)): UrlPath<(String, String)>,
+    JsonBody(body): JsonBody<PutSecret>,
+) -> Result<StatusCode, ApiError> {
+    let mut key = owner_for(&c, &scope)?;
+    valid_name(&name).map_err(ApiError::BadRequest)?;
+    if body.value.is_empty() || body.value.len() > MAX_SECRET {
+        return Err(ApiError::BadRequest(format!(
+            "a secret's value must be 1 to {MAX_SECRET} bytes"
+        )));
+    }
+    key.name = name;
+    let sealed = seal(&st.secret_key, &key, &body.value)?;
+    st.store
+        .put_secret(&key, &sealed, &c.user.name, now_ms())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn delete(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    UrlPath((scope, name)): UrlPath<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let mut key = owner_for(&c, &scope)?;
+    key.name = name.clone();
+    if st.store.delete_secret(&key, &c.user.name, now_ms()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound(format!(
+            "no secret://{}/{name}",
+            key.scope
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> SecretKey {
+        SecretKey {
+            scope: "user".into(),
+            owner: "ada".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn sealed_values_open_only_as_the_same_secret() {
+        let master = [7u8; 32];
+        let sealed = seal(&master, &key("a"), "s3cret").unwrap();
+        assert!(!sealed.contains("s3cret"));
+        assert_eq!(open(&master, &key("a"), &sealed).unwrap(), "s3cret");
+        assert!(
+            open(&master, &key("b"), &sealed).is_err(),
+            "bound to its name"
+        );
+        assert!(
+            open(&[8u8; 32], &key("a"), &sealed).is_err(),
+            "bound to the key"
+        );
+    }
+
+    #[test]
+    fn references_resolve_against_the_workflow_owner() {
+        assert_eq!(
+            parse_ref("secret://user/T", "ada", "phys").unwrap().owner,
+            "ada"
+        );
+        let g = parse_ref("secret://account/T", "ada", "phys").unwrap();
+        assert_eq!((g.scope.as_str(), g.owner.as_str()), ("group", "phys"));
+        assert!(parse_ref("secret://user/../x", "ada", "phys").is_err());
+        assert!(parse_ref("secret://nope/x", "ada", "phys").is_err());
+        assert!(parse_ref("https://x", "ada", "phys").is_err());
+    }
+
+    #[test]
+    fn credentials_from_values() {
+        assert!(matches!(
+            credential("u:p"),
+            RegistryCredential::Basic { .. }
+        ));
+        assert!(matches!(
+            credential("tok"),
+            RegistryCredential::Bearer { .. }
+        ));
+    }
+}
