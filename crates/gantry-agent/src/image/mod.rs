@@ -192,6 +192,10 @@ impl ImageStore {
     }
 
     /// Resolves, downloads (what is not cached) and unpacks an image.
+    ///
+    /// A `docker://` image's manifest is always asked of the registry, even when every blob is
+    /// cached: a tag may have moved, and it is the registry that checks this caller's
+    /// credential, so one user's cached private image is never handed to another.
     pub async fn prepare(&self, src: &ImageSource) -> Result<PreparedImage> {
         match parse_source(&src.uri)? {
             Source::Registry(reference) => {
@@ -216,7 +220,7 @@ impl ImageStore {
         // One client per pull: oci-client caches credentials per registry inside a client, and
         // two assignments may pull from the same registry as different users.
         let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(plain),
+            protocol: ClientProtocol::HttpsExcept(plain.clone()),
             platform_resolver: Some(Box::new(linux_amd64_resolver)),
             connect_timeout: Some(Duration::from_secs(30)),
             read_timeout: Some(Duration::from_secs(120)),
@@ -230,6 +234,7 @@ impl ImageStore {
             Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
         };
         let ctx = RegistryCtx {
+            plain_http: plain.contains(&registry),
             client,
             reference: target,
             display: display.clone(),
@@ -469,13 +474,26 @@ struct RegistryCtx {
     reference: Reference,
     display: String,
     registry: String,
+    plain_http: bool,
 }
 
 impl RegistryCtx {
     fn error(&self, e: OciDistributionError) -> ImageError {
         let registry = self.registry.clone();
         let reference = self.display.clone();
-        let detail = e.to_string();
+        // reqwest hides the cause (refused, TLS, DNS) in its source chain.
+        let mut detail = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            detail.push_str(": ");
+            detail.push_str(&c.to_string());
+            cause = c.source();
+        }
+        if matches!(e, OciDistributionError::RequestError(_)) && !self.plain_http {
+            detail.push_str(
+                " (a registry that speaks plain HTTP must be listed in the agent's insecure registries)",
+            );
+        }
         match &e {
             OciDistributionError::AuthenticationFailure(_)
             | OciDistributionError::UnauthorizedError { .. } => ImageError::Unauthorized {
