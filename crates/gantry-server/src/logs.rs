@@ -129,24 +129,30 @@ pub async fn read(
             )))
         }
     };
-    let attempts = st.store.attempts(wf.id).await?;
-    let attempt = attempts
-        .iter()
-        .filter(|a| a.task_id == task.id)
-        .filter(|a| q.attempt.is_none_or(|n| a.number == n))
-        .max_by_key(|a| a.number)
-        .cloned();
-    let Some(attempt) = attempt else {
+    // A follower of a task that has not started yet waits for its first attempt.
+    let attempt = loop {
+        let attempts = st.store.attempts(wf.id).await?;
+        let found = attempts
+            .iter()
+            .filter(|a| a.task_id == task.id)
+            .filter(|a| q.attempt.is_none_or(|n| a.number == n))
+            .max_by_key(|a| a.number)
+            .cloned();
+        if let Some(a) = found {
+            break a;
+        }
         if q.attempt.is_some() {
             return Err(ApiError::NotFound(format!("job {job} has no such attempt")));
         }
-        // Not started yet: an empty log (a follower polls again).
-        return Response::builder()
-            .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .header("x-gantry-next-offset", "0")
-            .header("x-gantry-attempt", "0")
-            .body(Body::empty())
-            .map_err(|e| ApiError::Internal(e.to_string()));
+        if !q.follow || st.store.task(task.id).await?.status.is_terminal() {
+            return Response::builder()
+                .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .header("x-gantry-next-offset", "0")
+                .header("x-gantry-attempt", "0")
+                .body(Body::empty())
+                .map_err(|e| ApiError::Internal(e.to_string()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let file = path(&st, attempt.id, &stream);
     if !q.follow {

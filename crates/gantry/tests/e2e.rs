@@ -368,3 +368,111 @@ jobs:
         );
     }
 }
+
+#[test]
+fn a_silent_agent_loses_its_node_and_its_steps_fail_with_the_reason() {
+    let mut s = common::Split::start("3s");
+    let c = &s.cluster;
+    let file = c.write(
+        "sleep.yaml",
+        "version: v4\njobs:\n  sleeper:\n    image: { uri: docker://busybox:1 }\n    command: [ sleep, \"600\" ]\n",
+    );
+    let id = c.start_workflow(&file);
+    c.wait_for(&id, "sleeper RUNNING", |d| {
+        Cluster::task(d, "sleeper")["status"] == "RUNNING"
+    });
+
+    s.kill_agent();
+    let c = &s.cluster;
+    let d = c.wait_status(&id, "FAILED");
+    let sleeper = Cluster::task(&d, "sleeper");
+    let node = s.agent_name.clone();
+    assert_eq!(sleeper["reason"], format!("node {node} was lost"));
+    assert_eq!(attempts(sleeper)[0]["cause"], "NODE_LOST");
+    let shown = c.json(&["node", "show", &node]);
+    assert_eq!(shown["state"], "DOWN");
+    let events = c.ok(&["workflow", "events", &id]);
+    assert!(events.contains("no heartbeat for 3s"), "{events}");
+
+    // The agent comes back: the node is READY again, and the container the server gave up on
+    // (it kept running under its shim) is stopped.
+    s.start_agent();
+    let root = s.cluster.data_dir().join("agents").join(&node).join("runc");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(&root)
+            .args(["list", "-q"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the orphaned container still runs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn task_array_concurrency_is_honoured_and_logs_follow_to_the_end() {
+    let c = Cluster::up(1);
+    let file = c.write(
+        "array.yaml",
+        r#"version: v4
+jobs:
+  member:
+    image: { uri: docker://busybox:1 }
+    task-array: { start: 1, end: 6, concurrency: 2 }
+    command: [ sleep, "1" ]
+  talker:
+    image: { uri: docker://busybox:1 }
+    script: |
+      #!/bin/sh
+      for i in 1 2 3; do echo "said $i"; sleep 1; done
+"#,
+    );
+    let id = c.start_workflow(&file);
+    let follower = c
+        .command(&["workflow", "log", &id, "talker", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let d = c.wait_status(&id, "FINISHED");
+    let out = follower.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "said 1\nsaid 2\nsaid 3\n"
+    );
+
+    // From the attempts' own times: never more than 2 members in flight at once.
+    let parse = |v: &serde_json::Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+    };
+    let spans: Vec<_> = d["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["job"] == "member")
+        .map(|t| {
+            let a = &attempts(t)[0];
+            (parse(&a["created_at"]), parse(&a["ended_at"]))
+        })
+        .collect();
+    assert_eq!(spans.len(), 6);
+    for (start, _) in &spans {
+        let overlapping = spans
+            .iter()
+            .filter(|(s, e)| s <= start && start < e)
+            .count();
+        assert!(overlapping <= 2, "{overlapping} members in flight at once");
+    }
+}

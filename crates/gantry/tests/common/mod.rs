@@ -274,3 +274,146 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// A `gantry server` and `gantry agent` as separate processes, so either can be killed alone.
+pub struct Split {
+    pub cluster: Cluster,
+    pub server: Option<Child>,
+    pub agent: Option<Child>,
+    pub agent_name: String,
+}
+
+impl Split {
+    pub fn start(heartbeat_timeout: &str) -> Split {
+        let dir = tempfile::Builder::new()
+            .prefix("gantry-e2e-")
+            .tempdir()
+            .unwrap();
+        let cluster = Cluster {
+            dir,
+            port: free_port(),
+            agents: 1,
+            child: None,
+        };
+        let log = cluster.log_file();
+        let server = Command::new(GANTRY)
+            .args(["server", "--listen", &format!("127.0.0.1:{}", cluster.port)])
+            .arg("--data-dir")
+            .arg(cluster.data_dir())
+            .args([
+                "--heartbeat-timeout",
+                heartbeat_timeout,
+                "--stop-grace",
+                "2s",
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gantry server");
+        let mut s = Split {
+            cluster,
+            server: Some(server),
+            agent: None,
+            agent_name: format!("split-{}", std::process::id()),
+        };
+        let ctx = s.cluster.data_dir().join("context.toml");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ctx.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "server did not start: {}",
+                s.cluster.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        s.start_agent();
+        s
+    }
+
+    fn admin_token(&self) -> String {
+        let text = std::fs::read_to_string(self.cluster.data_dir().join("context.toml")).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("token = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    }
+
+    pub fn start_agent(&mut self) {
+        let d = self.cluster.data_dir().to_path_buf();
+        let log = self.cluster.log_file();
+        let agent = Command::new(GANTRY)
+            .args([
+                "agent",
+                "--server",
+                &format!("http://127.0.0.1:{}", self.cluster.port),
+            ])
+            .args([
+                "--token",
+                &self.admin_token(),
+                "--pool",
+                "default",
+                "--name",
+                &self.agent_name,
+            ])
+            .args(["--cpus", "2", "--memory", "4GiB"])
+            .arg("--storage-root")
+            .arg(d.join("storage"))
+            .arg("--state-dir")
+            .arg(d.join("agents").join(&self.agent_name))
+            .args([
+                "--registry-mirror",
+                &format!("docker.io=http://{}", registry()),
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gantry agent");
+        self.agent = Some(agent);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let nodes = self.cluster.json(&["node", "list"]);
+            let up = nodes.as_array().unwrap().iter().any(|n| {
+                n["name"] == self.agent_name.as_str()
+                    && n["connected"] == true
+                    && n["state"] == "READY"
+            });
+            if up {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent did not connect: {}",
+                self.cluster.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn kill_agent(&mut self) {
+        if let Some(mut a) = self.agent.take() {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
+    }
+}
+
+impl Cluster {
+    fn log_file(&self) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("up.log"))
+            .unwrap()
+    }
+}
+
+impl Drop for Split {
+    fn drop(&mut self) {
+        self.kill_agent();
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+    }
+}
