@@ -13,9 +13,20 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
+echo "== fuzzing the workflow parser for ${GANTRY_FUZZ_SECONDS:-60}s"
+mkdir -p target
+if ! fuzz/run.sh "${GANTRY_FUZZ_SECONDS:-60}" > target/fuzz.log 2>&1; then
+  tail -n 60 target/fuzz.log
+  echo "fuzzing found a problem: see fuzz/artifacts/" >&2
+  exit 1
+fi
+grep -E '^Done|^#[0-9]+.*DONE' target/fuzz.log | tail -n 1 || true
+
+if [ -x scripts/check-monitoring.sh ]; then
+  echo "== monitoring rules, routes and dashboards"
+  scripts/check-monitoring.sh
+fi
+
 echo "== tests"
 # Two threads: the end-to-end tests start real clusters and containers on a 2-core machine.
 cargo test --workspace -- --test-threads=2
-
-echo "== fuzzing the workflow parser for ${GANTRY_FUZZ_SECONDS:-60}s"
-fuzz/run.sh "${GANTRY_FUZZ_SECONDS:-60}"
