@@ -36,6 +36,8 @@ pub enum Role {
     Admin,
     /// May only connect as a node agent.
     Agent,
+    /// Alertmanager's webhook and Prometheus' service discovery.
+    Monitoring,
 }
 
 impl Role {
@@ -44,6 +46,7 @@ impl Role {
             Role::User => "user",
             Role::Admin => "admin",
             Role::Agent => "agent",
+            Role::Monitoring => "monitoring",
         }
     }
 }
@@ -178,13 +181,88 @@ pub struct NodeInfo {
     pub last_seen: Option<OffsetDateTime>,
     #[serde(default)]
     pub version: Option<String>,
+    /// Active and deferred holds.
+    #[serde(default)]
+    pub holds: Vec<HoldInfo>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NodeDetail {
     #[serde(flatten)]
     pub node: NodeInfo,
+    /// Every hold this node has carried, released ones included.
+    #[serde(default)]
+    pub hold_history: Vec<HoldInfo>,
     pub events: Vec<Event>,
+}
+
+/// A hold on a node: who took it out of service, why, and when; later who released it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HoldInfo {
+    pub id: Uuid,
+    pub node: String,
+    pub pool: String,
+    /// `cordon` or `evict`.
+    pub kind: String,
+    /// `monitoring` or `admin`.
+    pub source: String,
+    /// `ACTIVE`, `DEFERRED` (past the pool cap, applied when room frees) or `RELEASED`.
+    pub state: String,
+    #[serde(default)]
+    pub alertname: Option<String>,
+    #[serde(default)]
+    pub fingerprint: Option<String>,
+    pub reason: String,
+    /// `auto` (its alert's resolve releases it) or `admin`.
+    pub release: String,
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub alert_resolved_at: Option<OffsetDateTime>,
+    #[serde(default)]
+    pub released_by: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub released_at: Option<OffsetDateTime>,
+    #[serde(default)]
+    pub release_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlaceHold {
+    /// `cordon` or `evict`.
+    pub kind: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ReleaseHolds {
+    /// One hold (id or a unique prefix); every hold of the node when absent.
+    #[serde(default)]
+    pub hold: Option<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What the Alertmanager webhook did with each entry of a post.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct WebhookOutcome {
+    pub alerts: usize,
+    pub placed: usize,
+    pub deferred: usize,
+    pub released: usize,
+    pub awaiting_admin: usize,
+    pub unchanged: usize,
+    /// Entries Gantry could not act on, with why (missing labels, unknown nodes).
+    #[serde(default)]
+    pub ignored: Vec<String>,
+}
+
+/// One target group of Prometheus HTTP service discovery.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TargetGroup {
+    pub targets: Vec<String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -3,4 +3,5 @@
 //! Invariant: no I/O, no async, no clock reads. Time is passed in as [`engine::Millis`].
 
 pub mod engine;
+pub mod holds;
 pub mod scheduler;

@@ -116,6 +116,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
                 capacity: serde_json::to_string(&capacity)?,
                 version,
                 metrics_addr,
+                node_exporter: None,
             },
             now_ms(),
         )
@@ -140,6 +141,10 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
     st.hub.insert(&name, conn_id, tx);
+    // A node joining may make room under its pool's hold cap.
+    if let Err(e) = crate::holds::promote_all(&st).await {
+        tracing::warn!("promoting deferred holds: {e}");
+    }
     tracing::info!(node = %name, "agent connected");
     st.wake_controller();
 
@@ -265,11 +270,20 @@ pub async fn end_attempt(
         (EndCause::Exit, Some(asked)) => asked,
         (c, _) => c,
     };
+    // Say which hold took the node's work away.
+    let reason = match (reason, cause) {
+        (None, EndCause::Evicted) => crate::holds::active_by_node(st).await.ok().and_then(|m| {
+            m.get(&attempt.node)
+                .and_then(|hs| hs.iter().find(|h| h.kind == "evict"))
+                .map(crate::holds::describe)
+        }),
+        (r, _) => r,
+    };
     let outcome =
         gantry_core::engine::attempt_outcome(&job, task.attempts, exit_code, cause, &attempt.node);
     // A start error's own message is what a person needs to see on the task.
     let detail = |r: String| match (&reason, cause) {
-        (Some(why), EndCause::StartError) => format!("{r}: {why}"),
+        (Some(why), EndCause::StartError | EndCause::Evicted) => format!("{r}: {why}"),
         _ => r,
     };
     let next = match outcome {

@@ -61,6 +61,7 @@ fn parse_role(s: &str) -> Role {
     match s {
         "admin" => Role::Admin,
         "agent" => Role::Agent,
+        "monitoring" => Role::Monitoring,
         _ => Role::User,
     }
 }
@@ -123,5 +124,26 @@ impl FromRequestParts<AppState> for AgentCaller {
             ));
         }
         Ok(AgentCaller(caller))
+    }
+}
+
+/// Alertmanager (the webhook) and Prometheus (service discovery), or an administrator.
+pub struct MonitoringCaller(pub Caller);
+
+impl FromRequestParts<AppState> for MonitoringCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let caller = authenticate(state, header).await?;
+        if !matches!(caller.role, Role::Monitoring | Role::Admin) {
+            return Err(ApiError::Forbidden(
+                "this needs the monitoring token".into(),
+            ));
+        }
+        Ok(MonitoringCaller(caller))
     }
 }

@@ -133,6 +133,8 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
     let mut placing: Vec<Placing> = Vec::new();
     let mut finished: Vec<Uuid> = Vec::new();
     let grace = st.config.stop_grace.as_millis() as u64;
+    let held = crate::holds::active_by_node(st).await?;
+    let mut stopping: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
 
     for (aw, plan) in active.iter().zip(&plans) {
         let tasks: HashMap<Uuid, &TaskRow> = aw.tasks.iter().map(|t| (t.id, t)).collect();
@@ -163,6 +165,7 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
                     reason,
                 }),
                 Action::StopAttempt { attempt, cause } => {
+                    stopping.insert(attempt);
                     if let Some(a) = aw.live.iter().find(|a| a.id == attempt) {
                         changes.push(Change::StopSent {
                             attempt_id: attempt,
@@ -189,6 +192,41 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
                     });
                 }
             }
+        }
+    }
+
+    // Evict holds take running work off their nodes, through the same stop path.
+    for aw in &active {
+        for a in &aw.live {
+            let Some(h) = held
+                .get(&a.node)
+                .and_then(|hs| hs.iter().find(|h| h.kind == "evict"))
+            else {
+                continue;
+            };
+            if a.stop_sent.is_some() || !stopping.insert(a.id) {
+                continue;
+            }
+            let label = aw.tasks.iter().find(|t| t.id == a.task_id).map(task_label);
+            changes.push(Change::Event(gantry_store::NewEvent {
+                workflow_id: Some(a.workflow_id),
+                node: Some(a.node.clone()),
+                task: label,
+                kind: "task.evicting".into(),
+                message: format!("evicting from {}: {}", a.node, crate::holds::describe(h)),
+            }));
+            changes.push(Change::StopSent {
+                attempt_id: a.id,
+                cause: EndCause::Evicted,
+            });
+            sends.push((
+                a.node.clone(),
+                ServerMessage::Stop {
+                    attempt_id: a.id,
+                    grace_ms: grace,
+                    cause: EndCause::Evicted,
+                },
+            ));
         }
     }
 
@@ -222,7 +260,12 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
                     unschedulable_reason: if !connected {
                         Some("agent not connected".into())
                     } else if !ready {
-                        Some(n.state.to_lowercase())
+                        Some(match held.get(&n.name).and_then(|hs| hs.first()) {
+                            Some(h) => {
+                                format!("{}: {}", n.state.to_lowercase(), crate::holds::describe(h))
+                            }
+                            None => n.state.to_lowercase(),
+                        })
                     } else {
                         None
                     },

@@ -168,11 +168,6 @@ pub fn support(wf: &Workflow) -> Support {
             s.unsupported
                 .push(format!("{at}.network: job networking is not supported yet"));
         }
-        if j.policy.retry.on.contains(&RetryOn::Node) {
-            s.ignored.push(format!(
-                "{at}.policy.retry.on: node: a lost node fails the step until node health lands"
-            ));
-        }
         if j.policy.restart.is_some() {
             s.ignored.push(format!("{at}.policy.restart: not acted on"));
         }

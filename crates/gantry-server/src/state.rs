@@ -15,6 +15,9 @@ pub struct AppState {
     pub(crate) wake: Arc<Notify>,
     /// Seals secrets at rest; lives in the data dir, never in the database.
     pub(crate) secret_key: Arc<[u8; 32]>,
+    /// Serialises hold decisions (webhook posts and administrators).
+    pub(crate) hold_lock: Arc<tokio::sync::Mutex<()>>,
+    pub(crate) metrics: Arc<crate::monitoring::Metrics>,
 }
 
 impl AppState {
@@ -25,6 +28,8 @@ impl AppState {
             hub: Hub::default(),
             wake: Arc::new(Notify::new()),
             secret_key: Arc::new(secret_key),
+            hold_lock: Arc::default(),
+            metrics: Arc::default(),
         }
     }
 

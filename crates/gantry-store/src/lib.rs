@@ -106,6 +106,13 @@ pub trait Store: Send + Sync + 'static {
     async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>>;
     async fn delete_secret(&self, key: &SecretKey, by: &str, now: Millis) -> Result<bool>;
 
+    // --- holds ------------------------------------------------------------------------------
+    /// Holds on `node` (every node when `None`); released ones only when asked.
+    async fn holds(&self, node: Option<&str>, include_released: bool) -> Result<Vec<HoldRow>>;
+    async fn hold(&self, id: Uuid) -> Result<HoldRow>;
+    async fn episode_ended(&self, fingerprint: &str, episode: &str) -> Result<bool>;
+    async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()>;
+
     // --- settings ----------------------------------------------------------------------------
     async fn setting(&self, key: &str) -> Result<Option<String>>;
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;

@@ -136,6 +136,7 @@ fn node_row(r: &SqliteRow) -> Result<NodeRow> {
         last_seen: r.get("last_seen"),
         version: r.get("version"),
         metrics_addr: r.get("metrics_addr"),
+        node_exporter: r.get("node_exporter"),
     })
 }
 
@@ -149,6 +150,77 @@ fn event_row(r: &SqliteRow) -> Result<EventRow> {
         kind: r.get("kind"),
         message: r.get("message"),
     })
+}
+
+fn short(id: Uuid) -> String {
+    id.to_string()[..8].to_string()
+}
+
+fn hold_row(r: &SqliteRow) -> Result<HoldRow> {
+    Ok(HoldRow {
+        id: uuid(r.get("id"))?,
+        node: r.get("node"),
+        pool: r.get("pool"),
+        kind: r.get("kind"),
+        source: r.get("source"),
+        state: r.get("state"),
+        alertname: r.get("alertname"),
+        fingerprint: r.get("fingerprint"),
+        episode: r.get("episode"),
+        release_rule: r.get("release_rule"),
+        reason: r.get("reason"),
+        created_by: r.get("created_by"),
+        created_at: r.get("created_at"),
+        activated_at: r.get("activated_at"),
+        alert_resolved_at: r.get("alert_resolved_at"),
+        released_by: r.get("released_by"),
+        released_at: r.get("released_at"),
+        release_reason: r.get("release_reason"),
+    })
+}
+
+/// A node's state follows its active holds (EVICTING over CORDONED over READY); a DOWN node
+/// stays DOWN until its agent returns.
+async fn refresh_node_state(
+    tx: &mut Transaction<'_, Sqlite>,
+    node: &str,
+    now: Millis,
+) -> Result<()> {
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT kind FROM holds WHERE node = ? AND state = 'ACTIVE'")
+            .bind(node)
+            .fetch_all(&mut **tx)
+            .await?;
+    let want = if kinds.iter().any(|k| k == "evict") {
+        "EVICTING"
+    } else if kinds.iter().any(|k| k == "cordon") {
+        "CORDONED"
+    } else {
+        "READY"
+    };
+    let n =
+        sqlx::query("UPDATE nodes SET state = ? WHERE name = ? AND state != 'DOWN' AND state != ?")
+            .bind(want)
+            .bind(node)
+            .bind(want)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+    if n > 0 {
+        event(
+            tx,
+            &ev(
+                None,
+                Some(node),
+                None,
+                "node.state",
+                format!("{want}: by its holds"),
+            ),
+            now,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 async fn event(tx: &mut Transaction<'_, Sqlite>, ev: &NewEvent, now: Millis) -> Result<()> {
@@ -817,8 +889,8 @@ impl Store for SqliteStore {
         let msg = match &existing {
             None => {
                 sqlx::query(
-                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at)
-                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?)",
+                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at, node_exporter)
+                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?, ?)",
                 )
                 .bind(Uuid::new_v4().to_string())
                 .bind(&reg.name)
@@ -828,22 +900,24 @@ impl Store for SqliteStore {
                 .bind(&reg.version)
                 .bind(&reg.metrics_addr)
                 .bind(now)
+                .bind(&reg.node_exporter)
                 .execute(&mut *tx)
                 .await?;
                 format!("registered in pool {}", reg.pool)
             }
             Some(r) => {
                 let was: String = r.get("state");
-                // A node that was DOWN comes back READY; holds (later) keep their own state.
+                // A node that was DOWN comes back as its holds say (READY without any).
                 sqlx::query(
                     "UPDATE nodes SET pool = ?, capacity = ?, connected = 1, last_seen = ?, version = ?, metrics_addr = ?,
-                     state = CASE WHEN state = 'DOWN' THEN 'READY' ELSE state END WHERE name = ?",
+                     node_exporter = ?, state = CASE WHEN state = 'DOWN' THEN 'READY' ELSE state END WHERE name = ?",
                 )
                 .bind(&reg.pool)
                 .bind(&reg.capacity)
                 .bind(now)
                 .bind(&reg.version)
                 .bind(&reg.metrics_addr)
+                .bind(&reg.node_exporter)
                 .bind(&reg.name)
                 .execute(&mut *tx)
                 .await?;
@@ -856,6 +930,7 @@ impl Store for SqliteStore {
             now,
         )
         .await?;
+        refresh_node_state(&mut tx, &reg.name, now).await?;
         let r = sqlx::query("SELECT * FROM nodes WHERE name = ?")
             .bind(&reg.name)
             .fetch_one(&mut *tx)
@@ -1170,6 +1245,200 @@ impl Store for SqliteStore {
         }
         tx.commit().await?;
         Ok(n > 0)
+    }
+
+    async fn holds(&self, node: Option<&str>, include_released: bool) -> Result<Vec<HoldRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM holds WHERE (?1 IS NULL OR node = ?1) AND (?2 OR state != 'RELEASED')
+             ORDER BY created_at, id",
+        )
+        .bind(node)
+        .bind(include_released)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(hold_row).collect()
+    }
+
+    async fn hold(&self, id: Uuid) -> Result<HoldRow> {
+        let r = sqlx::query("SELECT * FROM holds WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        hold_row(&r)
+    }
+
+    async fn episode_ended(&self, fingerprint: &str, episode: &str) -> Result<bool> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM alert_episodes WHERE fingerprint = ? AND episode = ?",
+        )
+        .bind(fingerprint)
+        .bind(episode)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n > 0)
+    }
+
+    async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        let mut touched: Vec<String> = vec![];
+        for c in changes {
+            match c {
+                HoldChange::Place(h) => {
+                    sqlx::query(
+                        "INSERT INTO holds (id, node, pool, kind, source, state, alertname, fingerprint, episode,
+                         release_rule, reason, created_by, created_at, activated_at)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(h.id.to_string())
+                    .bind(&h.node)
+                    .bind(&h.pool)
+                    .bind(&h.kind)
+                    .bind(&h.source)
+                    .bind(&h.state)
+                    .bind(&h.alertname)
+                    .bind(&h.fingerprint)
+                    .bind(&h.episode)
+                    .bind(&h.release_rule)
+                    .bind(&h.reason)
+                    .bind(&h.created_by)
+                    .bind(now)
+                    .bind((h.state == "ACTIVE").then_some(now))
+                    .execute(&mut *tx)
+                    .await?;
+                    let what = if h.state == "DEFERRED" {
+                        "deferred (pool cap reached)"
+                    } else {
+                        "placed"
+                    };
+                    event(
+                        &mut tx,
+                        &ev(
+                            None,
+                            Some(&h.node),
+                            None,
+                            "hold.placed",
+                            format!(
+                                "{} hold {} {what} by {}: {}",
+                                h.kind,
+                                short(h.id),
+                                h.created_by,
+                                h.reason
+                            ),
+                        ),
+                        now,
+                    )
+                    .await?;
+                    touched.push(h.node.clone());
+                }
+                HoldChange::Activate { id } => {
+                    let r = sqlx::query(
+                        "UPDATE holds SET state = 'ACTIVE', activated_at = ? WHERE id = ? AND state = 'DEFERRED' RETURNING node, kind, reason",
+                    )
+                    .bind(now)
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(r) = r {
+                        let node: String = r.get("node");
+                        event(
+                            &mut tx,
+                            &ev(
+                                None,
+                                Some(&node),
+                                None,
+                                "hold.activated",
+                                format!(
+                                    "deferred {} hold {} applied: room freed in the pool",
+                                    r.get::<String, _>("kind"),
+                                    short(*id)
+                                ),
+                            ),
+                            now,
+                        )
+                        .await?;
+                        touched.push(node);
+                    }
+                }
+                HoldChange::Release { id, by, reason } => {
+                    let r = sqlx::query(
+                        "UPDATE holds SET state = 'RELEASED', released_by = ?, released_at = ?, release_reason = ?
+                         WHERE id = ? AND state != 'RELEASED' RETURNING node, kind",
+                    )
+                    .bind(by)
+                    .bind(now)
+                    .bind(reason)
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(r) = r {
+                        let node: String = r.get("node");
+                        event(
+                            &mut tx,
+                            &ev(
+                                None,
+                                Some(&node),
+                                None,
+                                "hold.released",
+                                format!(
+                                    "{} hold {} released by {by}: {reason}",
+                                    r.get::<String, _>("kind"),
+                                    short(*id)
+                                ),
+                            ),
+                            now,
+                        )
+                        .await?;
+                        touched.push(node);
+                    }
+                }
+                HoldChange::AlertResolved { id } => {
+                    let r = sqlx::query(
+                        "UPDATE holds SET alert_resolved_at = ? WHERE id = ? AND alert_resolved_at IS NULL RETURNING node",
+                    )
+                    .bind(now)
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(r) = r {
+                        let node: String = r.get("node");
+                        event(
+                            &mut tx,
+                            &ev(None, Some(&node), None, "hold.awaiting_admin", format!("the alert of hold {} resolved; an administrator must release it", short(*id))),
+                            now,
+                        )
+                        .await?;
+                    }
+                }
+                HoldChange::EndEpisode {
+                    fingerprint,
+                    episode,
+                    by,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO alert_episodes (fingerprint, episode, ended_at, ended_by) VALUES (?, ?, ?, ?)
+                         ON CONFLICT (fingerprint, episode) DO NOTHING",
+                    )
+                    .bind(fingerprint)
+                    .bind(episode)
+                    .bind(now)
+                    .bind(by)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                HoldChange::Event(e) => event(&mut tx, e, now).await?,
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        for node in touched {
+            refresh_node_state(&mut tx, &node, now).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn setting(&self, key: &str) -> Result<Option<String>> {

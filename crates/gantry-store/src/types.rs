@@ -165,6 +165,7 @@ pub struct NodeRegistration {
     pub capacity: String,
     pub version: String,
     pub metrics_addr: Option<String>,
+    pub node_exporter: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +179,7 @@ pub struct NodeRow {
     pub last_seen: Option<Millis>,
     pub version: Option<String>,
     pub metrics_addr: Option<String>,
+    pub node_exporter: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -234,4 +236,54 @@ pub struct SecretRow {
     pub name: String,
     pub updated_by: String,
     pub updated_at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldRow {
+    pub id: Uuid,
+    pub node: String,
+    pub pool: String,
+    /// `cordon` or `evict`.
+    pub kind: String,
+    /// `monitoring` or `admin`.
+    pub source: String,
+    /// `ACTIVE`, `DEFERRED` or `RELEASED`.
+    pub state: String,
+    pub alertname: Option<String>,
+    pub fingerprint: Option<String>,
+    pub episode: Option<String>,
+    /// `auto` or `admin`.
+    pub release_rule: String,
+    pub reason: String,
+    pub created_by: String,
+    pub created_at: Millis,
+    pub activated_at: Option<Millis>,
+    pub alert_resolved_at: Option<Millis>,
+    pub released_by: Option<String>,
+    pub released_at: Option<Millis>,
+    pub release_reason: Option<String>,
+}
+
+/// One step of a hold decision, applied with the others in one transaction. Node states
+/// (READY, CORDONED, EVICTING) are recomputed from active holds in the same transaction.
+#[derive(Debug, Clone)]
+pub enum HoldChange {
+    Place(Box<HoldRow>),
+    Activate {
+        id: Uuid,
+    },
+    Release {
+        id: Uuid,
+        by: String,
+        reason: String,
+    },
+    AlertResolved {
+        id: Uuid,
+    },
+    EndEpisode {
+        fingerprint: String,
+        episode: String,
+        by: String,
+    },
+    Event(NewEvent),
 }

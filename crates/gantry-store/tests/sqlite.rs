@@ -214,6 +214,7 @@ async fn everything_survives_reopening() {
                 capacity: "{}".into(),
                 version: "0".into(),
                 metrics_addr: None,
+                node_exporter: None,
             },
             3,
         )

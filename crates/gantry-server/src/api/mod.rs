@@ -27,6 +27,10 @@ pub fn router(state: AppState) -> Router {
         .route("/workflows/{id}/logs/{job}", get(crate::logs::read))
         .route("/nodes", get(nodes::list))
         .route("/nodes/{name}", get(nodes::show))
+        .route("/nodes/{name}/holds", post(crate::holds::place))
+        .route("/nodes/{name}/release", post(crate::holds::release))
+        .route("/monitoring/alertmanager", post(crate::monitoring::webhook))
+        .route("/monitoring/targets", get(crate::monitoring::targets))
         .route("/secrets", get(crate::secrets::list))
         .route(
             "/secrets/{scope}/{name}",
@@ -42,6 +46,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::map_response(json_errors));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(crate::monitoring::metrics))
         .nest("/api/v1", api)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state)

@@ -25,6 +25,13 @@ async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
         }
     }
     allocated.cpus = millicpus.div_ceil(1000) as u32;
+    let holds = st
+        .store
+        .holds(Some(&n.name), false)
+        .await?
+        .into_iter()
+        .map(crate::holds::info)
+        .collect();
     Ok(NodeInfo {
         id: n.id,
         state: n.state.parse().unwrap_or(NodeState::Down),
@@ -36,6 +43,7 @@ async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
         running: live.len() as u32,
         last_seen: n.last_seen.map(ts),
         version: n.version,
+        holds,
     })
 }
 
@@ -69,7 +77,15 @@ pub async fn show(
             ..Default::default()
         })
         .await?;
+    let hold_history = st
+        .store
+        .holds(Some(&n.name), true)
+        .await?
+        .into_iter()
+        .map(crate::holds::info)
+        .collect();
     Ok(Json(NodeDetail {
+        hold_history,
         node: info(&st, n).await?,
         // Node events about workflows name their tasks: only an admin sees other people's.
         events: events

@@ -28,8 +28,11 @@ pub enum UserCmd {
         #[arg(long, conflicts_with = "agent")]
         admin: bool,
         /// A token for node agents only.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "monitoring")]
         agent: bool,
+        /// A token for Alertmanager's webhook and Prometheus' service discovery only.
+        #[arg(long, conflicts_with = "admin")]
+        monitoring: bool,
         #[command(flatten)]
         out: OutputArg,
     },
@@ -55,10 +58,13 @@ pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             group,
             admin,
             agent,
+            monitoring,
             out,
         }) => {
             let role = if admin {
                 Role::Admin
+            } else if monitoring {
+                Role::Monitoring
             } else if agent {
                 Role::Agent
             } else {

@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use gantry_api::v1::{NodeDetail, NodeInfo};
+use gantry_api::v1::{HoldInfo, NodeDetail, NodeInfo, PlaceHold, ReleaseHolds};
 
 use crate::output::{age, bytes, json, table, Format};
 use crate::{Conn, OutputArg};
@@ -13,12 +13,68 @@ pub enum NodeCmd {
         #[command(flatten)]
         out: OutputArg,
     },
-    /// One node and its history.
+    /// One node, its holds and its history.
     Show {
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
+    /// Take a node out of service (administrators): cordon stops new work; evict also takes
+    /// running work off (SIGTERM, grace, SIGKILL).
+    Hold {
+        name: String,
+        #[arg(long = "type", value_parser = ["cordon", "evict"])]
+        kind: String,
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// Release a node's holds (administrators): one with --hold, else all of them.
+    Release {
+        name: String,
+        /// A hold's id (or a unique prefix).
+        #[arg(long)]
+        hold: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+}
+
+fn hold_line(h: &HoldInfo) -> String {
+    let by = match (&h.source[..], &h.alertname) {
+        ("monitoring", Some(a)) => format!("monitoring/{a}"),
+        _ => h.created_by.clone(),
+    };
+    let mut s = format!(
+        "{} {} {} by {} {} ago: {}",
+        &h.id.to_string()[..8],
+        h.kind,
+        h.state,
+        by,
+        age(h.created_at),
+        h.reason
+    );
+    if h.release == "admin" && h.state != "RELEASED" {
+        s.push_str(if h.alert_resolved_at.is_some() {
+            " (alert resolved; an administrator must release)"
+        } else {
+            " (release: admin)"
+        });
+    }
+    if let (Some(by), Some(at)) = (&h.released_by, h.released_at) {
+        s.push_str(&format!(
+            "; released by {by} {} ago{}",
+            age(at),
+            h.release_reason
+                .as_ref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        ));
+    }
+    s
 }
 
 pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
@@ -49,6 +105,20 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                             ),
                             n.running.to_string(),
                             n.last_seen.map(age).unwrap_or_else(|| "-".into()),
+                            n.holds
+                                .iter()
+                                .map(|h| {
+                                    let who =
+                                        h.alertname.clone().unwrap_or_else(|| h.created_by.clone());
+                                    let deferred = if h.state == "DEFERRED" {
+                                        " DEFERRED"
+                                    } else {
+                                        ""
+                                    };
+                                    format!("{}({who}){deferred}", h.kind)
+                                })
+                                .collect::<Vec<_>>()
+                                .join(","),
                         ]
                     })
                     .collect();
@@ -62,6 +132,7 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                         "MEMORY",
                         "RUNNING",
                         "SEEN",
+                        "HOLDS",
                     ],
                     &rows,
                 );
@@ -90,9 +161,51 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 if let Some(v) = &n.version {
                     println!("Version:   {v}");
                 }
+                println!("\nHolds:");
+                if d.hold_history.is_empty() {
+                    println!("  none");
+                }
+                for h in &d.hold_history {
+                    println!("  {}", hold_line(h));
+                }
                 println!("\nHistory:");
                 for e in &d.events {
                     println!("  {}", super::watch::event_line(e));
+                }
+            }
+        }
+        NodeCmd::Hold {
+            name,
+            kind,
+            reason,
+            out,
+        } => {
+            let h: HoldInfo = client
+                .post(&format!("/nodes/{name}/holds"), &PlaceHold { kind, reason })
+                .await?;
+            if out.format == Format::Json {
+                json(&h)?;
+            } else {
+                println!("{}", hold_line(&h));
+            }
+        }
+        NodeCmd::Release {
+            name,
+            hold,
+            reason,
+            out,
+        } => {
+            let released: Vec<HoldInfo> = client
+                .post(
+                    &format!("/nodes/{name}/release"),
+                    &ReleaseHolds { hold, reason },
+                )
+                .await?;
+            if out.format == Format::Json {
+                json(&released)?;
+            } else {
+                for h in &released {
+                    println!("{}", hold_line(h));
                 }
             }
         }

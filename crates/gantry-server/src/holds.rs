@@ -1,0 +1,422 @@
+//! Holds on nodes: the Alertmanager webhook's decisions and administrators' holds and
+//! releases. Every decision is `gantry_core::holds`'; this module gathers the state, applies
+//! the result in one transaction, and promotes deferred holds when room frees. One lock
+//! serialises hold decisions, so two posts cannot both take the pool's last free slot.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::{Path, State};
+use axum::Json;
+use gantry_api::v1::{HoldInfo, PlaceHold, ReleaseHolds};
+use gantry_core::holds::{self, Alert, Decision, Hold, HoldState, HoldType, PoolView, Release};
+use gantry_store::{HoldChange, HoldRow, NewEvent};
+use uuid::Uuid;
+
+use crate::api::{ts, ApiError, JsonBody};
+use crate::auth::UserCaller;
+use crate::state::{now_ms, AppState};
+
+pub fn info(h: HoldRow) -> HoldInfo {
+    HoldInfo {
+        id: h.id,
+        node: h.node,
+        pool: h.pool,
+        kind: h.kind,
+        source: h.source,
+        state: h.state,
+        alertname: h.alertname,
+        fingerprint: h.fingerprint,
+        reason: h.reason,
+        release: h.release_rule,
+        created_by: h.created_by,
+        created_at: ts(h.created_at),
+        alert_resolved_at: h.alert_resolved_at.map(ts),
+        released_by: h.released_by,
+        released_at: h.released_at.map(ts),
+        release_reason: h.release_reason,
+    }
+}
+
+fn core_hold(h: &HoldRow) -> Hold {
+    Hold {
+        id: h.id.as_u128(),
+        node: h.node.clone(),
+        kind: HoldType::parse(&h.kind).unwrap_or(HoldType::Cordon),
+        admin: (h.source == "admin").then(|| h.created_by.clone()),
+        state: match h.state.as_str() {
+            "ACTIVE" => HoldState::Active,
+            "DEFERRED" => HoldState::Deferred,
+            _ => HoldState::Released,
+        },
+        fingerprint: h.fingerprint.clone(),
+        episode: h.episode.clone(),
+        release: if h.release_rule == "admin" {
+            Release::Admin
+        } else {
+            Release::Auto
+        },
+        created_at: h.created_at,
+    }
+}
+
+/// The fraction of a pool monitoring may hold: `monitoring.hold_fraction.<pool>`, else
+/// `monitoring.hold_fraction`, else 0.20.
+pub async fn fraction(st: &AppState, pool: &str) -> Result<f64, ApiError> {
+    for key in [
+        format!("monitoring.hold_fraction.{pool}"),
+        "monitoring.hold_fraction".into(),
+    ] {
+        if let Some(v) = st.store.setting(&key).await? {
+            if let Ok(f) = v.parse::<f64>() {
+                return Ok(f);
+            }
+        }
+    }
+    Ok(0.2)
+}
+
+/// The pool's nodes, and its unreleased holds.
+async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<HoldRow>), ApiError> {
+    let nodes = st.store.nodes().await?;
+    let names: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| n.pool == pool)
+        .map(|n| n.name.as_str())
+        .collect();
+    let holds: Vec<HoldRow> = st
+        .store
+        .holds(None, false)
+        .await?
+        .into_iter()
+        .filter(|h| names.contains(h.node.as_str()))
+        .collect();
+    let core: Vec<Hold> = holds.iter().map(core_hold).collect();
+    Ok((
+        PoolView {
+            nodes: names.len() as u32,
+            held: holds::held_nodes(&core),
+            fraction: fraction(st, pool).await?,
+        },
+        holds,
+    ))
+}
+
+/// Applies deferred holds of a pool while its cap allows.
+pub async fn promote(st: &AppState, pool: &str) -> Result<usize, ApiError> {
+    let (view, holds) = pool_state(st, pool).await?;
+    let core: Vec<Hold> = holds.iter().map(core_hold).collect();
+    let ids = holds::promotions(&core, &view);
+    let changes: Vec<HoldChange> = ids
+        .iter()
+        .map(|id| HoldChange::Activate {
+            id: Uuid::from_u128(*id),
+        })
+        .collect();
+    st.store.apply_holds(&changes, now_ms()).await?;
+    if !changes.is_empty() {
+        st.wake_controller();
+    }
+    Ok(changes.len())
+}
+
+/// Promotes in every pool (room frees when holds are released or nodes join).
+pub async fn promote_all(st: &AppState) -> Result<(), ApiError> {
+    let pools: BTreeSet<String> = st
+        .store
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|n| n.pool)
+        .collect();
+    for p in pools {
+        promote(st, &p).await?;
+    }
+    Ok(())
+}
+
+/// One alert entry after its labels were read.
+pub struct AlertEntry {
+    pub alert: Alert,
+    pub alertname: String,
+    pub summary: String,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Applied {
+    Placed(HoldState),
+    Released,
+    AwaitingAdmin,
+    Unchanged,
+}
+
+/// Decides and applies one alert entry. Idempotent.
+pub async fn apply_alert(st: &AppState, e: &AlertEntry) -> Result<Applied, ApiError> {
+    let _guard = st.hold_lock.lock().await;
+    let a = &e.alert;
+    let node = st.store.node(&a.node).await?;
+    let (view, pool_holds) = pool_state(st, &node.pool).await?;
+    let on_node: Vec<&HoldRow> = pool_holds.iter().filter(|h| h.node == a.node).collect();
+    let core: Vec<Hold> = on_node.iter().map(|h| core_hold(h)).collect();
+    let ended = st.store.episode_ended(&a.fingerprint, &a.starts_at).await?;
+    let now = now_ms();
+    let decision = holds::decide(a, &core, ended, &view);
+    let (changes, applied) = match decision {
+        Decision::Nothing { .. } => {
+            let mut ch = vec![];
+            if !a.firing {
+                ch.push(HoldChange::EndEpisode {
+                    fingerprint: a.fingerprint.clone(),
+                    episode: a.starts_at.clone(),
+                    by: "monitoring".into(),
+                });
+            }
+            (ch, Applied::Unchanged)
+        }
+        Decision::Place { state } => {
+            let row = HoldRow {
+                id: Uuid::new_v4(),
+                node: a.node.clone(),
+                pool: node.pool.clone(),
+                kind: a.kind.as_str().into(),
+                source: "monitoring".into(),
+                state: if state == HoldState::Active {
+                    "ACTIVE"
+                } else {
+                    "DEFERRED"
+                }
+                .into(),
+                alertname: Some(e.alertname.clone()),
+                fingerprint: Some(a.fingerprint.clone()),
+                episode: Some(a.starts_at.clone()),
+                release_rule: if a.release == Release::Admin {
+                    "admin"
+                } else {
+                    "auto"
+                }
+                .into(),
+                reason: e.summary.clone(),
+                created_by: "monitoring".into(),
+                created_at: now,
+                activated_at: None,
+                alert_resolved_at: None,
+                released_by: None,
+                released_at: None,
+                release_reason: None,
+            };
+            let mut ch = vec![HoldChange::Place(Box::new(row))];
+            if state == HoldState::Deferred {
+                ch.push(HoldChange::Event(NewEvent {
+                    workflow_id: None,
+                    node: Some(a.node.clone()),
+                    task: None,
+                    kind: "hold.deferred".into(),
+                    message: format!(
+                        "{} ({}) deferred: monitoring already holds {} of {} node(s) in pool {} (cap {})",
+                        e.alertname,
+                        a.kind.as_str(),
+                        view.held.len(),
+                        view.nodes,
+                        node.pool,
+                        view.cap()
+                    ),
+                }));
+            }
+            (ch, Applied::Placed(state))
+        }
+        Decision::Release { holds } => {
+            let mut ch: Vec<HoldChange> = holds
+                .into_iter()
+                .map(|id| HoldChange::Release {
+                    id: Uuid::from_u128(id),
+                    by: "monitoring".into(),
+                    reason: format!("{} resolved", e.alertname),
+                })
+                .collect();
+            ch.push(HoldChange::EndEpisode {
+                fingerprint: a.fingerprint.clone(),
+                episode: a.starts_at.clone(),
+                by: "monitoring".into(),
+            });
+            (ch, Applied::Released)
+        }
+        Decision::AwaitAdmin { holds } => {
+            let mut ch: Vec<HoldChange> = holds
+                .into_iter()
+                .map(|id| HoldChange::AlertResolved {
+                    id: Uuid::from_u128(id),
+                })
+                .collect();
+            ch.push(HoldChange::EndEpisode {
+                fingerprint: a.fingerprint.clone(),
+                episode: a.starts_at.clone(),
+                by: "monitoring".into(),
+            });
+            (ch, Applied::AwaitingAdmin)
+        }
+    };
+    st.store.apply_holds(&changes, now).await?;
+    if applied == Applied::Released {
+        promote(st, &node.pool).await?;
+    }
+    if applied != Applied::Unchanged {
+        st.wake_controller();
+    }
+    Ok(applied)
+}
+
+pub async fn place(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+    JsonBody(req): JsonBody<PlaceHold>,
+) -> Result<Json<HoldInfo>, ApiError> {
+    c.require_admin()?;
+    let kind = HoldType::parse(&req.kind).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "hold type must be cordon or evict, not {:?}",
+            req.kind
+        ))
+    })?;
+    if req.reason.trim().is_empty() {
+        return Err(ApiError::BadRequest(
+            "a hold needs a reason (--reason)".into(),
+        ));
+    }
+    let _guard = st.hold_lock.lock().await;
+    let node = st
+        .store
+        .node(&name)
+        .await
+        .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
+    let row = HoldRow {
+        id: Uuid::new_v4(),
+        node: node.name.clone(),
+        pool: node.pool.clone(),
+        kind: kind.as_str().into(),
+        source: "admin".into(),
+        state: "ACTIVE".into(),
+        alertname: None,
+        fingerprint: None,
+        episode: None,
+        release_rule: "admin".into(),
+        reason: req.reason.trim().into(),
+        created_by: c.user.name.clone(),
+        created_at: now_ms(),
+        activated_at: None,
+        alert_resolved_at: None,
+        released_by: None,
+        released_at: None,
+        release_reason: None,
+    };
+    let id = row.id;
+    st.store
+        .apply_holds(&[HoldChange::Place(Box::new(row))], now_ms())
+        .await?;
+    st.wake_controller();
+    Ok(Json(info(st.store.hold(id).await?)))
+}
+
+pub async fn release(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+    JsonBody(req): JsonBody<ReleaseHolds>,
+) -> Result<Json<Vec<HoldInfo>>, ApiError> {
+    c.require_admin()?;
+    let pool = {
+        let _guard = st.hold_lock.lock().await;
+        let node = st
+            .store
+            .node(&name)
+            .await
+            .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
+        let holds = st.store.holds(Some(&node.name), false).await?;
+        let chosen: Vec<&HoldRow> = match &req.hold {
+            Some(p) => {
+                let p = p.to_ascii_lowercase();
+                let m: Vec<&HoldRow> = holds
+                    .iter()
+                    .filter(|h| h.id.to_string().starts_with(&p))
+                    .collect();
+                match m.len() {
+                    0 => {
+                        return Err(ApiError::NotFound(format!(
+                            "node {name} has no unreleased hold {p}"
+                        )))
+                    }
+                    1 => m,
+                    _ => {
+                        return Err(ApiError::BadRequest(format!(
+                            "{p} matches more than one hold: give more characters"
+                        )))
+                    }
+                }
+            }
+            None => holds.iter().collect(),
+        };
+        if chosen.is_empty() {
+            return Err(ApiError::Conflict(format!(
+                "node {name} has no holds to release"
+            )));
+        }
+        let reason = req
+            .reason
+            .clone()
+            .unwrap_or_else(|| "released by an administrator".into());
+        let mut changes = vec![];
+        for h in &chosen {
+            changes.push(HoldChange::Release {
+                id: h.id,
+                by: c.user.name.clone(),
+                reason: reason.clone(),
+            });
+            // An admin's release stands until the alert's next episode.
+            if let (Some(fp), Some(ep)) = (&h.fingerprint, &h.episode) {
+                changes.push(HoldChange::EndEpisode {
+                    fingerprint: fp.clone(),
+                    episode: ep.clone(),
+                    by: c.user.name.clone(),
+                });
+            }
+        }
+        st.store.apply_holds(&changes, now_ms()).await?;
+        node.pool
+    };
+    promote(&st, &pool).await?;
+    st.wake_controller();
+    let after = st.store.holds(Some(&name), true).await?;
+    Ok(Json(
+        after
+            .into_iter()
+            .filter(|h| {
+                h.state == "RELEASED" && h.released_by.as_deref() == Some(c.user.name.as_str())
+            })
+            .map(info)
+            .collect(),
+    ))
+}
+
+/// Active holds by node, for the scheduler's reasons and the eviction pass.
+pub async fn active_by_node(st: &AppState) -> Result<BTreeMap<String, Vec<HoldRow>>, ApiError> {
+    let mut m: BTreeMap<String, Vec<HoldRow>> = BTreeMap::new();
+    for h in st.store.holds(None, false).await? {
+        if h.state == "ACTIVE" {
+            m.entry(h.node.clone()).or_default().push(h);
+        }
+    }
+    Ok(m)
+}
+
+/// A short description of a hold for people: "hold 1a2b3c4d by monitoring (DiskFull): ...".
+pub fn describe(h: &HoldRow) -> String {
+    let who = match (&h.source[..], &h.alertname) {
+        ("monitoring", Some(a)) => format!("monitoring ({a})"),
+        _ => h.created_by.clone(),
+    };
+    format!(
+        "{} hold {} by {who}: {}",
+        h.kind,
+        &h.id.to_string()[..8],
+        h.reason
+    )
+}
