@@ -84,6 +84,15 @@ pub async fn authenticate(state: &AppState, header: Option<&str>) -> Result<Call
     Ok(Caller { user, role })
 }
 
+/// The caller of a request, from its `Authorization` header.
+async fn caller_of(parts: &Parts, state: &AppState) -> Result<Caller, ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    authenticate(state, header).await
+}
+
 /// A user (not an agent) calling the API.
 pub struct UserCaller(pub Caller);
 
@@ -91,11 +100,7 @@ impl FromRequestParts<AppState> for UserCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let caller = authenticate(state, header).await?;
+        let caller = caller_of(parts, state).await?;
         if caller.role == Role::Agent {
             // Agent tokens exist to connect nodes; they get nothing else.
             return Err(ApiError::Forbidden(
@@ -113,11 +118,7 @@ impl FromRequestParts<AppState> for AgentCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let caller = authenticate(state, header).await?;
+        let caller = caller_of(parts, state).await?;
         if !matches!(caller.role, Role::Agent | Role::Admin) {
             return Err(ApiError::Forbidden(
                 "connecting a node needs an agent or admin token".into(),
@@ -134,11 +135,7 @@ impl FromRequestParts<AppState> for MonitoringCaller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let caller = authenticate(state, header).await?;
+        let caller = caller_of(parts, state).await?;
         if !matches!(caller.role, Role::Monitoring | Role::Admin) {
             return Err(ApiError::Forbidden(
                 "this needs the monitoring token".into(),

@@ -72,6 +72,15 @@ fn task_label(job: &str, idx: Option<i64>) -> String {
     }
 }
 
+fn user_row(r: &SqliteRow) -> Result<User> {
+    Ok(User {
+        id: uuid(r.get("id"))?,
+        name: r.get("name"),
+        group: r.get("grp"),
+        role: r.get("role"),
+    })
+}
+
 fn workflow_row(r: &SqliteRow) -> Result<WorkflowRow> {
     Ok(WorkflowRow {
         id: uuid(r.get("id"))?,
@@ -330,15 +339,7 @@ impl Store for SqliteStore {
         .bind(now)
         .fetch_optional(&self.pool)
         .await?;
-        row.map(|r| {
-            Ok(User {
-                id: uuid(r.get("id"))?,
-                name: r.get("name"),
-                group: r.get("grp"),
-                role: r.get("role"),
-            })
-        })
-        .transpose()
+        row.as_ref().map(user_row).transpose()
     }
 
     async fn user_by_name(&self, name: &str) -> Result<Option<User>> {
@@ -346,15 +347,7 @@ impl Store for SqliteStore {
             .bind(name)
             .fetch_optional(&self.pool)
             .await?;
-        row.map(|r| {
-            Ok(User {
-                id: uuid(r.get("id"))?,
-                name: r.get("name"),
-                group: r.get("grp"),
-                role: r.get("role"),
-            })
-        })
-        .transpose()
+        row.as_ref().map(user_row).transpose()
     }
 
     async fn add_token(
