@@ -101,11 +101,19 @@ impl FromRequestParts<AppState> for UserCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = caller_of(parts, state).await?;
-        if caller.role == Role::Agent {
-            // Agent tokens exist to connect nodes; they get nothing else.
-            return Err(ApiError::Forbidden(
-                "an agent token cannot use the user API".into(),
-            ));
+        // Agent and monitoring tokens exist for one purpose each; they get nothing else.
+        match caller.role {
+            Role::Agent => {
+                return Err(ApiError::Forbidden(
+                    "an agent token cannot use the user API".into(),
+                ))
+            }
+            Role::Monitoring => {
+                return Err(ApiError::Forbidden(
+                    "a monitoring token cannot use the user API".into(),
+                ))
+            }
+            Role::User | Role::Admin => {}
         }
         Ok(UserCaller(caller))
     }

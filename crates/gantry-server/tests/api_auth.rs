@@ -749,3 +749,115 @@ fn workflows_tokens_and_settings_survive_a_restart() {
         api.wait_for_status(&alice, &wf, "STOPPED").await;
     });
 }
+
+#[tokio::test]
+async fn a_monitoring_token_only_posts_alerts_and_reads_targets() {
+    let c = Cluster::start().await;
+    let wf = c.submit(&c.alice, HELLO).await;
+    let token = c
+        .server
+        .create_user(
+            "alertmanager",
+            "monitoring",
+            gantry_api::v1::Role::Monitoring,
+        )
+        .await
+        .unwrap();
+    for route in routes(&wf) {
+        let r = c.route(&route, Some(&bearer(&token))).await;
+        if route.path.starts_with("/monitoring/") {
+            assert!(
+                r.status.is_success(),
+                "{route} with the monitoring token: {} {}",
+                r.status,
+                r.body
+            );
+        } else {
+            assert_forbidden(&r, &format!("{route} with the monitoring token"));
+        }
+    }
+    c.assert_untouched(&wf).await;
+}
+
+#[tokio::test]
+async fn secrets_are_kept_per_user_group_and_organization() {
+    let c = Cluster::start().await;
+    let put = |token: String, scope: &'static str, name: &'static str| {
+        let api = &c.api;
+        async move {
+            api.put(
+                &token,
+                &format!("/secrets/{scope}/{name}"),
+                json!({"value": "v"}),
+            )
+            .await
+        }
+    };
+    assert_eq!(
+        put(c.alice.clone(), "user", "k").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        put(c.alice.clone(), "group", "shared").await.status,
+        StatusCode::NO_CONTENT
+    );
+    assert_forbidden(
+        &put(c.alice.clone(), "organization", "org-wide").await,
+        "a user setting an organization secret",
+    );
+    assert_eq!(
+        put(c.admin.clone(), "organization", "org-wide")
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        put(c.alice.clone(), "nope", "k").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        put(c.alice.clone(), "user", "../k").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let names = |token: &str| {
+        let api = &c.api;
+        let token = token.to_string();
+        async move {
+            let list = api.get(&token, "/secrets").await.json();
+            let mut v: Vec<String> = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    assert!(s.get("value").is_none(), "a listing never shows a value");
+                    s["uri"].as_str().unwrap().to_string()
+                })
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    assert_eq!(
+        names(&c.alice).await,
+        [
+            "secret://group/shared",
+            "secret://organization/org-wide",
+            "secret://user/k"
+        ]
+    );
+    // Carol shares alice's group, not her user secrets; bob shares neither.
+    assert_eq!(
+        names(&c.carol).await,
+        ["secret://group/shared", "secret://organization/org-wide"]
+    );
+    assert_eq!(names(&c.bob).await, ["secret://organization/org-wide"]);
+    // Bob deleting "user/k" deletes his own (absent) secret, never alice's.
+    let r = c
+        .api
+        .raw(Method::DELETE, "/secrets/user/k", Some(&bearer(&c.bob)))
+        .send()
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(names(&c.alice).await.len(), 3);
+}

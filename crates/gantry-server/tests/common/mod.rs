@@ -108,6 +108,26 @@ pub fn routes(wf: &str) -> Vec<Route> {
             "/admin/settings/builds.enabled",
             Some(json!({"key": "builds.enabled", "value": "false"})),
         ),
+        r(Method::GET, "/secrets".into(), None),
+        r(
+            Method::PUT,
+            "/secrets/user/api-key".into(),
+            Some(json!({"value": "s3cret"})),
+        ),
+        r(Method::DELETE, "/secrets/user/api-key".into(), None),
+        admin(
+            Method::POST,
+            "/nodes/node-1/holds",
+            Some(json!({"kind": "cordon", "reason": "maintenance"})),
+        ),
+        admin(Method::POST, "/nodes/node-1/release", Some(json!({}))),
+        // Alertmanager and Prometheus (the monitoring token) or an administrator.
+        admin(
+            Method::POST,
+            "/monitoring/alertmanager",
+            Some(json!({"alerts": []})),
+        ),
+        admin(Method::GET, "/monitoring/targets", None),
         Route {
             agent_only: true,
             ..r(Method::GET, "/agent/connect".into(), None)
