@@ -21,6 +21,7 @@ use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 use uuid::Uuid;
 
 use crate::image::{ImageStore, PullConfig};
+use crate::metrics::{self, HealthConfig, Metrics};
 use crate::runtime::{self, ContainerSpec, ContainerState, Runtime, RuntimeConfig};
 
 #[derive(Debug, Clone)]
@@ -38,6 +39,9 @@ pub struct AgentConfig {
     pub pull: PullConfig,
     /// How to start `gantry shim`: the gantry binary and the subcommand.
     pub shim_argv: Vec<String>,
+    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one. `None`
+    /// serves none (and runs no health checks).
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 /// Detects this machine's cores and memory.
@@ -87,6 +91,9 @@ struct Agent {
     tracked: Tracker,
     /// The current connection's outbound queue; replaced on every reconnect.
     out: Arc<Mutex<Option<mpsc::UnboundedSender<AgentMessage>>>>,
+    metrics: Metrics,
+    /// Where metrics are served, once bound.
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,13 +124,41 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         format!("gantry/{}", config.name),
         config.shim_argv.clone(),
     ))?;
-    let images = ImageStore::new(config.state_dir.join("images"), config.pull.clone())?;
+    let images = Arc::new(ImageStore::new(
+        config.state_dir.join("images"),
+        config.pull.clone(),
+    )?);
+    let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
+    let mut metrics_addr = None;
+    if let Some(listen) = config.metrics_listen {
+        let (bound, _) = metrics::serve(listen, metrics.clone())
+            .await
+            .with_context(|| format!("serving metrics on {listen}"))?;
+        metrics_addr = Some(bound);
+        metrics.start_gpu_polling(metrics::DEFAULT_GPU_INTERVAL);
+        metrics::spawn_health_checks(
+            &metrics,
+            runtime.clone(),
+            Some(images.clone()),
+            HealthConfig::new(&config.state_dir, &config.storage_root),
+        );
+    }
+    let tracked: Tracker = Arc::default();
+    let t = tracked.clone();
+    metrics.set_running_source(move || {
+        lock(&t)
+            .values()
+            .filter(|t| t.started && t.done.is_none())
+            .count() as u64
+    });
     let agent = Agent {
         config: Arc::new(config),
         runtime: Arc::new(runtime),
-        images: Arc::new(images),
-        tracked: Arc::default(),
+        images,
+        tracked,
         out: Arc::default(),
+        metrics,
+        metrics_addr,
     };
     adopt(&agent);
     let mut backoff = Duration::from_millis(200);
@@ -133,6 +168,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             Err(e) => tracing::warn!("connection to {}: {e:#}", agent.config.server),
         }
         *lock(&agent.out) = None;
+        agent.metrics.set_connected(false);
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
@@ -192,6 +228,8 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
     let (ws, _) = tokio_tungstenite::connect_async(req)
         .await
         .context("connecting")?;
+    agent.metrics.heard_from_server();
+    let local = ws.get_ref().get_ref().local_addr().ok();
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<AgentMessage>();
     let known: Vec<Uuid> = lock(&agent.tracked).keys().copied().collect();
@@ -200,7 +238,9 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
         pool: agent.config.pool.clone(),
         capacity: agent.config.capacity.clone(),
         version: env!("CARGO_PKG_VERSION").into(),
-        metrics_addr: None,
+        metrics_addr: agent
+            .metrics_addr
+            .map(|bound| metrics::advertised_addr(bound, local)),
         attempts: known,
     })?;
     // A new connection: everything not acknowledged is sent again.
@@ -210,6 +250,7 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
         t.final_sent = false;
     }
     *lock(&agent.out) = Some(tx.clone());
+    agent.metrics.set_connected(true);
     tracing::info!(server = %agent.config.server, "connected");
 
     let writer = tokio::spawn(async move {
@@ -218,6 +259,13 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
                 continue;
             };
             if sink.send(Message::Text(text.into())).await.is_err() {
+                break;
+            }
+            // The server's WebSocket layer answers a ping by itself while it reads this
+            // connection; its pong is what keeps `gantry_agent_heartbeat_lag_seconds` low.
+            if matches!(msg, AgentMessage::Heartbeat)
+                && sink.send(Message::Ping(Default::default())).await.is_err()
+            {
                 break;
             }
         }
@@ -232,6 +280,9 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
                 }
             }
             msg = stream.next() => {
+                if matches!(msg, Some(Ok(_))) {
+                    agent.metrics.heard_from_server();
+                }
                 let msg = match msg {
                     None => break Ok(()),
                     Some(Err(e)) => break Err(e.into()),

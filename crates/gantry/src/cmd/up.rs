@@ -113,8 +113,23 @@ pub struct AgentArgs {
     /// This agent's own state: containers, image cache.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Where to serve Prometheus metrics (GET /metrics), or `off`. Loopback by default so
+    /// nothing is exposed unasked; for a Prometheus on another host use 0.0.0.0:9464.
+    #[arg(long, value_name = "ADDR", default_value = gantry_agent::metrics::DEFAULT_LISTEN, value_parser = parse_metrics_listen)]
+    metrics_listen: MetricsListen,
     #[command(flatten)]
     registry: RegistryArgs,
+}
+
+/// `--metrics-listen`: an address, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn parse_metrics_listen(s: &str) -> Result<MetricsListen, String> {
+    if s == "off" {
+        return Ok(MetricsListen(None));
+    }
+    crate::parse_listen(s).map(|a| MetricsListen(Some(a)))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -203,6 +218,8 @@ async fn embedded(
             state_dir: data_dir.join("agents").join(&name),
             pull: pull.clone(),
             shim_argv: shim_argv()?,
+            // Each local agent its own port, picked by the system; Hello reports it.
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         };
         tokio::spawn(async move {
             if let Err(e) = gantry_agent::node::run(config).await {
@@ -321,6 +338,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         state_dir,
         pull: args.registry.pull_config()?,
         shim_argv: shim_argv()?,
+        metrics_listen: args.metrics_listen.0,
     };
     tokio::select! {
         r = gantry_agent::node::run(config) => r?,
