@@ -15,6 +15,10 @@ have curl || need="$need curl"
 have htpasswd || need="$need apache2-utils"
 [ -x /usr/bin/tini-static ] || need="$need tini"
 have ip || need="$need iproute2"
+# The node-health stack (`gantry up --monitoring`, its tests, scripts/check-monitoring.sh).
+[ -x /usr/bin/prometheus ] || need="$need prometheus"
+[ -x /usr/bin/prometheus-alertmanager ] || need="$need prometheus-alertmanager"
+[ -x /usr/bin/prometheus-node-exporter ] || need="$need prometheus-node-exporter"
 if [ -n "$need" ]; then
   echo "install-deps: installing$need"
   export DEBIAN_FRONTEND=noninteractive

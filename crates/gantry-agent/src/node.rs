@@ -42,6 +42,8 @@ pub struct AgentConfig {
     /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one. `None`
     /// serves none (and runs no health checks).
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The node's Node Exporter (`host:port`), announced for Prometheus' service discovery.
+    pub node_exporter: Option<String>,
 }
 
 /// Detects this machine's cores and memory.
@@ -241,6 +243,7 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
         metrics_addr: agent
             .metrics_addr
             .map(|bound| metrics::advertised_addr(bound, local)),
+        node_exporter: agent.config.node_exporter.clone(),
         attempts: known,
     })?;
     // A new connection: everything not acknowledged is sent again.
@@ -581,7 +584,7 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
             if connected
                 && !running_sent
                 && done.is_none()
-                && agent.report(id, AttemptPhase::Running)
+                && agent.report(id, AttemptPhase::Running { address: None })
             {
                 if let Some(t) = lock(&agent.tracked).get_mut(&id) {
                     t.running_sent = true;

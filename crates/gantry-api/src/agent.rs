@@ -31,6 +31,9 @@ pub enum AgentMessage {
         /// Where this agent's metrics are served (`host:port`), for service discovery.
         #[serde(default)]
         metrics_addr: Option<String>,
+        /// Where this node's Prometheus Node Exporter listens (`host:port`), if it runs one.
+        #[serde(default)]
+        node_exporter: Option<String>,
         /// Attempts this agent still knows about (running or exited but unreported).
         #[serde(default)]
         attempts: Vec<Uuid>,
@@ -59,7 +62,12 @@ pub enum AttemptPhase {
     /// Accepted; pulling and unpacking the image.
     Preparing,
     /// The container's process runs.
-    Running,
+    /// For a service: its readiness probe has passed. `address` is the container's IP on the
+    /// node's bridge when it has a network of its own.
+    Running {
+        #[serde(default)]
+        address: Option<String>,
+    },
     /// The process is gone. `cause` is `Exit` when it ended on its own, or the cause the
     /// server gave when it asked for the stop (timeout, stopped, evicted).
     Exited { exit_code: i32, cause: EndCause },
@@ -91,6 +99,10 @@ pub enum ServerMessage {
     Welcome {
         node_id: Uuid,
         heartbeat_interval_ms: u64,
+        /// This node's IPv4 /24 for its container bridge (e.g. `10.213.7.0/24`), given by the
+        /// server so that no two nodes overlap.
+        #[serde(default)]
+        subnet: Option<String>,
     },
     /// The complete set of attempts this node should run. Anything else the agent runs is
     /// stopped; anything listed that the agent does not know is started (or reported lost if it
@@ -151,6 +163,72 @@ pub struct Assignment {
     #[serde(default)]
     pub files: Vec<InjectedFile>,
     pub resources: Resources,
+    /// A network namespace on the node's bridge (CNI). `None`: a namespace with only `lo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSpec>,
+    /// Set for services: their ports and readiness probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct NetworkSpec {
+    /// Extra `/etc/hosts` entries, e.g. `web.svc` -> the address of the workflow's service
+    /// `web`.
+    #[serde(default)]
+    pub hosts: Vec<HostEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostEntry {
+    pub name: String,
+    pub address: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ServiceSpec {
+    #[serde(default)]
+    pub ports: Vec<ServicePort>,
+    /// Without one, a service is ready once its process runs.
+    #[serde(default)]
+    pub readiness: Option<Probe>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServicePort {
+    pub name: String,
+    pub port: u16,
+    /// `tcp` or `udp`.
+    pub protocol: String,
+}
+
+/// A readiness probe with Kubernetes' timing fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Probe {
+    pub check: ProbeCheck,
+    pub initial_delay_seconds: u32,
+    pub period_seconds: u32,
+    pub timeout_seconds: u32,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ProbeCheck {
+    /// Runs in the container; exit 0 passes.
+    Exec { command: Vec<String> },
+    /// A GET to the container's address; 200-399 passes.
+    HttpGet {
+        path: String,
+        port: u16,
+        /// `http` or `https`.
+        scheme: String,
+        #[serde(default)]
+        headers: Vec<(String, String)>,
+    },
+    /// A TCP connection to the container's address.
+    TcpSocket { port: u16 },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

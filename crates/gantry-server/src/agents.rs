@@ -102,6 +102,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         capacity,
         version,
         metrics_addr,
+        node_exporter,
         attempts: _,
     }) = recv(&mut socket).await?
     else {
@@ -116,7 +117,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
                 capacity: serde_json::to_string(&capacity)?,
                 version,
                 metrics_addr,
-                node_exporter: None,
+                node_exporter,
             },
             now_ms(),
         )
@@ -138,6 +139,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     tx.send(ServerMessage::Welcome {
         node_id: node.id,
         heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
+        subnet: Some(subnet_of(node.seq)),
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
     st.hub.insert(&name, conn_id, tx);
@@ -227,7 +229,7 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
     }
     let (exit_code, cause, reason) = match report.phase {
         AttemptPhase::Preparing => return Ok(()),
-        AttemptPhase::Running => {
+        AttemptPhase::Running { address: _ } => {
             if st.store.attempt_running(id, now_ms()).await? {
                 st.wake_controller();
             }
@@ -316,4 +318,11 @@ pub async fn end_attempt(
         .await?;
     st.wake_controller();
     Ok(())
+}
+
+/// A node's container subnet from its sequence number: 10.200.0.0/24, 10.200.1.0/24, ... up to
+/// 10.255.255.0/24, so nodes never overlap.
+pub fn subnet_of(seq: i64) -> String {
+    let i = (seq.max(1) - 1) as u64;
+    format!("10.{}.{}.0/24", 200 + (i / 256).min(55), i % 256)
 }

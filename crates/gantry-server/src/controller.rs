@@ -374,6 +374,8 @@ fn assignment(p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
             memory_bytes: jp.memory_bytes,
             devices,
         },
+        network: None,
+        service: None,
     }
 }
 

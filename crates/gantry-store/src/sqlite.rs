@@ -146,6 +146,7 @@ fn node_row(r: &SqliteRow) -> Result<NodeRow> {
         version: r.get("version"),
         metrics_addr: r.get("metrics_addr"),
         node_exporter: r.get("node_exporter"),
+        seq: r.get::<Option<i64>, _>("seq").unwrap_or(0),
     })
 }
 
@@ -882,8 +883,8 @@ impl Store for SqliteStore {
         let msg = match &existing {
             None => {
                 sqlx::query(
-                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at, node_exporter)
-                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?, ?)",
+                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at, node_exporter, seq)
+                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes))",
                 )
                 .bind(Uuid::new_v4().to_string())
                 .bind(&reg.name)

@@ -180,6 +180,8 @@ pub struct NodeRow {
     pub version: Option<String>,
     pub metrics_addr: Option<String>,
     pub node_exporter: Option<String>,
+    /// 1, 2, 3... in order of first registration; never reused.
+    pub seq: i64,
 }
 
 #[derive(Debug, Clone, Default)]

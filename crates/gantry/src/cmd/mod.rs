@@ -1,4 +1,5 @@
 pub mod admin;
+pub mod monitoring;
 pub mod node;
 pub mod secret;
 pub mod up;

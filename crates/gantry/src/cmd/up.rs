@@ -15,6 +15,8 @@ use gantry_api::agent::Capacity;
 use gantry_api::v1::Role;
 use gantry_server::{Server, ServerConfig};
 
+use super::monitoring::{MonitoringOptions, Stack};
+
 use crate::client::{default_data_dir, user_config_dir, write_context, Client, ClientContext};
 use crate::output::UsageError;
 use crate::Conn;
@@ -58,6 +60,20 @@ pub struct UpArgs {
     /// Local agents, each with 1/N of this machine.
     #[arg(long, default_value_t = 1)]
     agents: u32,
+    /// Also run the bundled node-health stack: Prometheus, Alertmanager and a Node Exporter
+    /// per agent (Debian's packages), with deploy/monitoring's rules and routes.
+    #[arg(long)]
+    monitoring: bool,
+    /// With --monitoring: scrape and evaluate this often (default: the shipped 10s).
+    #[arg(long, value_parser = parse_duration, requires = "monitoring")]
+    monitoring_interval: Option<Duration>,
+    /// With --monitoring: more alert rule files to load beside the shipped ones (repeatable).
+    #[arg(
+        long = "monitoring-rules",
+        value_name = "FILE",
+        requires = "monitoring"
+    )]
+    monitoring_rules: Vec<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -117,6 +133,10 @@ pub struct AgentArgs {
     /// nothing is exposed unasked; for a Prometheus on another host use 0.0.0.0:9464.
     #[arg(long, value_name = "ADDR", default_value = gantry_agent::metrics::DEFAULT_LISTEN, value_parser = parse_metrics_listen)]
     metrics_listen: MetricsListen,
+    /// This node's Prometheus Node Exporter (host:port), announced to the server so that
+    /// Prometheus' service discovery scrapes it with the node's name.
+    #[arg(long, value_name = "HOST:PORT")]
+    node_exporter: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -160,9 +180,13 @@ async fn embedded(
     agents: u32,
     registry: &RegistryArgs,
     write_user_context: bool,
-) -> anyhow::Result<(Server, Client)> {
+    monitoring: Option<&MonitoringOptions>,
+) -> anyhow::Result<(Server, Client, Option<Stack>)> {
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
+    }
+    if monitoring.is_some() {
+        super::monitoring::check_installed()?;
     }
     let pull = registry.pull_config()?;
     let mut config = ServerConfig::new(listen, data_dir.join("server"));
@@ -202,8 +226,18 @@ async fn embedded(
     };
     let host = detect_capacity();
     let host_name = hostname();
+    let mut exporters = vec![];
     for i in 1..=agents {
         let name = format!("{host_name}-{i}");
+        let node_exporter = match monitoring {
+            Some(_) => {
+                let (addr, child) =
+                    super::monitoring::node_exporter(&data_dir.join("agents").join(&name))?;
+                exporters.push(child);
+                Some(addr.to_string())
+            }
+            None => None,
+        };
         let config = AgentConfig {
             server: url.clone(),
             token: agent_token.clone(),
@@ -220,6 +254,7 @@ async fn embedded(
             shim_argv: shim_argv()?,
             // Each local agent its own port, picked by the system; Hello reports it.
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+            node_exporter,
         };
         tokio::spawn(async move {
             if let Err(e) = gantry_agent::node::run(config).await {
@@ -236,14 +271,49 @@ async fn embedded(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Ok((server, client))
+    let stack = match monitoring {
+        Some(opts) => {
+            let dir = data_dir.join("monitoring");
+            let token_path = dir.join("token");
+            let token = match std::fs::read_to_string(&token_path) {
+                Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+                _ => {
+                    server
+                        .create_user(
+                            &format!("monitoring-{}", std::process::id()),
+                            "admin",
+                            Role::Monitoring,
+                        )
+                        .await?
+                }
+            };
+            Some(super::monitoring::start(&dir, server.addr, &token, opts, exporters).await?)
+        }
+        None => None,
+    };
+    Ok((server, client, stack))
 }
 
 pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
-    let (server, client) =
-        embedded(&data_dir, args.listen, args.agents, &args.registry, true).await?;
+    let opts = MonitoringOptions {
+        interval: args.monitoring_interval,
+        extra_rules: args.monitoring_rules.clone(),
+    };
+    let (server, client, stack) = embedded(
+        &data_dir,
+        args.listen,
+        args.agents,
+        &args.registry,
+        true,
+        args.monitoring.then_some(&opts),
+    )
+    .await?;
     println!("Gantry is up at {}", client.base);
+    if let Some(s) = &stack {
+        println!("  prometheus:   http://{}", s.prometheus);
+        println!("  alertmanager: http://{}", s.alertmanager);
+    }
     println!("  data:    {}", data_dir.display());
     println!("  agents:  {}", args.agents);
     println!(
@@ -268,7 +338,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let listen: SocketAddr = "127.0.0.1:0".parse()?;
-    let (_server, client) = embedded(&data_dir, listen, args.agents, &args.registry, false).await?;
+    let (_server, client, _) =
+        embedded(&data_dir, listen, args.agents, &args.registry, false, None).await?;
     let conn = Conn {
         url: Some(client.base.clone()),
         token: None,
@@ -338,6 +409,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         state_dir,
         pull: args.registry.pull_config()?,
         shim_argv: shim_argv()?,
+        node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
     };
     tokio::select! {

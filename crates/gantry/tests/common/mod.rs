@@ -55,10 +55,16 @@ pub struct Cluster {
     pub port: u16,
     pub agents: u32,
     child: Option<Child>,
+    /// More arguments for `gantry up`.
+    extra: Vec<String>,
 }
 
 impl Cluster {
     pub fn up(agents: u32) -> Cluster {
+        Cluster::up_with(agents, vec![])
+    }
+
+    pub fn up_with(agents: u32, extra: Vec<String>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("gantry-e2e-")
             .tempdir()
@@ -68,6 +74,7 @@ impl Cluster {
             port: free_port(),
             agents,
             child: None,
+            extra,
         };
         c.start();
         c
@@ -94,6 +101,7 @@ impl Cluster {
                 &format!("docker.io=http://{}", registry()),
             ])
             .args(["--insecure-registry", test_env("GANTRY_TEST_AUTH_REGISTRY")])
+            .args(&self.extra)
             .env("HOME", self.dir.path())
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .stdout(log.try_clone().unwrap())
@@ -294,6 +302,7 @@ impl Split {
             port: free_port(),
             agents: 1,
             child: None,
+            extra: vec![],
         };
         let log = cluster.log_file();
         let server = Command::new(GANTRY)
