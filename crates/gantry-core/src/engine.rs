@@ -28,11 +28,30 @@ pub struct WorkflowView {
     pub jobs: Vec<JobView>,
 }
 
+/// An edge of the graph: `name` must have FINISHED, or (`running`) a service must be RUNNING,
+/// i.e. its readiness probe has passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dependency {
+    pub name: String,
+    pub running: bool,
+}
+
+impl Dependency {
+    pub fn finished(name: &str) -> Dependency {
+        Dependency {
+            name: name.into(),
+            running: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct JobView {
     pub name: String,
-    /// Jobs that must have FINISHED before this one may start.
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<Dependency>,
+    /// `Some` for a service. Services run until the workflow's jobs are done (then they are
+    /// stopped), or with `persist` until the workflow is stopped.
+    pub service: Option<ServiceView>,
     /// At most this many of the job's tasks (task-array members) run at once.
     pub concurrency: Option<u32>,
     /// Most starts of each task in all.
@@ -40,6 +59,11 @@ pub struct JobView {
     pub retry_on: RetryOn,
     pub timeout_ms: Option<u64>,
     pub tasks: Vec<TaskView>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ServiceView {
+    pub persist: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -154,20 +178,51 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
         return actions;
     }
 
+    // The jobs are done: services that do not persist are no longer needed.
+    let jobs_done = wf
+        .jobs
+        .iter()
+        .filter(|j| j.service.is_none())
+        .all(|j| j.tasks.iter().all(|t| t.status.is_terminal()));
+
     // Tasks this call ends, so the workflow's own status below sees them.
     let mut ended: HashMap<TaskId, TaskStatus> = HashMap::new();
     for job in &wf.jobs {
+        if let (true, Some(svc)) = (jobs_done, job.service) {
+            if !svc.persist {
+                for t in &job.tasks {
+                    match &t.live {
+                        Some(a) if a.stop_sent.is_none() => actions.push(Action::StopAttempt {
+                            attempt: a.id,
+                            cause: EndCause::Stopped,
+                        }),
+                        Some(_) => {}
+                        None if !t.status.is_terminal() => {
+                            ended.insert(t.id, TaskStatus::Stopped);
+                            actions.push(Action::EndTask {
+                                task: t.id,
+                                status: TaskStatus::Stopped,
+                                reason: "the workflow's jobs are done".into(),
+                            });
+                        }
+                        None => {}
+                    }
+                }
+                continue;
+            }
+        }
         let blocker = job.depends_on.iter().find_map(|d| {
-            let dep = by_name.get(d.as_str())?;
+            let dep = by_name.get(d.name.as_str())?;
             match job_status(dep) {
-                s @ (TaskStatus::Failed | TaskStatus::Stopped) => Some((d.clone(), s)),
+                s @ (TaskStatus::Failed | TaskStatus::Stopped) => Some((d.name.clone(), s)),
                 _ => None,
             }
         });
         let ready = job.depends_on.iter().all(|d| {
-            by_name
-                .get(d.as_str())
-                .is_some_and(|dep| job_status(dep) == TaskStatus::Finished)
+            by_name.get(d.name.as_str()).is_some_and(|dep| {
+                let s = job_status(dep);
+                s == TaskStatus::Finished || (d.running && s == TaskStatus::Running)
+            })
         });
         let mut in_flight = job
             .tasks
@@ -215,7 +270,8 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
     let tasks = || wf.jobs.iter().flat_map(|j| j.tasks.iter());
     let all_terminal = tasks().all(|t| status_of(t).is_terminal());
     let next = if all_terminal {
-        if tasks().all(|t| status_of(t) == TaskStatus::Finished) {
+        // Services stopped because the jobs were done ended STOPPED: only a failure fails.
+        if !tasks().any(|t| status_of(t) == TaskStatus::Failed) {
             Some((WorkflowStatus::Finished, None))
         } else {
             let failed: Vec<String> = wf

@@ -5,3 +5,4 @@
 pub mod engine;
 pub mod holds;
 pub mod scheduler;
+pub mod takeover;

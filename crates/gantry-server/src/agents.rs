@@ -229,7 +229,10 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
     }
     let (exit_code, cause, reason) = match report.phase {
         AttemptPhase::Preparing => return Ok(()),
-        AttemptPhase::Running { address: _ } => {
+        AttemptPhase::Running { address } => {
+            if let Some(addr) = address {
+                st.store.set_attempt_address(id, &addr).await?;
+            }
             if st.store.attempt_running(id, now_ms()).await? {
                 st.wake_controller();
             }

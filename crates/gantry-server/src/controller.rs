@@ -7,7 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use gantry_api::agent::{
-    Assignment, Capacity, ChoreKind, ImageSource, Resources, ServerMessage, VolumeMount,
+    Assignment, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources, ServerMessage,
+    ServiceSpec, VolumeMount,
 };
 use gantry_api::{EndCause, NodeState};
 use gantry_core::engine::{self, Action, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView};
@@ -36,7 +37,18 @@ pub fn spawn(st: AppState) {
 pub fn job_view_of(j: &JobPlan) -> JobView {
     JobView {
         name: j.name.clone(),
-        depends_on: j.depends_on.clone(),
+        depends_on: j
+            .depends_on
+            .iter()
+            .map(|d| gantry_core::engine::Dependency {
+                name: d.name.clone(),
+                running: d.running,
+            })
+            .collect(),
+        service: j
+            .service
+            .as_ref()
+            .map(|s| gantry_core::engine::ServiceView { persist: s.persist }),
         concurrency: j.concurrency,
         attempts: j.attempts,
         retry_on: RetryOn {
@@ -283,7 +295,7 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
             let p = &placing[key];
             let pool = pools.get(node.as_str()).copied().unwrap_or("default");
             let attempt_id = Uuid::new_v4();
-            let asg = assignment(p, attempt_id, pool);
+            let asg = assignment(st, p, attempt_id, pool);
             changes.push(Change::CreateAttempt {
                 attempt_id,
                 task_id: p.task.id,
@@ -330,13 +342,83 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
 /// Marks an exclusive attempt in its resources, so the node stays whole for it.
 const EXCLUSIVE: &str = "gantry.io/exclusive";
 
-fn assignment(p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
+/// Where users reach an endpoint: (URL, path the app sees). Per-workflow path endpoints keep
+/// the full path; persistent ones (`/e/NAME/`) and subdomains are stripped to `/`.
+pub fn endpoint_location(
+    st: &AppState,
+    wf: Uuid,
+    e: &crate::plan::EndpointPlan,
+) -> (String, String) {
+    let base = st.public_url();
+    match (&e.attach, e.kind.as_str()) {
+        (Some(name), _) => (format!("{base}/e/{name}/"), "/".into()),
+        (None, "subdomain") => {
+            let scheme = base.split("://").next().unwrap_or("http");
+            let port = base
+                .rsplit_once(':')
+                .map(|(_, p)| format!(":{p}"))
+                .unwrap_or_default();
+            (
+                format!(
+                    "{scheme}://{}-{}.{}{port}/",
+                    e.name,
+                    &wf.to_string()[..8],
+                    st.config.endpoint_domain
+                ),
+                "/".into(),
+            )
+        }
+        (None, _) => {
+            let path = format!("/w/{wf}/{}/", e.name);
+            (format!("{base}{path}"), path)
+        }
+    }
+}
+
+fn env_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
     let wf = &p.aw.workflow;
     let jp = p
         .plan
         .job(&p.task.job)
         .expect("placed tasks have a job plan");
     let mut env = jp.env.clone();
+    if let Some(svc) = &jp.service {
+        for e in &svc.endpoints {
+            let (url, path) = endpoint_location(st, wf.id, e);
+            env.push(format!("FB_ENDPOINT_URL_{}={url}", env_name(&e.name)));
+            env.push(format!("FB_ENDPOINT_PATH_{}={path}", env_name(&e.name)));
+        }
+    }
+    // Every container of a workflow with services is on its node's bridge, and reaches each
+    // ready service as `<service>.svc`.
+    let network = p.plan.has_services().then(|| NetworkSpec {
+        hosts: p
+            .plan
+            .jobs
+            .iter()
+            .filter(|j| j.service.is_some())
+            .filter_map(|j| {
+                let task = p.aw.tasks.iter().find(|t| t.job == j.name)?;
+                let live = p.aw.live.iter().find(|a| Some(a.id) == task.live_attempt)?;
+                Some(HostEntry {
+                    name: format!("{}.svc", j.name),
+                    address: live.address.clone()?,
+                })
+            })
+            .collect(),
+    });
     env.push(format!("FB_WORKFLOW_ID={}", wf.id));
     env.push(format!("FB_ACCOUNT_ID={}", wf.group));
     if let Some(i) = p.task.index {
@@ -374,8 +456,11 @@ fn assignment(p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
             memory_bytes: jp.memory_bytes,
             devices,
         },
-        network: None,
-        service: None,
+        network,
+        service: jp.service.as_ref().map(|s| ServiceSpec {
+            ports: s.ports.clone(),
+            readiness: s.readiness.clone(),
+        }),
     }
 }
 

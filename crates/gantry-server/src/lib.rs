@@ -32,6 +32,10 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// SIGTERM-to-SIGKILL grace for stops and timeouts.
     pub stop_grace: Duration,
+    /// The URL users reach this server at (for endpoint URLs); default `http://<listen>`.
+    pub public_url: Option<String>,
+    /// Endpoints are also served on `Host: NAME.<endpoint_domain>`.
+    pub endpoint_domain: String,
 }
 
 impl ServerConfig {
@@ -42,6 +46,8 @@ impl ServerConfig {
             heartbeat_timeout: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(5),
             stop_grace: Duration::from_secs(10),
+            public_url: None,
+            endpoint_domain: "endpoints.localhost".into(),
         }
     }
 }
@@ -66,6 +72,9 @@ impl Server {
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
         let addr = listener.local_addr()?;
+        // Port 0 picks a free port: URLs given out must name the real one.
+        let mut config = config;
+        config.listen = addr;
         let key = secrets::load_or_create_key(&config.data_dir).context("the secrets key")?;
         let state = AppState::new(store, config, key);
         controller::spawn(state.clone());

@@ -5,8 +5,11 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use gantry_api::agent::InjectedFile;
-use gantry_spec::{EnvValue, FileSource, ImageRef, RetryOn, VolumeKind, Workflow};
+use gantry_api::agent::{InjectedFile, Probe, ProbeCheck, ServicePort};
+use gantry_spec::{
+    DepStatus, Dependency, EndpointKind, EndpointProtocol, EnvValue, EnvVar, FileSource,
+    HttpScheme, ImageRef, Mount, Policy, ProbeKind, Resource, RetryOn, Scope, VolumeKind, Workflow,
+};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -17,7 +20,7 @@ pub struct WorkflowPlan {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobPlan {
     pub name: String,
-    pub depends_on: Vec<String>,
+    pub depends_on: Vec<DepPlan>,
     pub task_array: Option<(u32, u32)>,
     pub concurrency: Option<u32>,
     pub attempts: u32,
@@ -38,6 +41,37 @@ pub struct JobPlan {
     pub memory_bytes: Option<u64>,
     pub devices: BTreeMap<String, u32>,
     pub exclusive: bool,
+    /// Set for services.
+    #[serde(default)]
+    pub service: Option<ServicePlan>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DepPlan {
+    pub name: String,
+    /// `status: RUNNING`: a service that is ready, rather than a step that FINISHED.
+    pub running: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServicePlan {
+    pub persist: bool,
+    pub ports: Vec<ServicePort>,
+    pub readiness: Option<Probe>,
+    pub endpoints: Vec<EndpointPlan>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndpointPlan {
+    pub name: String,
+    /// The container port its `port-name` names.
+    pub port: u16,
+    /// `path` or `subdomain`.
+    pub kind: String,
+    /// `user`, `group`, `organization` or `public`.
+    pub scope: String,
+    /// The persistent endpoint it takes over.
+    pub attach: Option<String>,
 }
 
 impl WorkflowPlan {
@@ -98,10 +132,6 @@ pub struct Support {
 
 pub fn support(wf: &Workflow) -> Support {
     let mut s = Support::default();
-    for name in wf.services.keys() {
-        s.unsupported
-            .push(format!("services.{name}: services are not supported yet"));
-    }
     for name in wf.images.keys() {
         s.unsupported
             .push(format!("images.{name}: image builds are not supported yet"));
@@ -127,9 +157,9 @@ pub fn support(wf: &Workflow) -> Support {
             ));
         }
     }
-    for (name, j) in &wf.jobs {
-        let at = format!("jobs.{name}");
-        match &j.image {
+    for st in steps(wf) {
+        let at = st.at();
+        match st.image {
             ImageRef::Uri {
                 uri,
                 secret,
@@ -159,30 +189,60 @@ pub fn support(wf: &Workflow) -> Support {
                 "{at}.image.build: {b}: image builds are not supported yet"
             )),
         }
-        if j.multinode.is_some() {
+        if st.multinode {
             s.unsupported.push(format!(
-                "{at}.multinode: multinode jobs are not supported yet"
+                "{at}.multinode: multinode steps are not supported yet"
             ));
         }
-        if j.network.is_some() {
+        if st.job_network {
             s.unsupported
                 .push(format!("{at}.network: job networking is not supported yet"));
         }
-        if j.policy.restart.is_some() {
+        if st.policy.restart.is_some() {
             s.ignored.push(format!("{at}.policy.restart: not acted on"));
         }
-        let c = &j.resource.cpu;
+        let c = &st.resource.cpu;
         if c.affinity.is_some() || c.threads || c.sockets.is_some() {
             s.ignored.push(format!(
                 "{at}.resource.cpu: affinity, threads and sockets are not acted on"
             ));
         }
-        if !j.resource.annotations.is_empty() {
+        if !st.resource.annotations.is_empty() {
             s.ignored
                 .push(format!("{at}.resource.annotations: not acted on"));
         }
-        if j.preemptible.is_some() {
+        if st.preemptible {
             s.ignored.push(format!("{at}.preemptible: not acted on"));
+        }
+    }
+    for (name, svc) in &wf.services {
+        let at = format!("services.{name}");
+        if svc.network.host {
+            s.unsupported.push(format!(
+                "{at}.network.host: host networking is not supported yet"
+            ));
+        }
+        if svc.autoscaler.is_some() {
+            s.unsupported
+                .push(format!("{at}.autoscaler: autoscaling is not supported yet"));
+        }
+        if svc.dynamic_config.is_some() {
+            s.unsupported.push(format!(
+                "{at}.dynamic-config: dynamic configuration is not supported yet"
+            ));
+        }
+        for e in &svc.network.endpoints {
+            if e.protocol != EndpointProtocol::Http {
+                s.unsupported.push(format!(
+                    "{at}.network.endpoints.{}: only http endpoints are supported yet",
+                    e.name
+                ));
+            }
+        }
+        if let Some(ProbeKind::Grpc { .. }) = svc.readiness_probe.as_ref().map(|p| &p.kind) {
+            s.unsupported.push(format!(
+                "{at}.readiness-probe.grpc: gRPC probes are not supported yet"
+            ));
         }
     }
     if wf.preemptible.is_some() {
@@ -191,11 +251,164 @@ pub fn support(wf: &Workflow) -> Support {
     s
 }
 
+/// The fields jobs and services share, so both compile through one path.
+struct Step<'a> {
+    name: &'a str,
+    kind: &'static str,
+    image: &'a ImageRef,
+    command: &'a [String],
+    script: Option<&'a str>,
+    args: &'a [String],
+    env: &'a [EnvVar],
+    cwd: Option<&'a str>,
+    mounts: &'a BTreeMap<String, Mount>,
+    files: &'a BTreeMap<String, FileSource>,
+    resource: &'a Resource,
+    depends_on: &'a [Dependency],
+    policy: &'a Policy,
+    multinode: bool,
+    job_network: bool,
+    preemptible: bool,
+    task_array: Option<&'a gantry_spec::TaskArray>,
+    service: Option<&'a gantry_spec::Service>,
+}
+
+impl Step<'_> {
+    fn at(&self) -> String {
+        format!("{}.{}", self.kind, self.name)
+    }
+}
+
+fn steps(wf: &Workflow) -> Vec<Step<'_>> {
+    let jobs = wf.jobs.iter().map(|(name, j)| Step {
+        name,
+        kind: "jobs",
+        image: &j.image,
+        command: &j.command,
+        script: j.script.as_deref(),
+        args: &j.args,
+        env: &j.env,
+        cwd: j.cwd.as_deref(),
+        mounts: &j.mounts,
+        files: &j.files,
+        resource: &j.resource,
+        depends_on: &j.depends_on,
+        policy: &j.policy,
+        multinode: j.multinode.is_some(),
+        job_network: j.network.is_some(),
+        preemptible: j.preemptible.is_some(),
+        task_array: j.task_array.as_ref(),
+        service: None,
+    });
+    let services = wf.services.iter().map(|(name, s)| Step {
+        name,
+        kind: "services",
+        image: &s.image,
+        command: &s.command,
+        script: s.script.as_deref(),
+        args: &s.args,
+        env: &s.env,
+        cwd: s.cwd.as_deref(),
+        mounts: &s.mounts,
+        files: &s.files,
+        resource: &s.resource,
+        depends_on: &s.depends_on,
+        policy: &s.policy,
+        multinode: s.multinode.is_some(),
+        job_network: false,
+        preemptible: s.preemptible.is_some(),
+        task_array: None,
+        service: Some(s),
+    });
+    jobs.chain(services).collect()
+}
+
+fn scope_str(s: Scope) -> &'static str {
+    match s {
+        Scope::User => "user",
+        Scope::Group => "group",
+        Scope::Organization => "organization",
+        Scope::Public => "public",
+    }
+}
+
+fn service_plan(s: &gantry_spec::Service) -> ServicePlan {
+    let ports: Vec<ServicePort> = s
+        .network
+        .ports
+        .iter()
+        .map(|p| ServicePort {
+            name: p.name.clone(),
+            port: p.port,
+            protocol: format!("{:?}", p.protocol).to_lowercase(),
+        })
+        .collect();
+    let readiness = s.readiness_probe.as_ref().and_then(|p| {
+        let check = match &p.kind {
+            ProbeKind::Exec { command } => ProbeCheck::Exec {
+                command: command.clone(),
+            },
+            ProbeKind::HttpGet {
+                path,
+                port,
+                scheme,
+                http_headers,
+            } => ProbeCheck::HttpGet {
+                path: path.clone(),
+                port: *port,
+                scheme: match scheme {
+                    HttpScheme::Http => "http".into(),
+                    HttpScheme::Https => "https".into(),
+                },
+                headers: http_headers
+                    .iter()
+                    .map(|h| (h.name.clone(), h.value.clone()))
+                    .collect(),
+            },
+            ProbeKind::TcpSocket { port } => ProbeCheck::TcpSocket { port: *port },
+            ProbeKind::Grpc { .. } => return None,
+        };
+        Some(Probe {
+            check,
+            initial_delay_seconds: p.initial_delay_seconds,
+            period_seconds: p.period_seconds.max(1),
+            timeout_seconds: p.timeout_seconds.max(1),
+            success_threshold: p.success_threshold.max(1),
+            failure_threshold: p.failure_threshold.max(1),
+        })
+    });
+    let endpoints = s
+        .network
+        .endpoints
+        .iter()
+        .map(|e| EndpointPlan {
+            name: e.name.clone(),
+            port: ports
+                .iter()
+                .find(|p| p.name == e.port_name)
+                .map(|p| p.port)
+                .unwrap_or_default(),
+            kind: match e.kind {
+                EndpointKind::Path => "path".into(),
+                EndpointKind::Subdomain => "subdomain".into(),
+            },
+            scope: scope_str(e.scope).into(),
+            attach: e.attach.clone(),
+        })
+        .collect();
+    ServicePlan {
+        persist: s.persist,
+        ports,
+        readiness,
+        endpoints,
+    }
+}
+
 /// Compiles a validated workflow. Call [`support`] first: this assumes only supported features.
 pub fn compile(wf: &Workflow) -> WorkflowPlan {
-    let mut jobs = Vec::with_capacity(wf.jobs.len());
-    for (name, j) in &wf.jobs {
-        let mut files: Vec<InjectedFile> = j
+    let mut jobs = Vec::with_capacity(wf.jobs.len() + wf.services.len());
+    for st in steps(wf) {
+        let mut files: Vec<InjectedFile> = st
             .files
             .iter()
             .map(|(dest, src)| {
@@ -209,49 +422,56 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
                 }
             })
             .collect();
-        let mut argv = j.command.clone();
-        if let Some(script) = &j.script {
+        let mut argv = st.command.to_vec();
+        if let Some(script) = st.script {
             argv = script_argv(script);
             files.push(InjectedFile {
                 target: SCRIPT_PATH.into(),
                 content: b64(script),
             });
         }
-        argv.extend(j.args.iter().cloned());
+        argv.extend(st.args.iter().cloned());
         // Secret values stay references here; they are filled in only when sent to an agent.
-        let env = j
+        let env = st
             .env
             .iter()
             .map(|e| match &e.value {
                 EnvValue::Plain(v) | EnvValue::Secret(v) => format!("{}={v}", e.name),
             })
             .collect();
-        let cores = j.resource.cpu.cores.max(1);
-        let memory_bytes = j.resource.memory.size.map(|m| {
-            if j.resource.memory.by_core {
+        let cores = st.resource.cpu.cores.max(1);
+        let memory_bytes = st.resource.memory.size.map(|m| {
+            if st.resource.memory.by_core {
                 m.saturating_mul(cores as u64)
             } else {
                 m
             }
         });
         jobs.push(JobPlan {
-            name: name.clone(),
-            depends_on: j.depends_on.iter().map(|d| d.name.clone()).collect(),
-            task_array: j.task_array.as_ref().map(|t| (t.start, t.end)),
-            concurrency: j.task_array.as_ref().and_then(|t| t.concurrency),
-            attempts: j.policy.retry.attempts.max(1),
-            retry_on_failure: j.policy.retry.on.contains(&RetryOn::Failure),
-            retry_on_node: j.policy.retry.on.contains(&RetryOn::Node),
-            timeout_ms: j.policy.timeout_execute.map(|d| d.as_millis() as u64),
-            image: j.image.uri().unwrap_or_default().to_string(),
-            image_secret: match &j.image {
+            name: st.name.to_string(),
+            depends_on: st
+                .depends_on
+                .iter()
+                .map(|d| DepPlan {
+                    name: d.name.clone(),
+                    running: d.status == DepStatus::Running,
+                })
+                .collect(),
+            task_array: st.task_array.map(|t| (t.start, t.end)),
+            concurrency: st.task_array.and_then(|t| t.concurrency),
+            attempts: st.policy.retry.attempts.max(1),
+            retry_on_failure: st.policy.retry.on.contains(&RetryOn::Failure),
+            retry_on_node: st.policy.retry.on.contains(&RetryOn::Node),
+            timeout_ms: st.policy.timeout_execute.map(|d| d.as_millis() as u64),
+            image: st.image.uri().unwrap_or_default().to_string(),
+            image_secret: match st.image {
                 ImageRef::Uri { secret, .. } => secret.clone(),
                 ImageRef::Build(_) => None,
             },
             argv,
             env,
-            cwd: j.cwd.clone(),
-            mounts: j
+            cwd: st.cwd.map(str::to_string),
+            mounts: st
                 .mounts
                 .iter()
                 .map(|(path, m)| (path.clone(), m.volume.clone()))
@@ -259,8 +479,9 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             files,
             cores,
             memory_bytes,
-            devices: j.resource.devices.clone(),
-            exclusive: j.resource.exclusive,
+            devices: st.resource.devices.clone(),
+            exclusive: st.resource.exclusive,
+            service: st.service.map(service_plan),
         });
     }
     // Scheduling order follows the graph, so earlier steps are placed first.
@@ -272,6 +493,14 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             .unwrap_or(usize::MAX)
     });
     WorkflowPlan { jobs }
+}
+
+impl WorkflowPlan {
+    /// Whether any step is a service: then every container of the workflow gets a network on
+    /// its node's bridge, so jobs reach services as `<service>.svc`.
+    pub fn has_services(&self) -> bool {
+        self.jobs.iter().any(|j| j.service.is_some())
+    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,16 @@ impl AppState {
         }
     }
 
+    /// The URL users reach this server at.
+    pub fn public_url(&self) -> String {
+        self.config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.config.listen))
+            .trim_end_matches('/')
+            .to_string()
+    }
+
     pub fn wake_controller(&self) {
         self.wake.notify_one();
     }

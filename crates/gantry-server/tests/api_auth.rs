@@ -401,7 +401,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
 
     // What Gantry cannot run yet is refused by name.
     let with_service = format!(
-        "{HELLO}services:\n  web:\n    image: {{uri: docker://busybox:1}}\n    command: [\"true\"]\n"
+        "{HELLO}services:\n  web:\n    image: {{uri: docker://busybox:1}}\n    command: [\"true\"]\n    autoscaler:\n      replicas: {{min: 1, max: 3}}\n"
     );
     let v = c
         .post(
@@ -413,18 +413,22 @@ async fn bad_input_is_refused_and_changes_nothing() {
     assert_eq!(
         v.json()["valid"],
         true,
-        "a services section is valid v4: {}",
+        "an autoscaler is valid v4: {}",
         v.body
     );
     let r = c
         .post(&c.alice, "/workflows", Some(json!({"spec": with_service})))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
-    assert!(r.error().contains("services.web"), "{}", r.error());
+    assert!(
+        r.error().contains("services.web.autoscaler"),
+        "{}",
+        r.error()
+    );
     assert_eq!(
         c.list_ids(&c.admin).await,
         before,
-        "after a services section"
+        "after an unsupported autoscaler"
     );
 
     // A file far too large.

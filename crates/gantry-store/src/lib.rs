@@ -113,6 +113,27 @@ pub trait Store: Send + Sync + 'static {
     async fn episode_ended(&self, fingerprint: &str, episode: &str) -> Result<bool>;
     async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()>;
 
+    // --- services and endpoints --------------------------------------------------------------
+    /// Records a running attempt's address on its node's bridge.
+    async fn set_attempt_address(&self, attempt: Uuid, address: &str) -> Result<()>;
+    async fn create_endpoint(&self, e: &EndpointRow, now: Millis) -> Result<()>;
+    async fn endpoint(&self, name: &str) -> Result<EndpointRow>;
+    async fn endpoints(&self) -> Result<Vec<EndpointRow>>;
+    async fn delete_endpoint(&self, name: &str, by: &str, now: Millis) -> Result<()>;
+    async fn create_takeover(&self, t: &TakeoverRow, now: Millis) -> Result<()>;
+    async fn takeovers(&self, endpoint: Option<&str>, open_only: bool) -> Result<Vec<TakeoverRow>>;
+    async fn takeover(&self, id: Uuid) -> Result<TakeoverRow>;
+    async fn apply_endpoints(&self, changes: &[EndpointChange], now: Millis) -> Result<()>;
+    async fn add_endpoint_token(
+        &self,
+        endpoint: &str,
+        hash: &str,
+        by: &str,
+        expires_at: Option<Millis>,
+        now: Millis,
+    ) -> Result<()>;
+    async fn endpoint_token(&self, hash: &str, now: Millis) -> Result<Option<String>>;
+
     // --- settings ----------------------------------------------------------------------------
     async fn setting(&self, key: &str) -> Result<Option<String>>;
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;

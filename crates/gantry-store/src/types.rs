@@ -93,6 +93,8 @@ pub struct AttemptRow {
     pub created_at: Millis,
     pub running_at: Option<Millis>,
     pub ended_at: Option<Millis>,
+    /// The container's address on its node's bridge, once running.
+    pub address: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -286,6 +288,70 @@ pub enum HoldChange {
         fingerprint: String,
         episode: String,
         by: String,
+    },
+    Event(NewEvent),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointRow {
+    pub name: String,
+    pub owner: String,
+    pub group: String,
+    pub scope: String,
+    pub mode: String,
+    pub drain_timeout_ms: i64,
+    pub confirm: bool,
+    pub created_at: Millis,
+    pub workflow_id: Option<Uuid>,
+    pub service: Option<String>,
+    pub port: Option<u16>,
+    pub since: Option<Millis>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TakeoverRow {
+    pub id: Uuid,
+    pub endpoint: String,
+    pub from_workflow: Option<Uuid>,
+    pub to_workflow: Uuid,
+    pub to_service: String,
+    pub port: u16,
+    pub requested_by: String,
+    pub channel: String,
+    pub mode: String,
+    pub phase: String,
+    pub reason: Option<String>,
+    pub confirmed_by: Option<String>,
+    pub confirmed_via: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+    pub switched_at: Option<Millis>,
+    pub ended_at: Option<Millis>,
+}
+
+/// A step of the endpoint controller's plan; applied in one transaction with events.
+#[derive(Debug, Clone)]
+pub enum EndpointChange {
+    /// Move a takeover to a phase; `end` marks it finished (DONE, FAILED, CANCELLED).
+    Phase {
+        id: Uuid,
+        phase: String,
+        reason: Option<String>,
+        end: bool,
+    },
+    /// The endpoint is now served by this takeover's service.
+    Switch {
+        takeover: Uuid,
+    },
+    /// The endpoint has no backend any more (its workflow ended).
+    Clear {
+        endpoint: String,
+        reason: String,
+    },
+    Confirm {
+        id: Uuid,
+        by: String,
+        via: String,
     },
     Event(NewEvent),
 }

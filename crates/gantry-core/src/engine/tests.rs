@@ -30,7 +30,8 @@ fn live(n: u128, a: u128, status: TaskStatus, since: Option<Millis>) -> TaskView
 fn job(name: &str, deps: &[&str], tasks: Vec<TaskView>) -> JobView {
     JobView {
         name: name.into(),
-        depends_on: deps.iter().map(|s| s.to_string()).collect(),
+        depends_on: deps.iter().map(|s| Dependency::finished(s)).collect(),
+        service: None,
         concurrency: None,
         attempts: 1,
         retry_on: RetryOn {
@@ -330,4 +331,94 @@ fn outcome_stopped_is_stopped_never_retried() {
             reason: Some("stopped".into())
         }
     );
+}
+
+fn service(name: &str, persist: bool, tasks: Vec<TaskView>) -> JobView {
+    let mut j = job(name, &[], tasks);
+    j.service = Some(ServiceView { persist });
+    j
+}
+
+#[test]
+fn a_running_dependency_waits_for_the_service_to_be_ready() {
+    let mut client = job("client", &[], vec![task(2, TaskStatus::Pending)]);
+    client.depends_on = vec![Dependency {
+        name: "web".into(),
+        running: true,
+    }];
+    let starting = wf(
+        WorkflowStatus::Running,
+        vec![
+            service("web", false, vec![live(1, 11, TaskStatus::Started, None)]),
+            client.clone(),
+        ],
+    );
+    assert!(
+        reconcile(&starting, 0).is_empty(),
+        "STARTED is not ready yet"
+    );
+    let ready = wf(
+        WorkflowStatus::Running,
+        vec![
+            service(
+                "web",
+                false,
+                vec![live(1, 11, TaskStatus::Running, Some(0))],
+            ),
+            client,
+        ],
+    );
+    assert_eq!(reconcile(&ready, 0), vec![Action::Place { task: id(2) }]);
+}
+
+#[test]
+fn services_are_stopped_once_the_jobs_are_done_and_the_workflow_finishes() {
+    let w = wf(
+        WorkflowStatus::Running,
+        vec![
+            service(
+                "web",
+                false,
+                vec![live(1, 11, TaskStatus::Running, Some(0))],
+            ),
+            job("client", &[], vec![task(2, TaskStatus::Finished)]),
+        ],
+    );
+    assert_eq!(
+        reconcile(&w, 0),
+        vec![Action::StopAttempt {
+            attempt: id(11),
+            cause: EndCause::Stopped
+        }]
+    );
+    let done = wf(
+        WorkflowStatus::Running,
+        vec![
+            service("web", false, vec![task(1, TaskStatus::Stopped)]),
+            job("client", &[], vec![task(2, TaskStatus::Finished)]),
+        ],
+    );
+    assert_eq!(
+        reconcile(&done, 0),
+        vec![Action::SetWorkflow {
+            status: WorkflowStatus::Finished,
+            reason: None
+        }]
+    );
+}
+
+#[test]
+fn a_persistent_service_keeps_the_workflow_running() {
+    let w = wf(
+        WorkflowStatus::Running,
+        vec![
+            service(
+                "model",
+                true,
+                vec![live(1, 11, TaskStatus::Running, Some(0))],
+            ),
+            job("warmup", &[], vec![task(2, TaskStatus::Finished)]),
+        ],
+    );
+    assert!(reconcile(&w, 0).is_empty());
 }
