@@ -296,3 +296,94 @@ pub struct SecretInfo {
 pub struct PutSecret {
     pub value: String,
 }
+
+/// A persistent endpoint: a named URL that outlives the workflows serving it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndpointInfo {
+    pub name: String,
+    /// `<server>/e/NAME/`.
+    pub url: String,
+    /// `NAME.<endpoint domain>` (send it as the Host header).
+    pub host: String,
+    pub scope: String,
+    pub mode: String,
+    pub drain_timeout_secs: u64,
+    pub confirm: bool,
+    pub owner: String,
+    pub group: String,
+    /// SERVING, SWITCHING, DRAINING, IDLE (no backend) or FAILED.
+    pub status: String,
+    #[serde(default)]
+    pub workflow_id: Option<Uuid>,
+    #[serde(default)]
+    pub service: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub since: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// A takeover in progress.
+    #[serde(default)]
+    pub takeover: Option<TakeoverInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TakeoverInfo {
+    pub id: Uuid,
+    pub endpoint: String,
+    #[serde(default)]
+    pub from_workflow: Option<Uuid>,
+    pub to_workflow: Uuid,
+    pub to_service: String,
+    pub requested_by: String,
+    /// How it was asked for: `cli`, `api` or `mcp`.
+    pub channel: String,
+    pub mode: String,
+    /// WAITING_READY, AWAITING_CONFIRMATION, SWITCHING, DRAINING, DONE, FAILED, CANCELLED.
+    pub phase: String,
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub confirmed_by: Option<String>,
+    #[serde(default)]
+    pub confirmed_via: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub switched_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub ended_at: Option<OffsetDateTime>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateEndpoint {
+    pub name: String,
+    /// user (default), group, organization or public.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// when-ready (default) or stop-first.
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// How long requests in flight may finish on the old backend after a switch (Go duration,
+    /// default 5m).
+    #[serde(default)]
+    pub drain_timeout: Option<String>,
+    /// Takeovers wait for a person's approval.
+    #[serde(default)]
+    pub confirm: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct CreateEndpointToken {
+    /// Go duration; never expires when absent.
+    #[serde(default)]
+    pub expires: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndpointToken {
+    pub endpoint: String,
+    /// Shown once; only its hash is stored.
+    pub token: String,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub expires_at: Option<OffsetDateTime>,
+}

@@ -6,6 +6,7 @@ mod agents;
 pub mod api;
 pub mod auth;
 mod controller;
+pub mod endpoints;
 mod holds;
 mod logs;
 mod monitoring;

@@ -73,6 +73,9 @@ enum Command {
     /// Nodes and their state.
     #[command(subcommand)]
     Node(cmd::node::NodeCmd),
+    /// Persistent endpoints: URLs that survive replacing the model behind them.
+    #[command(subcommand)]
+    Endpoint(cmd::endpoint::EndpointCmd),
     /// Secrets that workflow files name as secret://SCOPE/NAME.
     #[command(subcommand)]
     Secret(cmd::secret::SecretCmd),
@@ -135,6 +138,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Node(c) => cmd::node::run(c, &conn).await,
         Command::Admin(c) => cmd::admin::run(c, &conn).await,
         Command::Secret(c) => cmd::secret::run(c, &conn).await,
+        Command::Endpoint(c) => cmd::endpoint::run(c, &conn).await,
     }
 }
 

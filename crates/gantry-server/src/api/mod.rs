@@ -31,6 +31,18 @@ pub fn router(state: AppState) -> Router {
         .route("/nodes/{name}/release", post(crate::holds::release))
         .route("/monitoring/alertmanager", post(crate::monitoring::webhook))
         .route("/monitoring/targets", get(crate::monitoring::targets))
+        .route(
+            "/endpoints",
+            get(crate::endpoints::list).post(crate::endpoints::create),
+        )
+        .route(
+            "/endpoints/{name}",
+            get(crate::endpoints::show).delete(crate::endpoints::delete),
+        )
+        .route("/endpoints/{name}/history", get(crate::endpoints::history))
+        .route("/endpoints/{name}/tokens", post(crate::endpoints::token))
+        .route("/endpoints/{name}/approve", post(crate::endpoints::approve))
+        .route("/endpoints/{name}/reject", post(crate::endpoints::reject))
         .route("/secrets", get(crate::secrets::list))
         .route(
             "/secrets/{scope}/{name}",

@@ -68,6 +68,7 @@ pub async fn validate(
 pub async fn submit(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
+    headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<SubmitWorkflow>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
     let wf = parse(&req.spec)?;
@@ -80,6 +81,17 @@ pub async fn submit(
     }
     let compiled = plan::compile(&wf);
     crate::secrets::check_refs(&st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
+    let id = Uuid::new_v4();
+    let channel = match headers
+        .get("x-gantry-channel")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("cli") => "cli",
+        Some("mcp") => "mcp",
+        Some("web") => "web",
+        _ => "api",
+    };
+    let takeovers = crate::endpoints::check_attach(&st, &c, &compiled, id, channel).await?;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
         match job.task_array {
@@ -101,7 +113,6 @@ pub async fn submit(
             }),
         }
     }
-    let id = Uuid::new_v4();
     let name = req
         .name
         .filter(|n| !n.trim().is_empty())
@@ -116,6 +127,9 @@ pub async fn submit(
         tasks,
     };
     st.store.create_workflow(&new, now_ms()).await?;
+    for t in &takeovers {
+        st.store.create_takeover(t, now_ms()).await?;
+    }
     st.wake_controller();
     Ok(Json(WorkflowCreated {
         id,

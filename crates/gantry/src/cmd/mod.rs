@@ -1,4 +1,5 @@
 pub mod admin;
+pub mod endpoint;
 pub mod monitoring;
 pub mod node;
 pub mod secret;

@@ -126,7 +126,12 @@ pub async fn submit(
     let name = name.or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()));
     let client = conn.client()?;
     let created: WorkflowCreated = client
-        .post("/workflows", &SubmitWorkflow { spec: text, name })
+        .send(
+            client
+                .request(reqwest::Method::POST, "/workflows")
+                .header("x-gantry-channel", "cli")
+                .json(&SubmitWorkflow { spec: text, name }),
+        )
         .await?;
     for w in &created.warnings {
         eprintln!("warning: {w}");

@@ -1,0 +1,564 @@
+//! Persistent endpoints: the API (create, list, show, delete, history, tokens, approve,
+//! reject), the attach check at submit, and the takeover driver the controller runs each tick.
+//! Every takeover decision is `gantry_core::takeover`'s; this module gathers facts (the new
+//! service's readiness, the old workflow's end, the old backend's in-flight requests) and
+//! applies the steps.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gantry_api::v1::{
+    CreateEndpoint, CreateEndpointToken, EndpointInfo, EndpointToken, TakeoverInfo,
+};
+use gantry_api::TaskStatus;
+use gantry_core::takeover::{self, Mode, NewService, Phase, Step};
+use gantry_store::{EndpointChange, EndpointRow, NewEvent, TakeoverRow};
+use uuid::Uuid;
+
+use crate::api::{ts, ApiError, JsonBody};
+use crate::auth::{hash_token, new_token, Caller, UserCaller};
+use crate::plan::WorkflowPlan;
+use crate::state::{now_ms, AppState};
+
+const DEFAULT_DRAIN: std::time::Duration = std::time::Duration::from_secs(300);
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// Who may call an endpoint (and see it): its scope decides.
+pub fn may_call(e: &EndpointRow, c: Option<&Caller>) -> bool {
+    match (e.scope.as_str(), c) {
+        ("public", _) => true,
+        (_, None) => false,
+        (_, Some(c)) if c.is_admin() => true,
+        ("organization", Some(_)) => true,
+        ("group", Some(c)) => c.user.group == e.group || c.user.name == e.owner,
+        (_, Some(c)) => c.user.name == e.owner,
+    }
+}
+
+/// Who may manage an endpoint and take it over: its owner, a member of its group when it is
+/// group-scoped, or an administrator.
+pub fn may_manage(e: &EndpointRow, c: &Caller) -> bool {
+    c.is_admin() || c.user.name == e.owner || (e.scope == "group" && c.user.group == e.group)
+}
+
+fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
+    TakeoverInfo {
+        id: t.id,
+        endpoint: t.endpoint,
+        from_workflow: t.from_workflow,
+        to_workflow: t.to_workflow,
+        to_service: t.to_service,
+        requested_by: t.requested_by,
+        channel: t.channel,
+        mode: t.mode,
+        phase: t.phase,
+        reason: t.reason,
+        confirmed_by: t.confirmed_by,
+        confirmed_via: t.confirmed_via,
+        created_at: ts(t.created_at),
+        switched_at: t.switched_at.map(ts),
+        ended_at: t.ended_at.map(ts),
+    }
+}
+
+async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
+    let all = st.store.takeovers(Some(&e.name), false).await?;
+    let open = all.iter().rev().find(|t| t.ended_at.is_none()).cloned();
+    let last = all.last();
+    let status = match (
+        open.as_ref().map(|t| t.phase.as_str()),
+        &e.workflow_id,
+        last,
+    ) {
+        (Some("SWITCHING"), _, _) => "SWITCHING",
+        (Some("DRAINING"), _, _) => "DRAINING",
+        (_, Some(_), _) => "SERVING",
+        (None, None, Some(t)) if t.phase == "FAILED" => "FAILED",
+        _ => "IDLE",
+    };
+    Ok(EndpointInfo {
+        url: format!("{}/e/{}/", st.public_url(), e.name),
+        host: format!("{}.{}", e.name, st.config.endpoint_domain),
+        name: e.name,
+        scope: e.scope,
+        mode: e.mode,
+        drain_timeout_secs: (e.drain_timeout_ms / 1000) as u64,
+        confirm: e.confirm,
+        owner: e.owner,
+        group: e.group,
+        status: status.into(),
+        workflow_id: e.workflow_id,
+        service: e.service,
+        since: e.since.map(ts),
+        created_at: ts(e.created_at),
+        takeover: open.map(takeover_info),
+    })
+}
+
+async fn visible(st: &AppState, c: &Caller, name: &str) -> Result<EndpointRow, ApiError> {
+    let e = st
+        .store
+        .endpoint(name)
+        .await
+        .map_err(|_| ApiError::NotFound(format!("no endpoint {name}")))?;
+    if !(may_call(&e, Some(c)) || may_manage(&e, c)) {
+        return Err(ApiError::NotFound(format!("no endpoint {name}")));
+    }
+    Ok(e)
+}
+
+pub async fn create(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    JsonBody(req): JsonBody<CreateEndpoint>,
+) -> Result<Json<EndpointInfo>, ApiError> {
+    if !valid_name(&req.name) {
+        return Err(ApiError::BadRequest(format!(
+            "endpoint name {:?} must be 1-63 lower-case letters, digits or '-' (it becomes a host name)",
+            req.name
+        )));
+    }
+    let scope = req.scope.unwrap_or_else(|| "user".into());
+    if !matches!(scope.as_str(), "user" | "group" | "organization" | "public") {
+        return Err(ApiError::BadRequest(format!(
+            "scope must be user, group, organization or public, not {scope:?}"
+        )));
+    }
+    let mode = req.mode.unwrap_or_else(|| "when-ready".into());
+    if Mode::parse(&mode).is_none() {
+        return Err(ApiError::BadRequest(format!(
+            "mode must be when-ready or stop-first, not {mode:?}"
+        )));
+    }
+    let drain = match &req.drain_timeout {
+        Some(d) => gantry_spec::parse_duration(d)
+            .map_err(|e| ApiError::BadRequest(format!("drain timeout {d:?}: {e}")))?,
+        None => DEFAULT_DRAIN,
+    };
+    let row = EndpointRow {
+        name: req.name.clone(),
+        owner: c.user.name.clone(),
+        group: c.user.group.clone(),
+        scope,
+        mode,
+        drain_timeout_ms: drain.as_millis() as i64,
+        confirm: req.confirm,
+        created_at: now_ms(),
+        workflow_id: None,
+        service: None,
+        port: None,
+        since: None,
+    };
+    st.store.create_endpoint(&row, now_ms()).await?;
+    Ok(Json(info(&st, st.store.endpoint(&req.name).await?).await?))
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<EndpointInfo>>, ApiError> {
+    let mut out = vec![];
+    for e in st.store.endpoints().await? {
+        if may_call(&e, Some(&c)) || may_manage(&e, &c) {
+            out.push(info(&st, e).await?);
+        }
+    }
+    Ok(Json(out))
+}
+
+pub async fn show(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+) -> Result<Json<EndpointInfo>, ApiError> {
+    let e = visible(&st, &c, &name).await?;
+    Ok(Json(info(&st, e).await?))
+}
+
+pub async fn history(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<TakeoverInfo>>, ApiError> {
+    let e = visible(&st, &c, &name).await?;
+    let all = st.store.takeovers(Some(&e.name), false).await?;
+    Ok(Json(all.into_iter().map(takeover_info).collect()))
+}
+
+pub async fn delete(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let e = visible(&st, &c, &name).await?;
+    if !may_manage(&e, &c) {
+        return Err(ApiError::Forbidden(format!(
+            "only {}'s owner, its group (when group-scoped) or an administrator may delete it",
+            e.name
+        )));
+    }
+    st.store
+        .delete_endpoint(&e.name, &c.user.name, now_ms())
+        .await?;
+    st.wake_controller();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn token(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+    JsonBody(req): JsonBody<CreateEndpointToken>,
+) -> Result<Json<EndpointToken>, ApiError> {
+    let e = visible(&st, &c, &name).await?;
+    if !may_manage(&e, &c) {
+        return Err(ApiError::Forbidden(format!(
+            "only {}'s owner, its group (when group-scoped) or an administrator may make tokens for it",
+            e.name
+        )));
+    }
+    let expires_at = match &req.expires {
+        Some(d) => Some(
+            now_ms()
+                + gantry_spec::parse_duration(d)
+                    .map_err(|err| ApiError::BadRequest(format!("expiry {d:?}: {err}")))?
+                    .as_millis() as i64,
+        ),
+        None => None,
+    };
+    let token = new_token();
+    st.store
+        .add_endpoint_token(
+            &e.name,
+            &hash_token(&token),
+            &c.user.name,
+            expires_at,
+            now_ms(),
+        )
+        .await?;
+    Ok(Json(EndpointToken {
+        endpoint: e.name,
+        token,
+        expires_at: expires_at.map(ts),
+    }))
+}
+
+async fn pending(st: &AppState, c: &Caller, name: &str) -> Result<TakeoverRow, ApiError> {
+    let e = visible(st, c, name).await?;
+    if !may_manage(&e, c) {
+        return Err(ApiError::Forbidden(format!(
+            "only {}'s owner, its group (when group-scoped) or an administrator may decide its takeovers",
+            e.name
+        )));
+    }
+    st.store
+        .takeovers(Some(&e.name), true)
+        .await?
+        .into_iter()
+        .find(|t| t.phase == Phase::AwaitingConfirmation.as_str())
+        .ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "endpoint {name} has no takeover awaiting confirmation"
+            ))
+        })
+}
+
+/// Approve a takeover waiting for a person; `via` records the channel (cli, api, web, mcp).
+pub async fn approve_as(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+    via: &str,
+) -> Result<TakeoverInfo, ApiError> {
+    let t = pending(st, c, name).await?;
+    st.store
+        .apply_endpoints(
+            &[
+                EndpointChange::Confirm {
+                    id: t.id,
+                    by: c.user.name.clone(),
+                    via: via.into(),
+                },
+                EndpointChange::Event(NewEvent {
+                    workflow_id: Some(t.to_workflow),
+                    node: None,
+                    task: Some(t.to_service.clone()),
+                    kind: "endpoint.approved".into(),
+                    message: format!("takeover of {name} approved by {} via {via}", c.user.name),
+                }),
+            ],
+            now_ms(),
+        )
+        .await?;
+    st.wake_controller();
+    Ok(takeover_info(st.store.takeover(t.id).await?))
+}
+
+pub async fn reject_as(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+    via: &str,
+) -> Result<TakeoverInfo, ApiError> {
+    let t = pending(st, c, name).await?;
+    st.store
+        .apply_endpoints(
+            &[EndpointChange::Phase {
+                id: t.id,
+                phase: Phase::Cancelled.as_str().into(),
+                reason: Some(format!("rejected by {} via {via}", c.user.name)),
+                end: true,
+            }],
+            now_ms(),
+        )
+        .await?;
+    // The new workflow existed to take the endpoint over: it stops.
+    st.store
+        .request_stop(t.to_workflow, &c.user.name, now_ms())
+        .await?;
+    st.wake_controller();
+    Ok(takeover_info(st.store.takeover(t.id).await?))
+}
+
+pub async fn approve(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+) -> Result<Json<TakeoverInfo>, ApiError> {
+    Ok(Json(approve_as(&st, &c, &name, "api").await?))
+}
+
+pub async fn reject(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+) -> Result<Json<TakeoverInfo>, ApiError> {
+    Ok(Json(reject_as(&st, &c, &name, "api").await?))
+}
+
+/// At submit: every `attach:` must name an endpoint the submitter may take over, with no other
+/// takeover in progress. Returns the takeovers to create once the workflow is stored.
+pub async fn check_attach(
+    st: &AppState,
+    c: &Caller,
+    plan: &WorkflowPlan,
+    workflow: Uuid,
+    channel: &str,
+) -> Result<Vec<TakeoverRow>, ApiError> {
+    let mut out = vec![];
+    for j in &plan.jobs {
+        let Some(svc) = &j.service else { continue };
+        for ep in &svc.endpoints {
+            let Some(name) = &ep.attach else { continue };
+            let not_found = || {
+                ApiError::BadRequest(format!(
+                    "services.{}: no persistent endpoint {name:?} that you may attach to; create it with `gantry endpoint create {name}`",
+                    j.name
+                ))
+            };
+            let e = st.store.endpoint(name).await.map_err(|_| not_found())?;
+            if !may_manage(&e, c) {
+                return Err(if may_call(&e, Some(c)) {
+                    ApiError::BadRequest(format!(
+                        "services.{}: you may not take over endpoint {name}: it belongs to {}{}",
+                        j.name,
+                        e.owner,
+                        if e.scope == "group" {
+                            format!(" and group {}", e.group)
+                        } else {
+                            String::new()
+                        }
+                    ))
+                } else {
+                    not_found()
+                });
+            }
+            if let Some(t) = st.store.takeovers(Some(name), true).await?.first() {
+                return Err(ApiError::Conflict(format!(
+                    "endpoint {name} already has a takeover in progress (workflow {}, {}); wait for it, or reject or stop it",
+                    t.to_workflow, t.phase
+                )));
+            }
+            out.push(TakeoverRow {
+                id: Uuid::new_v4(),
+                endpoint: name.clone(),
+                from_workflow: e.workflow_id,
+                to_workflow: workflow,
+                to_service: j.name.clone(),
+                port: ep.port,
+                requested_by: c.user.name.clone(),
+                channel: channel.into(),
+                mode: e.mode.clone(),
+                phase: Phase::WaitingReady.as_str().into(),
+                reason: None,
+                confirmed_by: None,
+                confirmed_via: None,
+                created_at: now_ms(),
+                updated_at: now_ms(),
+                switched_at: None,
+                ended_at: None,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Facts about one workflow's service, for takeovers and routing.
+pub struct ServiceState {
+    pub status: TaskStatus,
+    pub workflow_ended: bool,
+    /// `ip:port` once ready.
+    pub backend: Option<String>,
+    pub attempt: Option<Uuid>,
+}
+
+pub async fn service_state(
+    st: &AppState,
+    wf: Uuid,
+    service: &str,
+    port: u16,
+) -> anyhow::Result<ServiceState> {
+    let w = st.store.workflow(wf).await?;
+    let tasks = st.store.tasks(wf).await?;
+    let Some(task) = tasks.iter().find(|t| t.job == service) else {
+        return Ok(ServiceState {
+            status: TaskStatus::Failed,
+            workflow_ended: true,
+            backend: None,
+            attempt: None,
+        });
+    };
+    let mut backend = None;
+    if let (TaskStatus::Running, Some(a)) = (task.status, task.live_attempt) {
+        if let Some(addr) = st.store.attempt(a).await?.address {
+            backend = Some(format!("{addr}:{port}"));
+        }
+    }
+    Ok(ServiceState {
+        status: task.status,
+        workflow_ended: w.status.is_terminal() || w.stop_requested,
+        backend,
+        attempt: task.live_attempt,
+    })
+}
+
+/// One controller pass over open takeovers. `routes` answers the proxy's side: which backend
+/// an endpoint has now, whether an old one has drained.
+pub async fn drive(st: &AppState, routes: &dyn Routes) -> anyhow::Result<()> {
+    let now = now_ms();
+    for t in st.store.takeovers(None, true).await? {
+        let Ok(e) = st.store.endpoint(&t.endpoint).await else {
+            continue;
+        };
+        let Some(phase) = Phase::parse(&t.phase) else {
+            continue;
+        };
+        let new = service_state(st, t.to_workflow, &t.to_service, t.port).await?;
+        let new_state = match (new.status, new.backend.is_some()) {
+            (TaskStatus::Running, true) => NewService::Ready,
+            (s, _) if s.is_terminal() => NewService::Gone,
+            _ if new.workflow_ended => NewService::Gone,
+            _ => NewService::Starting,
+        };
+        let old = t
+            .from_workflow
+            .filter(|w| e.workflow_id == Some(*w) || phase == Phase::Draining);
+        let old_ended = match old {
+            Some(w) => st
+                .store
+                .workflow(w)
+                .await
+                .map(|w| w.status.is_terminal())
+                .unwrap_or(true),
+            None => true,
+        };
+        let deadline_passed = t.switched_at.is_some_and(|s| now - s >= e.drain_timeout_ms);
+        let view = takeover::View {
+            phase,
+            mode: Mode::parse(&t.mode).unwrap_or(Mode::WhenReady),
+            needs_confirmation: e.confirm || t.channel == "mcp",
+            confirmed: t.confirmed_by.is_some(),
+            rejected: false,
+            has_old: old.is_some(),
+            old_ended,
+            new: new_state,
+            drained: phase == Phase::Draining && routes.drained(&e.name, t.from_workflow),
+            drain_deadline_passed: deadline_passed,
+        };
+        let mut changes = vec![];
+        for s in takeover::step(&view) {
+            match s {
+                Step::Enter(p, reason) => changes.push(EndpointChange::Phase {
+                    id: t.id,
+                    phase: p.as_str().into(),
+                    reason,
+                    end: p.is_terminal(),
+                }),
+                Step::Switch => {
+                    changes.push(EndpointChange::Switch { takeover: t.id });
+                }
+                Step::StopOld => {
+                    if let Some(w) = t.from_workflow {
+                        st.store
+                            .request_stop(w, &format!("the takeover of endpoint {}", e.name), now)
+                            .await?;
+                    }
+                }
+                Step::StopNew => {
+                    st.store
+                        .request_stop(
+                            t.to_workflow,
+                            &format!("the takeover of endpoint {}", e.name),
+                            now,
+                        )
+                        .await?;
+                }
+                Step::Cut => routes.cut(&e.name, t.from_workflow),
+            }
+        }
+        if !changes.is_empty() {
+            st.store.apply_endpoints(&changes, now).await?;
+            st.wake_controller();
+        }
+    }
+    // An endpoint whose workflow has ended has no backend (and answers 503) until the next
+    // takeover.
+    for e in st.store.endpoints().await? {
+        let Some(w) = e.workflow_id else { continue };
+        let ended = st
+            .store
+            .workflow(w)
+            .await
+            .map(|w| w.status.is_terminal())
+            .unwrap_or(true);
+        if ended {
+            st.store
+                .apply_endpoints(
+                    &[EndpointChange::Clear {
+                        endpoint: e.name.clone(),
+                        reason: format!("workflow {w} ended"),
+                    }],
+                    now,
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// What the takeover driver needs from the proxy.
+pub trait Routes: Send + Sync {
+    /// Requests begun on the backend of workflow `old` have all finished.
+    fn drained(&self, endpoint: &str, old: Option<Uuid>) -> bool;
+    /// End what still streams from the backend of workflow `old`.
+    fn cut(&self, endpoint: &str, old: Option<Uuid>);
+}
