@@ -11,6 +11,7 @@ mod holds;
 mod logs;
 mod monitoring;
 pub mod plan;
+pub mod proxy;
 mod secrets;
 mod state;
 
