@@ -336,6 +336,8 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
         schedule_cleanup(st, wf, now).await?;
     }
     send_chores(st).await?;
+    crate::endpoints::drive(st, st.gateway.as_ref()).await?;
+    crate::gateway::sync(st).await?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 mod controller;
 pub mod endpoints;
+mod gateway;
 mod holds;
 mod logs;
 mod monitoring;
@@ -82,6 +83,7 @@ impl Server {
         controller::spawn(state.clone());
         let app = api::router(state.clone());
         let task = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("server stopped: {e}");
             }

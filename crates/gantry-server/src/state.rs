@@ -18,18 +18,21 @@ pub struct AppState {
     /// Serialises hold decisions (webhook posts and administrators).
     pub(crate) hold_lock: Arc<tokio::sync::Mutex<()>>,
     pub(crate) metrics: Arc<crate::monitoring::Metrics>,
+    /// The endpoint proxy and its routes.
+    pub(crate) gateway: Arc<crate::gateway::Gateway>,
 }
 
 impl AppState {
     pub fn new(store: Arc<dyn Store>, config: ServerConfig, secret_key: [u8; 32]) -> Self {
         Self {
-            store,
+            store: store.clone(),
             config: Arc::new(config),
             hub: Hub::default(),
             wake: Arc::new(Notify::new()),
             secret_key: Arc::new(secret_key),
             hold_lock: Arc::default(),
             metrics: Arc::default(),
+            gateway: Arc::new(crate::gateway::Gateway::new(store.clone())),
         }
     }
 

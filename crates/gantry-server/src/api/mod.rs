@@ -61,7 +61,11 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(crate::monitoring::metrics))
         .nest("/api/v1", api)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
-        .with_state(state)
+        .with_state(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::gateway::endpoints_first,
+        ))
 }
 
 /// Errors axum makes itself (a query string or path that does not parse, a method a route does

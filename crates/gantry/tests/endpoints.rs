@@ -1,0 +1,424 @@
+//! Services and persistent endpoints end to end: busybox `httpd` in real containers on each
+//! node's CNI bridge stands in for a model server; requests go through the server's proxy.
+//! Hosts are given as `Host:` headers (`*.localhost` does not resolve here).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::Cluster;
+
+/// A model stand-in: answers `version` at /, streams six server-sent events from
+/// /cgi-bin/stream (one a second), echoes what the backend sees of Authorization, and becomes
+/// ready `delay` seconds after it starts.
+fn model(version: &str, endpoint: &str, delay: u32, probe_port: u16) -> String {
+    format!(
+        r#"version: v4
+services:
+  llm:
+    image: {{ uri: docker://busybox:1 }}
+    persist: true
+    script: |
+      #!/bin/sh
+      mkdir -p /www/cgi-bin
+      echo {version} > /www/index.html
+      printf '#!/bin/sh\necho "Content-Type: text/event-stream"\necho\nfor i in 1 2 3 4 5 6; do echo "data: {version} $i"; echo; sleep 1; done\n' > /www/cgi-bin/stream
+      printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\necho "auth=[$HTTP_AUTHORIZATION] prefix=[$HTTP_X_FORWARDED_PREFIX] uri=[$REQUEST_URI]"\n' > /www/cgi-bin/echo
+      chmod +x /www/cgi-bin/stream /www/cgi-bin/echo
+      sleep {delay}
+      exec httpd -f -p 8080 -h /www
+    network:
+      ports: [ {{ name: http, port: 8080 }} ]
+      endpoints:
+        - {{ name: api, port-name: http, protocol: http, attach: {endpoint} }}
+    readiness-probe:
+      http-get: {{ path: /, port: {probe_port} }}
+      period-seconds: 1
+"#
+    )
+}
+
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-m", "20", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn url(c: &Cluster, path: &str) -> String {
+    format!("http://127.0.0.1:{}{path}", c.port)
+}
+
+fn endpoint(c: &Cluster, name: &str) -> serde_json::Value {
+    c.json(&["endpoint", "show", name])
+}
+
+fn wait_endpoint(
+    c: &Cluster,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let e = endpoint(c, name);
+        if pred(&e) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {e:#}\n{}",
+            c.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn serving(c: &Cluster, name: &str, wf: &str) {
+    wait_endpoint(c, name, &format!("{name} served by {wf}"), |e| {
+        e["status"] == "SERVING" && e["workflow_id"] == wf && e["takeover"].is_null()
+    });
+}
+
+#[test]
+fn a_takeover_under_load_fails_no_request_and_the_old_workflow_ends_stopped() {
+    let c = Cluster::up(2);
+    c.ok(&[
+        "endpoint",
+        "create",
+        "chat",
+        "--scope",
+        "public",
+        "--drain-timeout",
+        "30s",
+    ]);
+    let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "chat", 0, 8080)));
+    serving(&c, "chat", &v1);
+    assert_eq!(curl(&[&url(&c, "/e/chat/")]), (200, "v1\n".into()));
+
+    // A load generator keeps hitting the URL through the whole takeover.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen_v1 = Arc::new(AtomicUsize::new(0));
+    let seen_v2 = Arc::new(AtomicUsize::new(0));
+    let target = url(&c, "/e/chat/");
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, failures, v1s, v2s, target) = (
+                stop.clone(),
+                failures.clone(),
+                seen_v1.clone(),
+                seen_v2.clone(),
+                target.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) && n < 100_000 {
+                    n += 1;
+                    match curl(&[&target]) {
+                        (200, b) if b == "v1\n" => v1s.fetch_add(1, Ordering::Relaxed),
+                        (200, b) if b == "v2\n" => v2s.fetch_add(1, Ordering::Relaxed),
+                        other => {
+                            failures.lock().unwrap().push(format!("{other:?}"));
+                            0
+                        }
+                    };
+                }
+            })
+        })
+        .collect();
+
+    let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "chat", 2, 8080)));
+    serving(&c, "chat", &v2);
+    c.wait_status(&v1, "STOPPED");
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().unwrap();
+    }
+    let failed = failures.lock().unwrap().clone();
+    assert!(
+        failed.is_empty(),
+        "{} failed requests: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(seen_v1.load(Ordering::Relaxed) > 0 && seen_v2.load(Ordering::Relaxed) > 0);
+    // The same URL now answers from v2, by path and by host name.
+    assert_eq!(curl(&[&url(&c, "/e/chat/")]), (200, "v2\n".into()));
+    assert_eq!(
+        curl(&["-H", "Host: chat.endpoints.localhost", &url(&c, "/")]),
+        (200, "v2\n".into())
+    );
+
+    let history = c.json(&["endpoint", "history", "chat"]);
+    let last = history.as_array().unwrap().last().unwrap();
+    assert_eq!(last["phase"], "DONE");
+    assert_eq!(last["from_workflow"], v1.as_str());
+    assert_eq!(last["to_workflow"], v2.as_str());
+    assert_eq!(last["requested_by"], "admin");
+    assert_eq!(last["channel"], "cli");
+    let events = c.ok(&["workflow", "events", &v1]);
+    assert!(
+        events.contains("endpoint chat now served by llm"),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_stream_begun_before_the_switch_completes_from_the_old_backend() {
+    let c = Cluster::up(2);
+    c.ok(&[
+        "endpoint",
+        "create",
+        "sse",
+        "--scope",
+        "public",
+        "--drain-timeout",
+        "60s",
+    ]);
+    let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "sse", 0, 8080)));
+    serving(&c, "sse", &v1);
+    let stream_url = url(&c, "/e/sse/cgi-bin/stream");
+    let stream = std::thread::spawn(move || curl(&["-N", &stream_url]));
+    std::thread::sleep(Duration::from_millis(1500));
+    let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "sse", 0, 8080)));
+    serving(&c, "sse", &v2);
+    // New requests already go to v2 while the old stream still runs on v1.
+    assert_eq!(curl(&[&url(&c, "/e/sse/")]).1, "v2\n");
+    let (code, body) = stream.join().unwrap();
+    assert_eq!(code, 200);
+    let events: Vec<&str> = body.lines().filter(|l| l.starts_with("data:")).collect();
+    assert_eq!(
+        events,
+        (1..=6)
+            .map(|i| format!("data: v1 {i}"))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+    );
+    c.wait_status(&v1, "STOPPED");
+}
+
+#[test]
+fn a_new_service_that_never_becomes_ready_leaves_the_old_one_serving() {
+    let c = Cluster::up(2);
+    c.ok(&["endpoint", "create", "steady", "--scope", "public"]);
+    let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "steady", 0, 8080)));
+    serving(&c, "steady", &v1);
+    // v2's probe asks a port nothing listens on.
+    let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "steady", 0, 9999)));
+    std::thread::sleep(Duration::from_secs(5));
+    let e = endpoint(&c, "steady");
+    assert_eq!(e["workflow_id"], v1.as_str());
+    assert_eq!(e["takeover"]["phase"], "WAITING_READY");
+    assert_eq!(curl(&[&url(&c, "/e/steady/")]).1, "v1\n");
+    c.ok(&["workflow", "stop", &v2]);
+    wait_endpoint(&c, "steady", "the takeover failed", |e| {
+        e["takeover"].is_null()
+    });
+    let last = c.json(&["endpoint", "history", "steady"]);
+    let last = last.as_array().unwrap().last().unwrap();
+    assert_eq!(last["phase"], "FAILED");
+    assert!(
+        last["reason"].as_str().unwrap().contains("keeps serving"),
+        "{last:#}"
+    );
+    assert_eq!(curl(&[&url(&c, "/e/steady/")]).1, "v1\n");
+    assert_eq!(c.detail(&v1)["status"], "RUNNING");
+}
+
+#[test]
+fn takeovers_can_wait_for_a_person() {
+    let c = Cluster::up(2);
+    c.ok(&[
+        "endpoint",
+        "create",
+        "careful",
+        "--scope",
+        "public",
+        "--confirm",
+    ]);
+    let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "careful", 0, 8080)));
+    serving(&c, "careful", &v1);
+    let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "careful", 0, 8080)));
+    wait_endpoint(&c, "careful", "awaiting confirmation", |e| {
+        e["takeover"]["phase"] == "AWAITING_CONFIRMATION"
+    });
+    assert_eq!(
+        curl(&[&url(&c, "/e/careful/")]).1,
+        "v1\n",
+        "nothing switches without approval"
+    );
+    let t = c.json(&["endpoint", "approve", "careful"]);
+    assert_eq!(t["confirmed_by"], "admin");
+    assert_eq!(t["confirmed_via"], "api");
+    serving(&c, "careful", &v2);
+    assert_eq!(curl(&[&url(&c, "/e/careful/")]).1, "v2\n");
+
+    // A rejected takeover changes nothing and its workflow stops.
+    let v3 = c.start_workflow(&c.write("v3.yaml", &model("v3", "careful", 0, 8080)));
+    wait_endpoint(&c, "careful", "awaiting confirmation", |e| {
+        e["takeover"]["phase"] == "AWAITING_CONFIRMATION"
+    });
+    c.ok(&["endpoint", "reject", "careful"]);
+    c.wait_status(&v3, "STOPPED");
+    assert_eq!(curl(&[&url(&c, "/e/careful/")]).1, "v2\n");
+    let h = c.json(&["endpoint", "history", "careful"]);
+    assert_eq!(h.as_array().unwrap().last().unwrap()["phase"], "CANCELLED");
+}
+
+#[test]
+fn scopes_and_tokens_are_enforced_and_tokens_never_reach_the_backend() {
+    let c = Cluster::up(1);
+    c.ok(&["endpoint", "create", "private", "--scope", "user"]);
+    let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "private", 0, 8080)));
+    serving(&c, "private", &v1);
+    let admin = std::fs::read_to_string(c.data_dir().join("context.toml")).unwrap();
+    let admin = admin
+        .lines()
+        .find_map(|l| l.strip_prefix("token = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let eve = c.json(&["admin", "user", "create", "eve"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ep_token = c
+        .ok(&["endpoint", "token", "private", "--expires", "1h"])
+        .trim()
+        .to_string();
+
+    let get = |token: Option<&str>| {
+        let mut args = vec![];
+        let h;
+        if let Some(t) = token {
+            h = format!("Authorization: Bearer {t}");
+            args.push("-H");
+            args.push(h.as_str());
+        }
+        let u = url(&c, "/e/private/cgi-bin/echo");
+        args.push(&u);
+        curl(&args)
+    };
+    assert_eq!(get(None).0, 401);
+    assert_eq!(get(Some("not-a-token")).0, 401);
+    assert!(
+        matches!(get(Some(&eve)).0, 403 | 404),
+        "another user's token"
+    );
+    let (code, body) = get(Some(&admin));
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("auth=[]"),
+        "the token must not reach the backend: {body}"
+    );
+    assert!(body.contains("prefix=[/e/private]"), "{body}");
+    assert!(
+        body.contains("uri=[/cgi-bin/echo]"),
+        "the prefix is stripped: {body}"
+    );
+    let (code, body) = get(Some(&ep_token));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("auth=[]"), "{body}");
+
+    // Eve may not take the endpoint over: refused at submit.
+    let file = c.write("eve.yaml", &model("eve", "private", 0, 8080));
+    let out = std::process::Command::new(common::GANTRY)
+        .args(["workflow", "start", file.to_str().unwrap()])
+        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+        .env("GANTRY_TOKEN", &eve)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("private"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // No backend: a clear 503.
+    c.ok(&["workflow", "stop", &v1]);
+    wait_endpoint(&c, "private", "idle", |e| e["status"] == "IDLE");
+    let (code, body) = get(Some(&admin));
+    assert_eq!(code, 503);
+    assert!(body.contains("no backend"), "{body}");
+}
+
+#[test]
+fn jobs_reach_services_by_name_and_per_workflow_endpoints_keep_their_path() {
+    let c = Cluster::up(2);
+    let file = c.write(
+        "svc.yaml",
+        r#"version: v4
+services:
+  web:
+    image: { uri: docker://busybox:1 }
+    persist: true
+    script: |
+      #!/bin/sh
+      mkdir -p /www$FB_ENDPOINT_PATH_SITE
+      echo "hello from web" > /www$FB_ENDPOINT_PATH_SITE/index.html
+      echo "$FB_ENDPOINT_URL_SITE" > /www$FB_ENDPOINT_PATH_SITE/url
+      exec httpd -f -p 8080 -h /www
+    network:
+      ports: [ { name: http, port: 8080 } ]
+      endpoints: [ { name: site, port-name: http, protocol: http, type: path, scope: user } ]
+    readiness-probe:
+      tcp-socket: { port: 8080 }
+jobs:
+  client:
+    image: { uri: docker://busybox:1 }
+    depends-on: [ { name: web, status: RUNNING } ]
+    script: |
+      #!/bin/sh
+      wget -q -O - "http://web.svc:8080/w/$FB_WORKFLOW_ID/site/"
+"#,
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "client FINISHED", |d| {
+        Cluster::task(d, "client")["status"] == "FINISHED"
+    });
+    assert_eq!(
+        Cluster::task(&d, "web")["status"],
+        "RUNNING",
+        "a persistent service keeps running"
+    );
+    assert_eq!(
+        c.ok(&["workflow", "log", &id, "client"]).trim(),
+        "hello from web"
+    );
+
+    // Through the server's proxy the path is kept whole, as FB_ENDPOINT_PATH_SITE says.
+    let admin = std::fs::read_to_string(c.data_dir().join("context.toml")).unwrap();
+    let admin = admin
+        .lines()
+        .find_map(|l| l.strip_prefix("token = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_string();
+    let auth = format!("Authorization: Bearer {admin}");
+    let site = url(&c, &format!("/w/{id}/site/"));
+    assert_eq!(
+        curl(&["-H", &auth, &site]),
+        (200, "hello from web\n".into())
+    );
+    let (code, told) = curl(&["-H", &auth, &format!("{site}url")]);
+    assert_eq!(code, 200);
+    assert_eq!(told.trim(), site);
+    assert_eq!(
+        curl(&[&site]).0,
+        401,
+        "a user-scoped endpoint needs a token"
+    );
+    c.ok(&["workflow", "stop", &id]);
+    c.wait_status(&id, "STOPPED");
+}
