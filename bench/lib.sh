@@ -1,0 +1,535 @@
+# bench/lib.sh - shared by bench/throughput.sh and bench/vs-slurm.sh. Source it; do not run it.
+#
+# Everything is started by PID on 127.0.0.1 under one temporary directory ($WORK), and torn
+# down by an EXIT trap in reverse order of setup (bench_setup installs it). Figures are
+# printed on stdout as `figure <name> <value>` lines (easy to grep) plus a human summary;
+# progress goes to stderr.
+#
+# Environment (all optional):
+#   GANTRY_BIN      the gantry binary (default: target/release/gantry, built if missing)
+#   BENCH_KEEP=1    keep $WORK (logs, database) instead of removing it at exit
+#   GANTRY_LOG      log filter for the server and the agent (default: info)
+# shellcheck shell=bash
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$BENCH_DIR/.." && pwd)
+GANTRY=${GANTRY_BIN:-$REPO/target/release/gantry}
+
+log() { printf '[%s] %s\n' "$(date +%T.%3N)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+now_ms() { date +%s%3N; }
+# RFC 3339 (as the API writes times) -> Unix milliseconds.
+ts_ms() { date -d "$1" +%s%3N; }
+# A printed figure: `figure NAME VALUE`, one per line, for scripts that compare runs.
+figure() { printf 'figure %-40s %s\n' "$1" "$2"; }
+
+# --- packages ------------------------------------------------------------------------------
+bench_install() { # PKG... : installs the Debian packages among these that are missing
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >&2 ||
+    { apt-get -o DPkg::Lock::Timeout=600 update >&2 &&
+      apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends "${missing[@]}" >&2; } ||
+    die "could not install ${missing[*]}"
+}
+
+# --- setup and teardown --------------------------------------------------------------------
+BENCH_CLEANUPS=() # shell commands run at exit, last registered first
+
+bench_on_exit() {
+  local rc=$? i
+  trap - EXIT INT TERM
+  for ((i = ${#BENCH_CLEANUPS[@]} - 1; i >= 0; i--)); do
+    eval "${BENCH_CLEANUPS[i]}" || true
+  done
+  exit "$rc"
+}
+
+bench_setup() { # NAME
+  [ "$(id -u)" = 0 ] || die "run as root: runc, overlay mounts and cgroups need it"
+  WORK=$(mktemp -d "/tmp/gantry-bench-$1.XXXXXX")
+  trap bench_on_exit EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  BENCH_CLEANUPS+=("bench_remove_work")
+  cpuacct_setup
+  log "work dir: $WORK"
+}
+
+bench_remove_work() {
+  [ -n "${WORK:-}" ] && [ -d "$WORK" ] || return 0
+  # Anything still mounted under $WORK (overlay rootfs of a container killed mid-run).
+  findmnt -rn -o TARGET | awk -v w="$WORK/" 'index($0, w) == 1' | sort -r |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  if [ "${BENCH_KEEP:-0}" = 1 ]; then
+    log "kept $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+}
+
+bench_stop_pid() { # PID [NAME]: SIGTERM, up to 5 s, then SIGKILL; only our own children
+  local pid=$1 i
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 50); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+  [ -n "${2:-}" ] && log "stopped $2 (pid $pid)"
+  return 0
+}
+
+# --- statistics ----------------------------------------------------------------------------
+# Numbers on stdin -> "n median p90 min max mean" (nearest-rank percentiles).
+stats() {
+  sort -n | awk '{ v[NR] = $1; s += $1 }
+    END {
+      if (NR == 0) { print "0 - - - - -"; exit }
+      m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+      p = int(0.9 * NR + 0.999999); if (p < 1) p = 1
+      printf "%d %.0f %.0f %.0f %.0f %.1f\n", NR, m, v[p], v[1], v[NR], s / NR
+    }'
+}
+rate() { awk -v n="$1" -v ms="$2" 'BEGIN { printf "%.1f", (ms > 0) ? n * 1000 / ms : 0 }'; }
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", (b > 0) ? 100 * a / b : 0 }'; }
+
+# --- CPU accounting ------------------------------------------------------------------------
+# The machine is shared (other people's builds and tests run beside these benchmarks), so CPU
+# is counted per source. bench_setup moves this shell (and so everything it starts: server,
+# agent, shims, runc, the clients) into its own cpuacct cgroup, CG_OURS; bare runc containers
+# land below it (runc puts a container without a cgroupsPath under its own cgroup), Gantry's
+# containers below CG_GANTRY (gantry/<node>, kept from being removed by a `keep` child).
+CLK_TCK=$(getconf CLK_TCK)
+CG_ROOT=/sys/fs/cgroup/cpuacct
+CG_OURS=
+CG_GANTRY=
+cpuacct_setup() {
+  [ -w "$CG_ROOT/cgroup.procs" ] || { log "no cpuacct cgroup hierarchy: CPU per source is not counted"; return 0; }
+  CG_OURS=$CG_ROOT/gantry-bench-$$
+  mkdir -p "$CG_OURS"
+  echo $$ > "$CG_OURS/cgroup.procs"
+  BENCH_CLEANUPS+=("cpuacct_cleanup")
+}
+cpuacct_cleanup() {
+  echo $$ > "$CG_ROOT/cgroup.procs" 2>/dev/null || true
+  [ -n "$CG_GANTRY" ] && rmdir "$CG_GANTRY/keep" "$CG_GANTRY" "$(dirname "$CG_GANTRY")" 2>/dev/null
+  find "$CG_OURS" -depth -type d -exec rmdir {} \; 2>/dev/null
+  return 0
+}
+# cpu_ms ITEM: CPU milliseconds so far of
+#   busy | iowait  the whole machine        cg:PATH  a cpuacct cgroup (descendants included)
+#   PID            a process, with its waited-for children; PID/self, PID/children: either part
+cpu_ms() {
+  case $1 in
+    busy) awk -v hz="$CLK_TCK" '/^cpu / { print ($2 + $3 + $4 + $7 + $8 + $9) * 1000 / hz }' /proc/stat ;;
+    iowait) awk -v hz="$CLK_TCK" '/^cpu / { print $6 * 1000 / hz }' /proc/stat ;;
+    cg:*)
+      local f=${1#cg:}/cpuacct.usage
+      if [ -r "$f" ]; then awk '{ print $1 / 1e6 }' "$f"; else echo 0; fi ;;
+    *)
+      local pid=${1%/*} mode=all
+      [ "$pid" != "$1" ] && mode=${1#*/}
+      if [ -r "/proc/$pid/stat" ]; then
+        sed 's/^.*) //' "/proc/$pid/stat" | awk -v m="$mode" -v hz="$CLK_TCK" \
+          '{ t = (m == "self") ? $12 + $13 : (m == "children") ? $14 + $15 : $12 + $13 + $14 + $15; print t * 1000 / hz }'
+      else
+        echo 0
+      fi ;;
+  esac
+}
+# cpu_mark NAME ITEM...: remembers those counters under NAME.
+cpu_mark() {
+  local name=$1 item line=""
+  shift
+  for item in "$@"; do line="$line $(cpu_ms "$item")"; done
+  eval "CPU_MARK_$name=\"\$line\""
+}
+# cpu_since NAME JOBS ITEM...: CPU ms per job of each ITEM since cpu_mark NAME (same ITEMs).
+cpu_since() {
+  local name=$1 jobs=$2 item now="" before
+  shift 2
+  for item in "$@"; do now="$now $(cpu_ms "$item")"; done
+  eval "before=\"\$CPU_MARK_$name\""
+  awk -v a="$before" -v b="$now" -v n="$jobs" 'BEGIN {
+    k = split(a, x, " "); split(b, y, " ")
+    for (i = 1; i <= k; i++) printf "%s%.1f", (i > 1 ? " " : ""), (y[i] - x[i]) / n
+    print ""
+  }'
+}
+
+# bench_quiet: this machine is shared; wait (up to QUIET_WAIT s, default 120) until the
+# background load is under 20% of the machine, so other people's builds do not skew the
+# figures. Sets BG_BUSY (% busy in the last 1 s sample).
+bench_quiet() {
+  local waited=0 a b
+  while :; do
+    a=$(cpu_ms busy)
+    sleep 1
+    b=$(cpu_ms busy)
+    BG_BUSY=$(awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN { printf "%.0f", (b - a) / 10 / n }')
+    [ "$BG_BUSY" -lt 20 ] && return 0
+    if [ "$waited" -ge "${QUIET_WAIT:-120}" ]; then
+      log "warning: the machine is still ${BG_BUSY}% busy with other work; figures will be low"
+      BENCH_NOISY="${BENCH_NOISY:-} ${BG_BUSY}%"
+      return 0
+    fi
+    [ "$waited" = 0 ] && log "waiting for the machine to be quiet (${BG_BUSY}% busy)"
+    waited=$((waited + 2))
+    sleep 1
+  done
+}
+
+# --- test images (the project's local registry) --------------------------------------------
+bench_images() {
+  local reg_was_up=0
+  curl -s -o /dev/null "http://127.0.0.1:${GANTRY_TEST_REGISTRY_PORT:-5055}/v2/" && reg_was_up=1
+  sh "$REPO/scripts/test-images.sh" >&2 || die "scripts/test-images.sh failed"
+  # shellcheck disable=SC1091
+  . "${GANTRY_TEST_DIR:-/tmp/gantry-test}/env"
+  if [ "$reg_was_up" = 0 ]; then
+    BENCH_CLEANUPS+=("sh '$REPO/scripts/test-images.sh' stop >&2")
+  fi
+}
+
+# --- the bare runc loop --------------------------------------------------------------------
+# Unpacks busybox once into a bundle whose config runs /bin/true on a read-only rootfs (so
+# parallel containers can share it), with runc's default spec: pid, ipc, uts, mount, network
+# and cgroup namespaces, default capabilities and mounts. No init, no seccomp, no shim.
+runc_prepare() {
+  RUNC_BUNDLE=$WORK/runc/bundle
+  RUNC_ROOT=$WORK/runc/root
+  mkdir -p "$WORK/runc" "$RUNC_ROOT"
+  umoci unpack --image "$GANTRY_TEST_OCI_BUSYBOX:1" "$RUNC_BUNDLE" >/dev/null 2>&1 ||
+    die "umoci unpack $GANTRY_TEST_OCI_BUSYBOX failed"
+  (cd "$RUNC_BUNDLE" && rm -f config.json && runc spec)
+  jq '.process.terminal = false | .process.args = ["/bin/true"] | .root.readonly = true
+      | .hostname = "bench"' "$RUNC_BUNDLE/config.json" > "$RUNC_BUNDLE/config.tmp"
+  mv "$RUNC_BUNDLE/config.tmp" "$RUNC_BUNDLE/config.json"
+  BENCH_CLEANUPS+=("runc_cleanup")
+  runc --root "$RUNC_ROOT" run --bundle "$RUNC_BUNDLE" "bench-warm-$$" </dev/null ||
+    die "runc run of the busybox bundle failed"
+}
+
+runc_cleanup() {
+  local id
+  for id in $(runc --root "$RUNC_ROOT" list -q 2>/dev/null); do
+    runc --root "$RUNC_ROOT" delete --force "$id" >/dev/null 2>&1 || true
+  done
+}
+
+# runc_loop N PARALLEL [BUNDLE]: runs N containers, PARALLEL at a time. Sets RUNC_RATE
+# (containers/s), RUNC_MS (total wall ms) and RUNC_CPU (machine CPU ms per container).
+runc_loop() {
+  local n=$1 par=$2 bundle=${3:-$RUNC_BUNDLE} t0 t1
+  cpu_mark runc busy "cg:$CG_OURS"
+  t0=$(now_ms)
+  seq 1 "$n" | xargs -P "$par" -I{} runc --root "$RUNC_ROOT" run --bundle "$bundle" \
+    "bench-$$-$par-{}" || die "runc loop (N=$n, P=$par, $bundle) had failures"
+  t1=$(now_ms)
+  RUNC_MS=$((t1 - t0))
+  RUNC_RATE=$(rate "$n" "$RUNC_MS")
+  # ours (the loop and its containers) when counted, else the whole machine
+  RUNC_CPU=$(cpu_since runc "$n" busy "cg:$CG_OURS" | awk '{ print ($2 > 0) ? $2 : $1 }')
+}
+
+# runc_baseline N: the loop sequentially and with 2 and 4 in parallel. Sets RUNC_SEQ_RATE,
+# RUNC_SEQ_MS_EACH, RUNC_P2_RATE, RUNC_P4_RATE, RUNC_CPU_MS (CPU per container, 2 parallel).
+runc_baseline() {
+  local n=${1:-200}
+  bench_quiet
+  log "bare runc loop: $n containers of /bin/true, 1, 2 and 4 at a time"
+  runc_loop "$n" 1
+  RUNC_SEQ_RATE=$RUNC_RATE
+  RUNC_SEQ_MS_EACH=$(awk -v ms="$RUNC_MS" -v n="$n" 'BEGIN { printf "%.1f", ms / n }')
+  runc_loop "$n" 2
+  RUNC_P2_RATE=$RUNC_RATE
+  RUNC_CPU_MS=$RUNC_CPU
+  runc_loop "$n" 4
+  RUNC_P4_RATE=$RUNC_RATE
+  figure runc.sequential.containers_per_s "$RUNC_SEQ_RATE"
+  figure runc.sequential.ms_each "$RUNC_SEQ_MS_EACH"
+  figure runc.parallel2.containers_per_s "$RUNC_P2_RATE"
+  figure runc.parallel4.containers_per_s "$RUNC_P4_RATE"
+  figure runc.cpu_ms_per_container "$RUNC_CPU_MS"
+}
+
+# runc_gantry_config N: the same loop with the OCI config Gantry itself writes (its seccomp
+# profile, tini as init, cgroup limits, masked paths), taken from a running Gantry job; only
+# the rootfs (the shared read-only one instead of a per-container overlay), the command and
+# the cgroup path differ. Separates what the container's configuration costs from what the
+# orchestration costs. Needs the server and agent. Sets RUNCG_* like runc_baseline.
+runc_gantry_config() {
+  local n=${1:-200} f id i
+  f=$WORK/sleep.yaml
+  cat > "$f" <<YAML
+version: v4
+jobs:
+  t:
+    image: { uri: "docker://busybox:1" }
+    command: ["/bin/sleep", "2"]
+    resource: { cpu: { cores: 1 } }
+YAML
+  id=$(gantry_submit "$f" capture-config)
+  for i in $(seq 100); do
+    compgen -G "$GDATA/agent/runtime/containers/*/config.json" >/dev/null && break
+    sleep 0.05
+  done
+  RUNCG_BUNDLE=$WORK/runc/gantry-config
+  mkdir -p "$RUNCG_BUNDLE"
+  # shellcheck disable=SC2016
+  jq --arg root "$RUNC_BUNDLE/rootfs" '.root.path = $root | .root.readonly = true
+      | del(.linux.cgroupsPath) | .process.args = ["/dev/init", "--", "/bin/true"]' \
+    "$(compgen -G "$GDATA/agent/runtime/containers/*/config.json" | head -1)" > "$RUNCG_BUNDLE/config.json" ||
+    die "could not copy a Gantry container's config.json"
+  [ "$(gantry_wait "$id" 0.1 30)" = FINISHED ] || die "capture-config workflow $id did not finish"
+  runc --root "$RUNC_ROOT" run --bundle "$RUNCG_BUNDLE" "bench-gwarm-$$" </dev/null ||
+    die "runc run with Gantry's config failed"
+  bench_quiet
+  log "runc loop with Gantry's container config: $n containers, 1 and 2 at a time"
+  runc_loop "$n" 1 "$RUNCG_BUNDLE"
+  RUNCG_SEQ_MS_EACH=$(awk -v ms="$RUNC_MS" -v n="$n" 'BEGIN { printf "%.1f", ms / n }')
+  runc_loop "$n" 2 "$RUNCG_BUNDLE"
+  RUNCG_P2_RATE=$RUNC_RATE
+  RUNCG_CPU_MS=$RUNC_CPU
+  figure runc_gantry_config.sequential.ms_each "$RUNCG_SEQ_MS_EACH"
+  figure runc_gantry_config.parallel2.containers_per_s "$RUNCG_P2_RATE"
+  figure runc_gantry_config.cpu_ms_per_container "$RUNCG_CPU_MS"
+}
+
+# --- Gantry: a real server and one real agent ------------------------------------------------
+gantry_build() {
+  if [ ! -x "$GANTRY" ]; then
+    log "building $GANTRY (cargo build --release -p gantry)"
+    (cd "$REPO" && cargo build --release -p gantry >&2) || die "build failed"
+  fi
+  log "gantry: $GANTRY ($("$GANTRY" --version 2>/dev/null))"
+}
+
+api() { # PATH [CURL ARGS...]
+  local p=$1
+  shift
+  curl -sS -f -H "Authorization: Bearer $GTOKEN" "$@" "$GURL/api/v1$p"
+}
+
+gantry_server_start() {
+  GDATA=$WORK/gantry
+  mkdir -p "$GDATA"
+  # Port 0: the kernel picks a free port; the server writes its URL into context.toml.
+  GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" server --listen 127.0.0.1:0 --data-dir "$GDATA" \
+    > "$GDATA/server.log" 2>&1 &
+  GSERVER_PID=$!
+  BENCH_CLEANUPS+=("bench_stop_pid $GSERVER_PID 'gantry server'")
+  local i
+  for i in $(seq 300); do
+    [ -s "$GDATA/context.toml" ] && break
+    kill -0 "$GSERVER_PID" 2>/dev/null || die "gantry server exited: $(tail -5 "$GDATA/server.log")"
+    sleep 0.1
+  done
+  GURL=$(sed -n 's/^url *= *"\(.*\)"/\1/p' "$GDATA/context.toml")
+  GTOKEN=$(sed -n 's/^token *= *"\(.*\)"/\1/p' "$GDATA/context.toml")
+  [ -n "$GURL" ] && [ -n "$GTOKEN" ] || die "no url/token in $GDATA/context.toml"
+  GAGENT_TOKEN=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" admin user create bench-agent --agent 2>/dev/null) ||
+    die "could not create the agent user"
+  log "gantry server up at $GURL (pid $GSERVER_PID)"
+}
+
+# gantry_agent_start CPUS: (re)starts the one agent, offering CPUS cores.
+GAGENT_PID= GAGENT_CPUS=
+gantry_agent_start() {
+  local cpus=$1 i
+  GNODE=bench-$$
+  if [ -n "$GAGENT_PID" ] && [ "$GAGENT_CPUS" = "$cpus" ] && kill -0 "$GAGENT_PID" 2>/dev/null; then
+    return 0
+  fi
+  if [ -n "$GAGENT_PID" ]; then
+    bench_stop_pid "$GAGENT_PID" "gantry agent"
+  else
+    BENCH_CLEANUPS+=("gantry_agent_cleanup")
+    # Keeps the node's cpuacct cgroup (Gantry removes it when its last container goes), so
+    # that it sums the CPU of every container that ran on the node.
+    if [ -n "$CG_OURS" ]; then
+      CG_GANTRY=$CG_ROOT/gantry/$GNODE
+      mkdir -p "$CG_GANTRY/keep"
+    fi
+  fi
+  GAGENT_CPUS=$cpus
+  GANTRY_AGENT_TOKEN=$GAGENT_TOKEN GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" agent \
+    --server "$GURL" --pool default --name "$GNODE" --cpus "$cpus" \
+    --storage-root "$GDATA/storage" --state-dir "$GDATA/agent" \
+    --registry-mirror "docker.io=http://$GANTRY_TEST_REGISTRY" \
+    --insecure-registry "$GANTRY_TEST_REGISTRY" >> "$GDATA/agent.log" 2>&1 &
+  GAGENT_PID=$!
+  for i in $(seq 300); do
+    if api /nodes 2>/dev/null | jq -e --arg n "$GNODE" --argjson c "$cpus" \
+      'any(.[]; .name == $n and .connected and .capacity.cpus == $c)' >/dev/null; then
+      log "gantry agent $GNODE up with $cpus cpus (pid $GAGENT_PID)"
+      return 0
+    fi
+    kill -0 "$GAGENT_PID" 2>/dev/null || die "gantry agent exited: $(tail -5 "$GDATA/agent.log")"
+    sleep 0.1
+  done
+  die "agent $GNODE did not register with $cpus cpus"
+}
+
+gantry_agent_cleanup() {
+  [ -n "$GAGENT_PID" ] && bench_stop_pid "$GAGENT_PID" "gantry agent"
+  # Containers outlive their agent (each under its shim): end any a killed run left behind.
+  local root=$GDATA/agent/runc id d
+  for id in $(runc --root "$root" list -q 2>/dev/null); do
+    runc --root "$root" kill --all "$id" KILL >/dev/null 2>&1 || true
+    sleep 0.2
+    runc --root "$root" delete --force "$id" >/dev/null 2>&1 || true
+  done
+  for d in /sys/fs/cgroup/*/gantry/"$GNODE"; do
+    [ -d "$d" ] || continue
+    find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+  return 0
+}
+
+# gantry_submit FILE NAME -> prints the workflow id
+gantry_submit() {
+  jq -Rs --arg n "$2" '{spec: ., name: $n}' < "$1" |
+    api /workflows -X POST -H 'Content-Type: application/json' --data-binary @- | jq -r .id
+}
+
+# The workflow's own status: the first "status" key of the detail is the summary's. With many
+# tasks the detail is big, so from the listing of summaries then.
+gantry_status() { api "/workflows/$1" | grep -o '"status":"[A-Z]*"' | head -1 | cut -d'"' -f4; }
+gantry_status_light() { api /workflows | jq -r --arg id "$1" '.[] | select(.id == $id) | .status'; }
+
+# gantry_wait ID INTERVAL_S TIMEOUT_S [light] -> prints the final status (or TIMEOUT)
+gantry_wait() {
+  local id=$1 every=$2 limit=$3 how=${4:-} st start
+  start=$(date +%s)
+  while :; do
+    if [ "$how" = light ]; then st=$(gantry_status_light "$id"); else st=$(gantry_status "$id"); fi
+    case $st in FINISHED | FAILED | STOPPED) echo "$st"; return 0 ;; esac
+    if [ $(($(date +%s) - start)) -ge "$limit" ]; then echo TIMEOUT; return 0; fi
+    sleep "$every"
+  done
+}
+
+gantry_array_yaml() { # N FILE
+  cat > "$2" <<YAML
+version: v4
+jobs:
+  t:
+    image: { uri: "docker://busybox:1" }
+    command: ["/bin/true"]
+    task-array: { start: 1, end: $1 }
+    resource: { cpu: { cores: 1 } }
+YAML
+}
+
+gantry_single_yaml() { # FILE
+  cat > "$1" <<YAML
+version: v4
+jobs:
+  t:
+    image: { uri: "docker://busybox:1" }
+    command: ["/bin/true"]
+    resource: { cpu: { cores: 1 } }
+YAML
+}
+
+# Server-side span of a workflow: created_at -> ended_at, in ms.
+gantry_span_ms() {
+  local d c e
+  d=$(api "/workflows/$1")
+  c=$(jq -r .created_at <<<"$d")
+  e=$(jq -r .ended_at <<<"$d")
+  echo $(($(ts_ms "$e") - $(ts_ms "$c")))
+}
+
+# gantry_array N LABEL TIMEOUT_S: submits an N-task array of /bin/true and waits for it. Sets
+# GANTRY_RATE (jobs/s, server-side submit -> FINISHED), GANTRY_WALL_MS (client-side), GANTRY_WF.
+gantry_array() {
+  local n=$1 label=$2 limit=${3:-300} f id t0 t1 st span fin
+  f=$WORK/array-$n.yaml
+  gantry_array_yaml "$n" "$f"
+  bench_quiet
+  log "gantry: $n-task array of /bin/true ($label)"
+  local reg_pid
+  reg_pid=$(cat "${GANTRY_TEST_DIR:-/tmp/gantry-test}/registry/registry.pid" 2>/dev/null || echo 0)
+  local items=(busy iowait "cg:$CG_OURS" "cg:$CG_GANTRY" "$GSERVER_PID" "$GAGENT_PID/self" "$GAGENT_PID/children" "$reg_pid")
+  cpu_mark array "${items[@]}"
+  t0=$(now_ms)
+  id=$(gantry_submit "$f" "array-$n-$label") || die "submit failed"
+  st=$(gantry_wait "$id" 0.25 "$limit" light)
+  t1=$(now_ms)
+  GANTRY_WF=$id
+  GANTRY_WALL_MS=$((t1 - t0))
+  # CPU ms per job: machine busy, machine iowait, ours (without containers), Gantry's
+  # containers, server, agent, agent's children (runc calls), registry
+  GANTRY_CPU=$(cpu_since array "$n" "${items[@]}")
+  if [ "$st" != FINISHED ]; then
+    fin=$(api "/workflows/$id" | jq '[.tasks[] | select(.status == "FINISHED")] | length')
+    log "workflow $id ended $st with $fin/$n tasks finished after ${GANTRY_WALL_MS} ms"
+    GANTRY_RATE=$(rate "$fin" "$GANTRY_WALL_MS")
+    return 1
+  fi
+  span=$(gantry_span_ms "$id")
+  GANTRY_RATE=$(rate "$n" "$span")
+  log "workflow $id FINISHED: $span ms server-side, $GANTRY_WALL_MS ms seen by the client"
+}
+
+# Per-stage timing of a workflow's tasks from its events (ms since the workflow was created):
+# placed (task STARTED) -> running -> attempt ended -> task FINISHED, and the workflow's end.
+# Prints one line per task: placed running ended finished (absolute Unix ms).
+gantry_task_timeline() {
+  api "/workflows/$1/events" | jq -r '
+    def ms: if test("\\.") then (split(".") as $p |
+        (($p[0] + "Z") | fromdateiso8601) * 1000 + (($p[1] | rtrimstr("Z")) + "000" | .[0:3] | tonumber))
+      else fromdateiso8601 * 1000 end;
+    [ .[] | select(.task != null) ] | group_by(.task)[] |
+    [ (map(select(.kind == "task.placed")) | .[0].time),
+      (map(select(.kind == "task.running")) | .[0].time),
+      (map(select(.kind == "attempt.ended")) | .[0].time),
+      (map(select(.kind == "task.status" and (.message | startswith("FINISHED")))) | .[0].time) ]
+    | map(if . == null then "null" else ms end) | @tsv'
+}
+
+# gantry_latency RUNS: one-job workflows one after another; client-side (POST -> FINISHED seen,
+# polling every 20 ms) and server-side (created_at -> ended_at). Sets LAT_* figures.
+gantry_latency() {
+  local runs=${1:-20} f i id t0 t1 st c e
+  f=$WORK/single.yaml
+  gantry_single_yaml "$f"
+  bench_quiet
+  log "gantry: $runs single-job workflows, one at a time"
+  : > "$WORK/lat-client" ; : > "$WORK/lat-server" ; : > "$WORK/lat-stages"
+  for i in $(seq "$runs"); do
+    t0=$(now_ms)
+    id=$(gantry_submit "$f" "single-$i") || die "submit failed"
+    st=$(gantry_wait "$id" 0.02 60)
+    t1=$(now_ms)
+    [ "$st" = FINISHED ] || die "single-job workflow $id ended $st"
+    echo $((t1 - t0)) >> "$WORK/lat-client"
+    local d
+    d=$(api "/workflows/$id")
+    c=$(ts_ms "$(jq -r .created_at <<<"$d")")
+    e=$(ts_ms "$(jq -r .ended_at <<<"$d")")
+    echo $((e - c)) >> "$WORK/lat-server"
+    # stages: created->placed, placed->running, running->exited, exited->task FINISHED,
+    # task FINISHED->workflow FINISHED
+    gantry_task_timeline "$id" | awk -v c="$c" -v e="$e" -F'\t' \
+      '{ print $1 - c, $2 - $1, $3 - $2, $4 - $3, e - $4 }' >> "$WORK/lat-stages"
+  done
+  read -r _ LAT_MED LAT_P90 LAT_MIN LAT_MAX _ < <(stats < "$WORK/lat-client")
+  read -r _ LAT_SMED LAT_SP90 _ _ _ < <(stats < "$WORK/lat-server")
+  LAT_STAGES=""
+  local col name
+  for col in 1 2 3 4 5; do
+    name=$(echo "placed running exited task_finished wf_finished" | cut -d' ' -f"$col")
+    LAT_STAGES="$LAT_STAGES $name=$(cut -d' ' -f"$col" "$WORK/lat-stages" | stats | cut -d' ' -f2)"
+  done
+}
