@@ -1,7 +1,9 @@
-//! Gantry's node agent: registration, runc runtime via shims, image pull and unpack, and the
-//! node's Prometheus exporter.
+//! Gantry's node agent: registration, runc runtime via shims, image pull and unpack, container
+//! networking (CNI) and readiness probes, and the node's Prometheus exporter.
 
 pub mod image;
 pub mod metrics;
+pub mod net;
 pub mod node;
+pub mod probe;
 pub mod runtime;

@@ -2,6 +2,12 @@
 //! what the server assigns. Containers outlive the agent (each runs under its own shim), so on
 //! start the agent re-adopts every container in its state directory, and on every reconnect it
 //! reports everything it knows again: the server ignores what it already has.
+//!
+//! Networked attempts (`Assignment.network`) get a network namespace on this node's bridge
+//! (`crate::net`, with the subnet from `Welcome`), an `/etc/hosts` and an `/etc/resolv.conf`.
+//! An attempt is reported RUNNING with its address once its process runs, and for a service
+//! with a readiness probe only once the probe passes (`crate::probe`); a restarted agent resumes
+//! the probes of services it had not yet found ready.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +18,7 @@ use anyhow::Context;
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use gantry_api::agent::{
-    AgentMessage, Assignment, AttemptPhase, AttemptReport, Capacity, ChoreKind, LogChunk,
+    AgentMessage, Assignment, AttemptPhase, AttemptReport, Capacity, ChoreKind, LogChunk, Probe,
     ServerMessage, Stream,
 };
 use gantry_api::EndCause;
@@ -22,7 +28,15 @@ use uuid::Uuid;
 
 use crate::image::{ImageStore, PullConfig};
 use crate::metrics::{self, HealthConfig, Metrics};
-use crate::runtime::{self, ContainerSpec, ContainerState, Runtime, RuntimeConfig};
+use crate::net::{self, NetConfig, Network};
+use crate::probe;
+use crate::runtime::{self, ContainerSpec, ContainerState, Runtime, RuntimeConfig, StartOptions};
+
+/// How long a networked attempt waits for the server to give this node its subnet.
+const SUBNET_WAIT: Duration = Duration::from_secs(10);
+/// Written in a service's container directory once its readiness probe has passed, so a
+/// restarted agent does not probe it again.
+const READY_MARKER: &str = "ready";
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -81,6 +95,27 @@ struct Tracked {
     sent: (u64, u64),
     acked: (u64, u64),
     started: bool,
+    /// The container's address on the node's bridge, when it has a network.
+    address: Option<String>,
+    /// RUNNING may be reported: always for jobs and for services without a probe; for the
+    /// others once their readiness probe has passed.
+    ready: bool,
+}
+
+impl Tracked {
+    fn new(started: bool) -> Self {
+        Tracked {
+            stop_cause: None,
+            done: None,
+            running_sent: false,
+            final_sent: false,
+            sent: (0, 0),
+            acked: (0, 0),
+            started,
+            address: None,
+            ready: false,
+        }
+    }
 }
 
 type Tracker = Arc<Mutex<HashMap<Uuid, Tracked>>>;
@@ -89,6 +124,7 @@ type Tracker = Arc<Mutex<HashMap<Uuid, Tracked>>>;
 struct Agent {
     config: Arc<AgentConfig>,
     runtime: Arc<Runtime>,
+    net: Arc<Network>,
     images: Arc<ImageStore>,
     tracked: Tracker,
     /// The current connection's outbound queue; replaced on every reconnect.
@@ -130,6 +166,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         config.state_dir.join("images"),
         config.pull.clone(),
     )?);
+    let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))
+        .context("container networking")?;
     let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
     let mut metrics_addr = None;
     if let Some(listen) = config.metrics_listen {
@@ -156,6 +194,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let agent = Agent {
         config: Arc::new(config),
         runtime: Arc::new(runtime),
+        net: Arc::new(net),
         images,
         tracked,
         out: Arc::default(),
@@ -190,23 +229,64 @@ fn adopt(agent: &Agent) {
         else {
             tracing::warn!(container = %id, "no assignment recorded: removing");
             let _ = agent.runtime.remove(&id);
+            let _ = agent.net.detach(&id);
             continue;
         };
         tracing::info!(attempt = %attempt_id, task = %assignment.task, "re-adopted");
-        lock(&agent.tracked).insert(
-            attempt_id,
-            Tracked {
-                stop_cause: None,
-                done: None,
-                running_sent: false,
-                final_sent: false,
-                sent: (0, 0),
-                acked: (0, 0),
-                started: true,
-            },
-        );
+        let address = agent
+            .net
+            .attachment(&id)
+            .and_then(|a| a.address)
+            .map(|a| a.to_string());
+        let probe = readiness_probe(&assignment)
+            .filter(|_| !agent.runtime.container_dir(&id).join(READY_MARKER).exists());
+        let mut t = Tracked::new(true);
+        t.address = address.clone();
+        t.ready = probe.is_none();
+        lock(&agent.tracked).insert(attempt_id, t);
+        if let Some(p) = probe {
+            spawn_probe(agent.clone(), attempt_id, p, address);
+        }
         spawn_monitor(agent.clone(), attempt_id);
     }
+    // Namespaces and addresses of containers that are gone (a removal cut short by a crash).
+    let live = agent.runtime.list();
+    for id in agent.net.cleanup(&live) {
+        tracing::info!(container = %id, "removed a leftover network namespace");
+    }
+}
+
+/// The readiness probe an assignment's process must pass before it counts as running.
+fn readiness_probe(asg: &Assignment) -> Option<Probe> {
+    asg.service.as_ref().and_then(|s| s.readiness.clone())
+}
+
+/// Probes a service until it is ready (then RUNNING is reported by its monitor), it ends, or
+/// the attempt is stopped or forgotten.
+fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
+    tokio::spawn(async move {
+        let target = probe::Target {
+            runtime: (*agent.runtime).clone(),
+            id: id.to_string(),
+            address: address.and_then(|a| a.parse().ok()),
+        };
+        let tracked = agent.tracked.clone();
+        let wanted = move || {
+            lock(&tracked)
+                .get(&id)
+                .is_some_and(|t| t.stop_cause.is_none() && t.done.is_none())
+        };
+        if probe::wait_ready(&probe, &target, wanted).await == probe::Readiness::Ready {
+            let marker = agent.runtime.container_dir(&target.id).join(READY_MARKER);
+            if let Err(e) = std::fs::write(&marker, b"") {
+                tracing::warn!(attempt = %id, "writing {}: {e}", marker.display());
+            }
+            tracing::info!(attempt = %id, "readiness probe passed");
+            if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                t.ready = true;
+            }
+        }
+    });
 }
 
 fn ws_url(server: &str) -> String {
@@ -314,7 +394,15 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
 
 fn handle(agent: &Agent, msg: ServerMessage) {
     match msg {
-        ServerMessage::Welcome { .. } => {}
+        ServerMessage::Welcome { subnet, .. } => match subnet {
+            Some(s) => match agent.net.set_subnet(&s) {
+                Ok(s) => {
+                    tracing::info!(subnet = %s, bridge = agent.net.bridge(), "container subnet")
+                }
+                Err(e) => tracing::warn!("the server's subnet: {e}"),
+            },
+            None => tracing::debug!("the server gave no container subnet"),
+        },
         ServerMessage::Desired { attempts } => {
             let wanted: HashMap<Uuid, Assignment> =
                 attempts.into_iter().map(|a| (a.attempt_id, a)).collect();
@@ -424,12 +512,22 @@ async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
     let started = lock(&agent.tracked).get(&id).map(|t| t.started);
     if started == Some(true) {
         let rt = agent.runtime.clone();
+        let net = agent.net.clone();
         let cid = id.to_string();
         let _ = tokio::task::spawn_blocking(move || {
             if matches!(rt.status(&cid), ContainerState::Running) {
                 let _ = rt.stop(&cid, grace);
             }
-            rt.remove(&cid)
+            match rt.remove(&cid) {
+                // Its network goes only with the container: a removal that failed is retried
+                // (and its network cleaned) when the agent next starts.
+                Ok(()) => {
+                    if let Err(e) = net.detach(&cid) {
+                        tracing::warn!(container = %cid, "removing its network: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!(container = %cid, "removing: {e}"),
+            }
         })
         .await;
     }
@@ -438,25 +536,21 @@ async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
 
 fn start(agent: &Agent, asg: Assignment) {
     let id = asg.attempt_id;
-    lock(&agent.tracked).insert(
-        id,
-        Tracked {
-            stop_cause: None,
-            done: None,
-            running_sent: false,
-            final_sent: false,
-            sent: (0, 0),
-            acked: (0, 0),
-            started: false,
-        },
-    );
+    lock(&agent.tracked).insert(id, Tracked::new(false));
     agent.report(id, AttemptPhase::Preparing);
     let agent = agent.clone();
     tokio::spawn(async move {
         match launch(&agent, &asg).await {
-            Ok(()) => {
+            Ok(address) => {
+                let address = address.map(|a| a.to_string());
+                let probe = readiness_probe(&asg);
                 if let Some(t) = lock(&agent.tracked).get_mut(&id) {
                     t.started = true;
+                    t.address = address.clone();
+                    t.ready = probe.is_none();
+                }
+                if let Some(p) = probe {
+                    spawn_probe(agent.clone(), id, p, address);
                 }
                 spawn_monitor(agent, id);
             }
@@ -475,8 +569,9 @@ fn start(agent: &Agent, asg: Assignment) {
     });
 }
 
-/// Pulls the image, prepares volumes and files, and starts the container under its shim.
-async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<()> {
+/// Pulls the image, prepares volumes, files and network, and starts the container under its
+/// shim. Returns the container's address when it has a network.
+async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::net::Ipv4Addr>> {
     let image = agent
         .images
         .prepare(&asg.image)
@@ -527,7 +622,12 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<()> {
     }
     let process =
         runtime::merge_image_config(&image.config, &asg.argv, &asg.env, asg.cwd.as_deref())?;
-    let spec = ContainerSpec {
+    let hostname = format!(
+        "{}-{}",
+        asg.task.replace(['[', ']'], "-").trim_end_matches('-'),
+        asg.attempt
+    );
+    let mut spec = ContainerSpec {
         id: asg.attempt_id.to_string(),
         layers: image.layers.clone(),
         args: process.args,
@@ -539,17 +639,50 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<()> {
         cpus: asg.resources.cpus,
         memory_bytes: asg.resources.memory_bytes,
         pids_limit: Some(4096),
-        hostname: format!(
-            "{}-{}",
-            asg.task.replace(['[', ']'], "-").trim_end_matches('-'),
-            asg.attempt
-        ),
+        hostname,
         host_network: false,
     };
     let meta = serde_json::to_value(asg)?;
-    let rt = agent.runtime.clone();
-    tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await??;
-    Ok(())
+    let Some(network) = &asg.network else {
+        let rt = agent.runtime.clone();
+        tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await??;
+        return Ok(None);
+    };
+    let deadline = tokio::time::Instant::now() + SUBNET_WAIT;
+    while agent.net.subnet().is_none() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if agent.net.subnet().is_none() {
+        return Err(net::NetError::NoSubnet).context("this task asks for a network");
+    }
+    let cid = spec.id.clone();
+    let (rt, nw) = (agent.runtime.clone(), agent.net.clone());
+    let hosts = network.hosts.clone();
+    let started = tokio::task::spawn_blocking(move || -> anyhow::Result<std::net::Ipv4Addr> {
+        let att = nw.attach(&spec.id).context("network")?;
+        let address = att.address.ok_or(net::NetError::NoAddress(String::new()))?;
+        // The task's own /etc/hosts or resolv.conf, if it injects one, wins.
+        let given = |files: &[(String, Vec<u8>)], t: &str| files.iter().any(|(f, _)| f == t);
+        if !given(&spec.files, "/etc/hosts") {
+            let hosts = net::hosts_file(&spec.hostname, address, &hosts)?;
+            spec.files.push(("/etc/hosts".into(), hosts));
+        }
+        if !given(&spec.files, "/etc/resolv.conf") {
+            spec.files
+                .push(("/etc/resolv.conf".into(), net::resolv_conf()));
+        }
+        let opts = StartOptions {
+            netns: Some(att.netns.clone()),
+        };
+        rt.start_with(&spec, &meta, &opts)?;
+        Ok(address)
+    })
+    .await?;
+    if started.is_err() {
+        let nw = agent.net.clone();
+        let _ = tokio::task::spawn_blocking(move || nw.detach(&cid)).await;
+    }
+    started.map(Some)
 }
 
 const CHUNK: u64 = 256 << 10;
@@ -570,7 +703,7 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
                     .unwrap_or(ContainerState::Unknown)
             };
             let connected = lock(&agent.out).is_some();
-            let (sent, running_sent, stop_cause, done, final_sent) = {
+            let (sent, running_sent, stop_cause, done, final_sent, ready, address) = {
                 let map = lock(&agent.tracked);
                 let Some(t) = map.get(&id) else { return };
                 (
@@ -579,12 +712,15 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
                     t.stop_cause,
                     t.done.clone(),
                     t.final_sent,
+                    t.ready,
+                    t.address.clone(),
                 )
             };
             if connected
                 && !running_sent
                 && done.is_none()
-                && agent.report(id, AttemptPhase::Running { address: None })
+                && ready
+                && agent.report(id, AttemptPhase::Running { address })
             {
                 if let Some(t) = lock(&agent.tracked).get_mut(&id) {
                     t.running_sent = true;

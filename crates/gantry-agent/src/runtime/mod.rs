@@ -11,11 +11,15 @@
 //! stdout stderr   the container's output, written by the container itself
 //! shim.pid shim.log runc.log container.pid
 //! exit.json       {"exit_code": N, "signal": S?, "start_error": "..."?}, written once at the end
+//! exec-*.pid      the process of a running `Runtime::exec`
 //! ```
+//!
+//! A container may join a network namespace made for it beforehand (see [`StartOptions`] and
+//! `crate::net`) instead of getting a fresh one with only `lo`.
 
 mod shim;
 mod spec;
-mod sys;
+pub(crate) mod sys;
 
 use std::fs;
 use std::io::{self, Write};
@@ -117,6 +121,24 @@ pub struct Bind {
     /// Absolute path in the container.
     pub target: String,
     pub read_only: bool,
+}
+
+/// What a container gets from the host besides its [`ContainerSpec`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartOptions {
+    /// Join this network namespace (a bind-mounted nsfs file, as `crate::net` makes) instead
+    /// of creating a new one. runc then leaves its interfaces alone (`lo` included), so whoever
+    /// made it configures them. Ignored when `host_network` is set.
+    pub netns: Option<PathBuf>,
+}
+
+/// How a command run in a container ([`Runtime::exec`]) ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutcome {
+    /// 128+N when killed by signal N; `None` when it ran past its timeout and was killed.
+    pub exit_code: Option<i32>,
+    /// The start of its stdout and stderr (at most 4 KiB), for messages.
+    pub output: String,
 }
 
 /// Everything needed to start one container.
@@ -354,7 +376,17 @@ impl Runtime {
     /// Starts a container and returns once its process runs (or has already exited). On
     /// error nothing is left behind. Blocks (up to a minute): call it from a blocking task.
     pub fn start(&self, spec: &ContainerSpec, meta: &serde_json::Value) -> Result<()> {
-        self.create(spec, meta)?;
+        self.start_with(spec, meta, &StartOptions::default())
+    }
+
+    /// [`Runtime::start`] with host-side options (a network namespace to join).
+    pub fn start_with(
+        &self,
+        spec: &ContainerSpec,
+        meta: &serde_json::Value,
+        opts: &StartOptions,
+    ) -> Result<()> {
+        self.create(spec, meta, opts)?;
         match self.wait_started(&spec.id) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -406,8 +438,21 @@ impl Runtime {
     }
 
     /// Builds the bundle and launches the shim (blocking work).
-    fn create(&self, spec: &ContainerSpec, meta: &serde_json::Value) -> Result<()> {
+    fn create(
+        &self,
+        spec: &ContainerSpec,
+        meta: &serde_json::Value,
+        opts: &StartOptions,
+    ) -> Result<()> {
         self.validate(spec)?;
+        if let Some(ns) = opts.netns.as_deref().filter(|_| !spec.host_network) {
+            if !ns.is_absolute() || !ns.exists() {
+                return Err(RuntimeError::InvalidSpec(format!(
+                    "network namespace {} does not exist (or is not absolute)",
+                    ns.display()
+                )));
+            }
+        }
         let dir = self.container_dir(&spec.id);
         match fs::create_dir(&dir) {
             Ok(()) => {}
@@ -416,14 +461,20 @@ impl Runtime {
             }
             Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
         }
-        let built = self.populate(spec, meta, &dir);
+        let built = self.populate(spec, meta, opts, &dir);
         if built.is_err() {
             let _ = self.remove_blocking(&spec.id);
         }
         built
     }
 
-    fn populate(&self, spec: &ContainerSpec, meta: &serde_json::Value, dir: &Path) -> Result<()> {
+    fn populate(
+        &self,
+        spec: &ContainerSpec,
+        meta: &serde_json::Value,
+        opts: &StartOptions,
+        dir: &Path,
+    ) -> Result<()> {
         // runc runs the container's processes from the bundle; keep it away from other users.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o711))
             .map_err(io_err("chmod bundle"))?;
@@ -470,6 +521,7 @@ impl Runtime {
             cgroups_path: self.cgroups_path(&spec.id),
             swap_accounting: Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
                 .exists(),
+            netns: opts.netns.as_deref(),
         };
         let oci = spec::build(&spec, &host)?;
         let json = serde_json::to_vec_pretty(&oci).map_err(|e| io_err("config.json")(e.into()))?;
@@ -620,6 +672,113 @@ impl Runtime {
             Some("running" | "created" | "paused" | "pausing") => ContainerState::Running,
             _ => ContainerState::Unknown,
         }
+    }
+
+    /// The host pid of the container's first process (its init), while it may run.
+    pub fn pid(&self, id: &str) -> Option<i32> {
+        if !valid_id(id) {
+            return None;
+        }
+        read_pid(&self.container_dir(id).join(files::CONTAINER_PID))
+    }
+
+    /// Runs `argv` inside a running container with `runc exec`: the container's user,
+    /// environment, capabilities and confinement apply. A command still running after
+    /// `timeout` is killed. Blocks: call it from a blocking task.
+    pub fn exec(&self, id: &str, argv: &[String], timeout: Duration) -> Result<ExecOutcome> {
+        use std::io::Read;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        if !valid_id(id) || !self.container_dir(id).is_dir() {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        if argv.is_empty() {
+            return Err(RuntimeError::InvalidSpec("exec: no command".into()));
+        }
+        let dir = self.container_dir(id);
+        let pid_file = dir.join(format!(
+            "exec-{}-{}.pid",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut child = self
+            .runc()
+            .arg("exec")
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(id)
+            .args(argv)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io_err(format!("running {} exec", self.cfg.runc.display())))?;
+        // Each pipe is read on its own thread so a chatty command never blocks on a full pipe;
+        // what it leaves running in the background may hold a pipe open, so the results are
+        // waited for only briefly.
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let readers: Vec<Box<dyn Read + Send>> = [
+            child
+                .stdout
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let n_readers = readers.len();
+        for mut r in readers {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let _ = r.by_ref().take(4096).read_to_end(&mut buf);
+                let _ = tx.send(buf);
+                let _ = io::copy(&mut r, &mut io::sink());
+            });
+        }
+        drop(tx);
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break Some(st),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => break None,
+            }
+        };
+        let exit_code = match status {
+            Some(st) => {
+                use std::os::unix::process::ExitStatusExt;
+                Some(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
+            }
+            None => {
+                // The process in the container first (runc exec does not pass SIGKILL on).
+                if let Some(pid) = read_pid(&pid_file) {
+                    // SAFETY: kill only sends a signal.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+                None
+            }
+        };
+        let mut output = Vec::new();
+        for _ in 0..n_readers {
+            match rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(b) => output.extend_from_slice(&b),
+                Err(_) => break,
+            }
+        }
+        let _ = fs::remove_file(&pid_file);
+        output.truncate(4096);
+        Ok(ExecOutcome {
+            exit_code,
+            output: String::from_utf8_lossy(&output).into_owned(),
+        })
     }
 
     fn runc(&self) -> Command {

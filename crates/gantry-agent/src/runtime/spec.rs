@@ -74,6 +74,8 @@ pub struct HostSide<'a> {
     pub cgroups_path: String,
     /// Whether the memory controller can limit swap (`memory.memsw.*` exists).
     pub swap_accounting: bool,
+    /// A network namespace to join instead of a new one.
+    pub netns: Option<&'a Path>,
 }
 
 fn mount(dest: &str, typ: &str, source: &str, options: &[&str]) -> Result<Mount, RuntimeError> {
@@ -220,21 +222,25 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         .build()
         .map_err(spec_err)?;
 
-    let mut namespaces = vec![
+    let mut namespaces = [
         LinuxNamespaceType::Pid,
         LinuxNamespaceType::Ipc,
         LinuxNamespaceType::Uts,
         LinuxNamespaceType::Mount,
-    ];
+    ]
+    .into_iter()
+    .map(|t| LinuxNamespaceBuilder::default().typ(t).build())
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(spec_err)?;
     if !spec.host_network {
-        // A fresh network namespace: runc brings up `lo` and nothing else.
-        namespaces.push(LinuxNamespaceType::Network);
+        // Without a path, a fresh network namespace: runc brings up `lo` and nothing else.
+        // With one, the container joins it as it is.
+        let mut ns = LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::Network);
+        if let Some(path) = host.netns {
+            ns = ns.path(path);
+        }
+        namespaces.push(ns.build().map_err(spec_err)?);
     }
-    let namespaces = namespaces
-        .into_iter()
-        .map(|t| LinuxNamespaceBuilder::default().typ(t).build())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(spec_err)?;
 
     let mut resources = LinuxResourcesBuilder::default().devices(vec![
         // Deny all; runc adds the standard /dev nodes (null, zero, tty, ...) itself.
@@ -354,6 +360,7 @@ mod tests {
             init: Some(Path::new("/usr/bin/tini-static")),
             cgroups_path: "/gantry/a/c1".into(),
             swap_accounting: true,
+            netns: None,
         }
     }
 
@@ -397,6 +404,29 @@ mod tests {
         let mut spec = sample();
         spec.host_network = true;
         let v = serde_json::to_value(build(&spec, &host()).unwrap()).unwrap();
+        assert!(!v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "network"));
+    }
+
+    #[test]
+    fn a_given_network_namespace_is_joined() {
+        let mut h = host();
+        h.netns = Some(Path::new("/var/lib/gantry/net/netns/c1"));
+        let v = serde_json::to_value(build(&sample(), &h).unwrap()).unwrap();
+        let ns = v["linux"]["namespaces"].as_array().unwrap();
+        let net = ns.iter().find(|n| n["type"] == "network").unwrap();
+        assert_eq!(net["path"], "/var/lib/gantry/net/netns/c1");
+        assert!(ns
+            .iter()
+            .filter(|n| n["type"] != "network")
+            .all(|n| n.get("path").is_none()));
+        // Host networking wins over a namespace to join.
+        let mut spec = sample();
+        spec.host_network = true;
+        let v = serde_json::to_value(build(&spec, &h).unwrap()).unwrap();
         assert!(!v["linux"]["namespaces"]
             .as_array()
             .unwrap()

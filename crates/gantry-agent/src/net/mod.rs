@@ -1,0 +1,687 @@
+//! Container networking: each networked container gets a network namespace of its own,
+//! attached to this node's bridge by the standard CNI `bridge` plugin with `host-local`
+//! addresses from the node's subnet (which the server hands out in `Welcome`), plus the
+//! `loopback` plugin for `lo`.
+//!
+//! Everything lives under the agent's own directory (`<state>/net/`), so several agents on one
+//! host (`gantry up --agents N`) never collide: each has its own bridge (named from the agent's
+//! name, see [`bridge_name`]), its own address allocations and its own namespaces.
+//!
+//! ```text
+//! netns/<id>          the container's namespace, a bind mount of nsfs (like `ip netns add`)
+//! attachments/<id>    what was done for it (JSON): namespace, configuration, CNI result,
+//!                     address; written before the plugins run, so a crash leaves a record
+//! ipam/               host-local's data directory
+//! bridge              the bridge's name, once one may have been made
+//! ```
+//!
+//! The namespace outlives the container's processes: it is removed (after a CNI DEL) only by
+//! [`Network::detach`], when the container itself is removed. A restarted agent therefore finds
+//! every container's namespace and address where it left them.
+
+mod cni;
+pub mod netns;
+
+use std::fs;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use gantry_api::agent::HostEntry;
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+pub use cni::find_plugin_dir;
+
+/// The interface name inside containers.
+pub const IFNAME: &str = "eth0";
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error(
+        "this node has no container subnet yet (the server gives one when the agent connects)"
+    )]
+    NoSubnet,
+    #[error("bad subnet `{0}`: expected an IPv4 network like 10.200.3.0/24 (prefix 8 to 28)")]
+    BadSubnet(String),
+    #[error("bad /etc/hosts entry `{name}` -> `{address}`: {why}")]
+    BadHost {
+        name: String,
+        address: String,
+        why: String,
+    },
+    #[error("bad container id `{0}`")]
+    BadId(String),
+    #[error("no CNI plugins found in /usr/lib/cni or /opt/cni/bin (install containernetworking-plugins)")]
+    NoPlugins,
+    #[error("CNI {plugin} {command}: {message}")]
+    Plugin {
+        plugin: String,
+        command: String,
+        message: String,
+    },
+    #[error("the CNI result names no IPv4 address: {0}")]
+    NoAddress(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> NetError {
+    let context = context.into();
+    move |source| NetError::Io { context, source }
+}
+
+/// A bridge name of at most 15 characters (the kernel's limit) that is the same for an agent
+/// across restarts and different for agents of different names: `gtr` + 8 hex digits of a
+/// hash of the name.
+pub fn bridge_name(agent: &str) -> String {
+    let h = sha2::Sha256::digest(agent.as_bytes());
+    format!("gtr{}", &hex::encode(h)[..8])
+}
+
+/// An IPv4 network, e.g. `10.200.3.0/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Subnet {
+    pub network: Ipv4Addr,
+    pub prefix: u8,
+}
+
+impl Subnet {
+    pub fn contains(&self, ip: Ipv4Addr) -> bool {
+        let mask = u32::MAX << (32 - u32::from(self.prefix));
+        u32::from(ip) & mask == u32::from(self.network)
+    }
+}
+
+impl std::str::FromStr for Subnet {
+    type Err = NetError;
+    fn from_str(s: &str) -> Result<Self, NetError> {
+        let bad = || NetError::BadSubnet(s.to_owned());
+        let (addr, prefix) = s.trim().split_once('/').ok_or_else(bad)?;
+        let addr: Ipv4Addr = addr.parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+        // Room for the gateway and a few containers; a /8 is already absurdly large.
+        if !(8..=28).contains(&prefix) {
+            return Err(bad());
+        }
+        let mask = u32::MAX << (32 - u32::from(prefix));
+        Ok(Subnet {
+            network: Ipv4Addr::from(u32::from(addr) & mask),
+            prefix,
+        })
+    }
+}
+
+impl std::fmt::Display for Subnet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+impl TryFrom<String> for Subnet {
+    type Error = NetError;
+    fn try_from(s: String) -> Result<Self, NetError> {
+        s.parse()
+    }
+}
+
+impl From<Subnet> for String {
+    fn from(s: Subnet) -> String {
+        s.to_string()
+    }
+}
+
+/// Where one agent's networking lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetConfig {
+    /// `<agent state>/net`.
+    pub state_dir: PathBuf,
+    /// The bridge (see [`bridge_name`]).
+    pub bridge: String,
+    /// The CNI plugin directory; `None` looks in the usual places when first needed.
+    pub plugin_dir: Option<PathBuf>,
+}
+
+impl NetConfig {
+    /// The configuration of the agent named `agent` with state under `agent_state`.
+    pub fn for_agent(agent_state: &Path, agent: &str) -> Self {
+        NetConfig {
+            state_dir: agent_state.join("net"),
+            bridge: bridge_name(agent),
+            plugin_dir: None,
+        }
+    }
+}
+
+/// What was done to give one container its network. Stored as JSON in `attachments/<id>`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub id: String,
+    /// The namespace file the container joins.
+    pub netns: PathBuf,
+    /// The bridge plugin's configuration, needed again for the DEL.
+    pub config: serde_json::Value,
+    /// The ADD result (`null` until the ADD succeeded).
+    #[serde(default)]
+    pub result: serde_json::Value,
+    /// The container's address on the bridge.
+    #[serde(default)]
+    pub address: Option<Ipv4Addr>,
+}
+
+/// One agent's container networking. Blocking: call it from blocking tasks.
+#[derive(Debug)]
+pub struct Network {
+    cfg: NetConfig,
+    subnet: Mutex<Option<Subnet>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with(['.', '-'])
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+impl Network {
+    pub fn new(cfg: NetConfig) -> Result<Self, NetError> {
+        if cfg.bridge.is_empty()
+            || cfg.bridge.len() > 15
+            || !cfg.bridge.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
+            return Err(NetError::Io {
+                context: format!("bridge name `{}`", cfg.bridge),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "1-15 letters and digits are allowed",
+                ),
+            });
+        }
+        for d in ["netns", "attachments", "ipam"] {
+            let p = cfg.state_dir.join(d);
+            fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        }
+        Ok(Network {
+            cfg,
+            subnet: Mutex::new(None),
+        })
+    }
+
+    pub fn config(&self) -> &NetConfig {
+        &self.cfg
+    }
+
+    pub fn bridge(&self) -> &str {
+        &self.cfg.bridge
+    }
+
+    /// Sets the node's subnet (from the server's `Welcome`). Containers attached before keep
+    /// their addresses.
+    pub fn set_subnet(&self, subnet: &str) -> Result<Subnet, NetError> {
+        let s: Subnet = subnet.parse()?;
+        *lock(&self.subnet) = Some(s);
+        Ok(s)
+    }
+
+    pub fn subnet(&self) -> Option<Subnet> {
+        *lock(&self.subnet)
+    }
+
+    fn netns_path(&self, id: &str) -> PathBuf {
+        self.cfg.state_dir.join("netns").join(id)
+    }
+
+    fn record_path(&self, id: &str) -> PathBuf {
+        self.cfg.state_dir.join("attachments").join(id)
+    }
+
+    fn ipam_dir(&self) -> PathBuf {
+        self.cfg.state_dir.join("ipam")
+    }
+
+    /// The CNI network name: host-local keeps its allocations under it, and the bridge plugin
+    /// names its masquerading rules after it.
+    fn network_name(&self) -> String {
+        format!("gantry-{}", self.cfg.bridge)
+    }
+
+    fn plugin_dir(&self) -> Result<PathBuf, NetError> {
+        self.cfg
+            .plugin_dir
+            .clone()
+            .or_else(find_plugin_dir)
+            .ok_or(NetError::NoPlugins)
+    }
+
+    fn bridge_config(&self, subnet: Subnet) -> serde_json::Value {
+        serde_json::json!({
+            "cniVersion": cni::CNI_VERSION,
+            "name": self.network_name(),
+            "type": "bridge",
+            "bridge": self.cfg.bridge,
+            "isGateway": true,
+            "ipMasq": true,
+            "hairpinMode": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{ "subnet": subnet.to_string() }]],
+                "routes": [{ "dst": "0.0.0.0/0" }],
+                "dataDir": self.ipam_dir(),
+            },
+        })
+    }
+
+    fn loopback_config() -> serde_json::Value {
+        serde_json::json!({
+            "cniVersion": cni::CNI_VERSION,
+            "name": "gantry-loopback",
+            "type": "loopback",
+        })
+    }
+
+    fn write_record(&self, a: &Attachment) -> Result<(), NetError> {
+        let p = self.record_path(&a.id);
+        let json = serde_json::to_vec_pretty(a).map_err(|e| io_err("attachment")(e.into()))?;
+        // Hidden, so a half-written record is never listed as an attachment.
+        let tmp = p.with_file_name(format!(".{}.tmp", a.id));
+        fs::write(&tmp, json)
+            .and_then(|()| fs::rename(&tmp, &p))
+            .map_err(io_err(format!("writing {}", p.display())))
+    }
+
+    /// What was recorded for a container, if it has a network.
+    pub fn attachment(&self, id: &str) -> Option<Attachment> {
+        if !valid_id(id) {
+            return None;
+        }
+        serde_json::from_slice(&fs::read(self.record_path(id)).ok()?).ok()
+    }
+
+    /// The containers with a record, sorted.
+    pub fn attachments(&self) -> Vec<String> {
+        let mut ids: Vec<String> = fs::read_dir(self.cfg.state_dir.join("attachments"))
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| valid_id(n))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
+    /// Makes a network namespace for container `id` and attaches it to the bridge (creating
+    /// the bridge on first use). Returns what to give the runtime (the namespace path) and the
+    /// address. If `id` is attached already, returns that attachment. On error nothing is left.
+    pub fn attach(&self, id: &str) -> Result<Attachment, NetError> {
+        if !valid_id(id) {
+            return Err(NetError::BadId(id.to_owned()));
+        }
+        if let Some(a) = self.attachment(id).filter(|a| a.address.is_some()) {
+            if netns::is_mounted(&a.netns) {
+                return Ok(a);
+            }
+        }
+        let subnet = self.subnet().ok_or(NetError::NoSubnet)?;
+        let dir = self.plugin_dir()?;
+        // Whatever an earlier try left for this id goes first.
+        if let Err(e) = self.detach(id) {
+            tracing::warn!(container = id, "cleaning up an earlier attach: {e}");
+        }
+        let ns = self.netns_path(id);
+        netns::create(&ns).map_err(io_err(format!(
+            "creating network namespace {}",
+            ns.display()
+        )))?;
+        let mut record = Attachment {
+            id: id.to_owned(),
+            netns: ns.clone(),
+            config: self.bridge_config(subnet),
+            result: serde_json::Value::Null,
+            address: None,
+        };
+        let bridge_file = self.cfg.state_dir.join("bridge");
+        let added = fs::write(&bridge_file, &self.cfg.bridge)
+            .map_err(io_err(format!("writing {}", bridge_file.display())))
+            .and_then(|()| self.write_record(&record))
+            .and_then(|()| {
+                let lo = Self::loopback_config();
+                cni::Call {
+                    dir: &dir,
+                    command: "ADD",
+                    container_id: id,
+                    netns: &ns,
+                    ifname: "lo",
+                    config: &lo,
+                }
+                .run()?;
+                cni::Call {
+                    dir: &dir,
+                    command: "ADD",
+                    container_id: id,
+                    netns: &ns,
+                    ifname: IFNAME,
+                    config: &record.config,
+                }
+                .run()
+            })
+            .and_then(|result| {
+                let (address, _) = cni::result_address(&result)
+                    .ok_or_else(|| NetError::NoAddress(result.to_string()))?;
+                record.result = result;
+                record.address = Some(address);
+                self.write_record(&record)
+            });
+        match added {
+            Ok(()) => Ok(record),
+            Err(e) => {
+                if let Err(e2) = self.detach(id) {
+                    tracing::warn!(container = id, "cleaning up a failed attach: {e2}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Undoes [`Network::attach`]: CNI DEL (which removes the veth pair and the masquerading
+    /// rule, and releases the address), then the namespace. Harmless when there is nothing to
+    /// undo. Everything is removed even when a plugin fails; the first error is returned.
+    pub fn detach(&self, id: &str) -> Result<(), NetError> {
+        if !valid_id(id) {
+            return Err(NetError::BadId(id.to_owned()));
+        }
+        let ns = self.netns_path(id);
+        let record = self.attachment(id);
+        let mut first: Option<NetError> = None;
+        if let Some(rec) = &record {
+            match self.plugin_dir() {
+                Ok(dir) => {
+                    // The bridge plugin finds the addresses to unmasquerade on the interface
+                    // in the namespace: it must still be there.
+                    let in_ns = netns::is_mounted(&rec.netns);
+                    let netns_arg = if in_ns {
+                        rec.netns.as_path()
+                    } else {
+                        Path::new("")
+                    };
+                    let mut config = rec.config.clone();
+                    if !rec.result.is_null() {
+                        config["prevResult"] = rec.result.clone();
+                    }
+                    let calls = [(config, IFNAME), (Self::loopback_config(), "lo")];
+                    for (config, ifname) in &calls {
+                        let del = cni::Call {
+                            dir: &dir,
+                            command: "DEL",
+                            container_id: id,
+                            netns: netns_arg,
+                            ifname,
+                            config,
+                        }
+                        .run();
+                        if let Err(e) = del {
+                            first.get_or_insert(e);
+                        }
+                    }
+                }
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        if let Err(e) = netns::remove(&ns) {
+            first.get_or_insert(io_err(format!("removing {}", ns.display()))(e));
+        }
+        // host-local forgets the address on DEL; if that failed, the allocation goes here.
+        self.release_addresses(|owner| owner == id);
+        if record.is_some() {
+            let p = self.record_path(id);
+            match fs::remove_file(&p) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    first.get_or_insert(io_err(format!("removing {}", p.display()))(e));
+                }
+                _ => {}
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes host-local allocations whose owner matches. Its files are
+    /// `<dataDir>/<network>/<ip>` holding `<container id>\r\n<ifname>`.
+    fn release_addresses(&self, remove: impl Fn(&str) -> bool) {
+        let Ok(nets) = fs::read_dir(self.ipam_dir()) else {
+            return;
+        };
+        for net in nets.flatten() {
+            let Ok(files) = fs::read_dir(net.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let is_ip = f
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|n| n.parse::<IpAddr>().is_ok());
+                if !is_ip {
+                    continue;
+                }
+                let owner = fs::read_to_string(f.path()).unwrap_or_default();
+                let owner = owner.lines().next().unwrap_or("").trim();
+                if remove(owner) {
+                    let _ = fs::remove_file(f.path());
+                }
+            }
+        }
+    }
+
+    /// At agent start: detaches every container not in `live` (a crash or a removal that did
+    /// not finish), removes namespace files nothing records, and address allocations nothing
+    /// owns. Returns the ids it detached.
+    pub fn cleanup(&self, live: &[String]) -> Vec<String> {
+        let mut gone = Vec::new();
+        for id in self.attachments() {
+            if live.contains(&id) {
+                continue;
+            }
+            if let Err(e) = self.detach(&id) {
+                tracing::warn!(container = %id, "removing a leftover network: {e}");
+            }
+            gone.push(id);
+        }
+        let recorded = self.attachments();
+        if let Ok(rd) = fs::read_dir(self.cfg.state_dir.join("netns")) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if recorded.contains(&name) || live.contains(&name) {
+                    continue;
+                }
+                if let Err(err) = netns::remove(&e.path()) {
+                    tracing::warn!("removing {}: {err}", e.path().display());
+                }
+                if !gone.contains(&name) {
+                    gone.push(name);
+                }
+            }
+        }
+        self.release_addresses(|owner| !recorded.iter().any(|r| r == owner));
+        gone
+    }
+
+    /// Deletes the bridge, if any was made. Only sensible once nothing is attached: for tests
+    /// and for decommissioning a node.
+    pub fn remove_bridge(&self) -> Result<(), NetError> {
+        let bridge_file = self.cfg.state_dir.join("bridge");
+        let name = fs::read_to_string(&bridge_file)
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.cfg.bridge.clone());
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Ok(());
+        }
+        if Path::new("/sys/class/net").join(&name).exists() {
+            let out = std::process::Command::new("ip")
+                .args(["link", "delete", &name, "type", "bridge"])
+                .output()
+                .map_err(io_err("running ip link delete"))?;
+            if !out.status.success() && Path::new("/sys/class/net").join(&name).exists() {
+                return Err(NetError::Io {
+                    context: format!("deleting bridge {name}"),
+                    source: io::Error::other(
+                        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                    ),
+                });
+            }
+        }
+        let _ = fs::remove_file(bridge_file);
+        Ok(())
+    }
+}
+
+/// `/etc/hosts` for a networked container: localhost, the container's own name, and the
+/// entries the server gave (a workflow's services, `web.svc`).
+pub fn hosts_file(
+    hostname: &str,
+    address: Ipv4Addr,
+    extra: &[HostEntry],
+) -> Result<Vec<u8>, NetError> {
+    let mut out = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+    let mut line = |name: &str, addr: &str| -> Result<(), NetError> {
+        let bad = |why: &str| NetError::BadHost {
+            name: name.to_owned(),
+            address: addr.to_owned(),
+            why: why.to_owned(),
+        };
+        let valid_name = !name.is_empty()
+            && name.len() <= 253
+            && !name.starts_with(['-', '.'])
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+        if !valid_name {
+            return Err(bad("a host name is letters, digits, `-`, `.` and `_`"));
+        }
+        let ip: IpAddr = addr.parse().map_err(|_| bad("not an IP address"))?;
+        out.push_str(&format!("{ip}\t{name}\n"));
+        Ok(())
+    };
+    if !hostname.is_empty() {
+        line(hostname, &address.to_string())?;
+    }
+    for h in extra {
+        line(&h.name, &h.address)?;
+    }
+    Ok(out.into_bytes())
+}
+
+/// `/etc/resolv.conf` for a networked container: the host's, without loopback name servers
+/// (a resolver on the host's 127.0.0.53 is not reachable from a container). Empty if the host
+/// has none.
+pub fn resolv_conf() -> Vec<u8> {
+    resolv_conf_from(&fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
+}
+
+fn resolv_conf_from(host: &str) -> Vec<u8> {
+    let mut out = String::new();
+    for l in host.lines() {
+        let mut words = l.split_whitespace();
+        if words.next() == Some("nameserver")
+            && words
+                .next()
+                .and_then(|a| a.parse::<IpAddr>().ok())
+                .is_some_and(|a| a.is_loopback())
+        {
+            continue;
+        }
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bridge_names_fit_and_differ() {
+        let a = bridge_name("host-1");
+        let b = bridge_name("host-2");
+        assert!(a.len() <= 15 && a.starts_with("gtr"), "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, bridge_name("host-1"));
+        assert!(a.bytes().all(|c| c.is_ascii_alphanumeric()));
+    }
+
+    #[test]
+    fn subnets_parse_and_normalise() {
+        let s: Subnet = "10.200.3.0/24".parse().unwrap();
+        assert_eq!(s.to_string(), "10.200.3.0/24");
+        assert!(s.contains("10.200.3.77".parse().unwrap()));
+        assert!(!s.contains("10.200.4.1".parse().unwrap()));
+        let s: Subnet = "10.200.3.9/24".parse().unwrap();
+        assert_eq!(s.to_string(), "10.200.3.0/24");
+        for bad in [
+            "10.200.3.0",
+            "10.200.3.0/33",
+            "10.200.3.0/30",
+            "fd00::/64",
+            "x/24",
+            "",
+        ] {
+            assert!(bad.parse::<Subnet>().is_err(), "{bad}");
+        }
+        let json = serde_json::to_string(&"10.1.2.0/24".parse::<Subnet>().unwrap()).unwrap();
+        assert_eq!(json, "\"10.1.2.0/24\"");
+    }
+
+    #[test]
+    fn hosts_file_lists_self_and_services() {
+        let extra = vec![HostEntry {
+            name: "web.svc".into(),
+            address: "10.200.0.5".into(),
+        }];
+        let f = hosts_file("train-1", "10.200.0.9".parse().unwrap(), &extra).unwrap();
+        let f = String::from_utf8(f).unwrap();
+        assert!(f.starts_with("127.0.0.1\tlocalhost\n"), "{f}");
+        assert!(f.contains("10.200.0.9\ttrain-1\n"), "{f}");
+        assert!(f.contains("10.200.0.5\tweb.svc\n"), "{f}");
+        for (name, addr) in [
+            ("bad name", "10.0.0.1"),
+            ("x\n1.2.3.4 evil", "10.0.0.1"),
+            ("ok", "nope"),
+        ] {
+            let e = vec![HostEntry {
+                name: name.into(),
+                address: addr.into(),
+            }];
+            assert!(hosts_file("h", "10.0.0.2".parse().unwrap(), &e).is_err());
+        }
+    }
+
+    #[test]
+    fn resolv_conf_drops_loopback_servers() {
+        let host = "# generated\nnameserver 127.0.0.53\nnameserver 192.0.2.53\nsearch example.org\noptions edns0\n";
+        let out = String::from_utf8(resolv_conf_from(host)).unwrap();
+        assert_eq!(
+            out,
+            "# generated\nnameserver 192.0.2.53\nsearch example.org\noptions edns0\n"
+        );
+        assert!(resolv_conf_from("").is_empty());
+    }
+}
