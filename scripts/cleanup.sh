@@ -20,4 +20,8 @@ for h in /sys/fs/cgroup/*/gantry /sys/fs/cgroup/gantry; do
   [ -d "$h" ] || continue
   find "$h" -depth -type d -exec rmdir {} \; 2>/dev/null
 done
+# Container bridges (gtr*) that no container uses any more: test clusters leave one per agent.
+for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep '^gtr'); do
+  [ -z "$(ip -o link show master "$br" 2>/dev/null)" ] && ip link del "$br" 2>/dev/null
+done
 exit 0

@@ -15,6 +15,10 @@ have curl || need="$need curl"
 have htpasswd || need="$need apache2-utils"
 [ -x /usr/bin/tini-static ] || need="$need tini"
 have ip || need="$need iproute2"
+# Container networking for services: the CNI bridge and host-local plugins, and iptables for
+# their NAT rules.
+[ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
+have iptables || need="$need iptables"
 # The node-health stack (`gantry up --monitoring`, its tests, scripts/check-monitoring.sh).
 [ -x /usr/bin/prometheus ] || need="$need prometheus"
 [ -x /usr/bin/prometheus-alertmanager ] || need="$need prometheus-alertmanager"

@@ -139,7 +139,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     tx.send(ServerMessage::Welcome {
         node_id: node.id,
         heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
-        subnet: Some(subnet_of(node.seq)),
+        subnet: Some(subnet_of(st.subnet_base, node.seq)),
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
     st.hub.insert(&name, conn_id, tx);
@@ -323,9 +323,28 @@ pub async fn end_attempt(
     Ok(())
 }
 
-/// A node's container subnet from its sequence number: 10.200.0.0/24, 10.200.1.0/24, ... up to
-/// 10.255.255.0/24, so nodes never overlap.
-pub fn subnet_of(seq: i64) -> String {
+/// A node's container subnet from the cluster's base and the node's sequence number:
+/// 10.B.0.0/24, 10.B.1.0/24, ..., so a cluster's nodes never overlap. The base is chosen at
+/// random when the cluster is made and kept, so that two clusters on one host (tests, a
+/// developer's machine) are unlikely to route the same addresses.
+pub fn subnet_of(base: u8, seq: i64) -> String {
     let i = (seq.max(1) - 1) as u64;
-    format!("10.{}.{}.0/24", 200 + (i / 256).min(55), i % 256)
+    let second = (base as u64 + i / 256).min(255);
+    format!("10.{second}.{}.0/24", i % 256)
+}
+
+/// The cluster's subnet base (64-239), made on first use.
+pub async fn subnet_base(store: &dyn gantry_store::Store) -> anyhow::Result<u8> {
+    if let Some(v) = store.setting("network.subnet_base").await? {
+        if let Ok(b) = v.parse() {
+            return Ok(b);
+        }
+    }
+    let mut r = [0u8; 1];
+    getrandom::fill(&mut r).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    let base = 64 + r[0] % 176;
+    store
+        .set_setting("network.subnet_base", &base.to_string(), "gantry", now_ms())
+        .await?;
+    Ok(base)
 }

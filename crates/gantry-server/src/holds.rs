@@ -149,119 +149,175 @@ pub enum Applied {
     Unchanged,
 }
 
-/// Decides and applies one alert entry. Idempotent.
-pub async fn apply_alert(st: &AppState, e: &AlertEntry) -> Result<Applied, ApiError> {
-    let _guard = st.hold_lock.lock().await;
-    let a = &e.alert;
-    let node = st.store.node(&a.node).await?;
-    let (view, pool_holds) = pool_state(st, &node.pool).await?;
-    let on_node: Vec<&HoldRow> = pool_holds.iter().filter(|h| h.node == a.node).collect();
-    let core: Vec<Hold> = on_node.iter().map(|h| core_hold(h)).collect();
-    let ended = st.store.episode_ended(&a.fingerprint, &a.starts_at).await?;
-    let now = now_ms();
-    let decision = holds::decide(a, &core, ended, &view);
-    let (changes, applied) = match decision {
-        Decision::Nothing { .. } => {
-            let mut ch = vec![];
-            if !a.firing {
-                ch.push(HoldChange::EndEpisode {
-                    fingerprint: a.fingerprint.clone(),
-                    episode: a.starts_at.clone(),
-                    by: "monitoring".into(),
-                });
-            }
-            (ch, Applied::Unchanged)
-        }
-        Decision::Place { state } => {
-            let row = HoldRow {
-                id: Uuid::new_v4(),
-                node: a.node.clone(),
-                pool: node.pool.clone(),
-                kind: a.kind.as_str().into(),
-                source: "monitoring".into(),
-                state: if state == HoldState::Active {
-                    "ACTIVE"
-                } else {
-                    "DEFERRED"
-                }
-                .into(),
-                alertname: Some(e.alertname.clone()),
-                fingerprint: Some(a.fingerprint.clone()),
-                episode: Some(a.starts_at.clone()),
-                release_rule: if a.release == Release::Admin {
-                    "admin"
-                } else {
-                    "auto"
-                }
-                .into(),
-                reason: e.summary.clone(),
-                created_by: "monitoring".into(),
-                created_at: now,
-                activated_at: None,
-                alert_resolved_at: None,
-                released_by: None,
-                released_at: None,
-                release_reason: None,
-            };
-            let mut ch = vec![HoldChange::Place(Box::new(row))];
-            if state == HoldState::Deferred {
-                ch.push(HoldChange::Event(NewEvent {
-                    workflow_id: None,
-                    node: Some(a.node.clone()),
-                    task: None,
-                    kind: "hold.deferred".into(),
-                    message: format!(
-                        "{} ({}) deferred: monitoring already holds {} of {} node(s) in pool {} (cap {})",
-                        e.alertname,
-                        a.kind.as_str(),
-                        view.held.len(),
-                        view.nodes,
-                        node.pool,
-                        view.cap()
-                    ),
-                }));
-            }
-            (ch, Applied::Placed(state))
-        }
-        Decision::Release { holds } => {
-            let mut ch: Vec<HoldChange> = holds
-                .into_iter()
-                .map(|id| HoldChange::Release {
-                    id: Uuid::from_u128(id),
-                    by: "monitoring".into(),
-                    reason: format!("{} resolved", e.alertname),
-                })
-                .collect();
-            ch.push(HoldChange::EndEpisode {
-                fingerprint: a.fingerprint.clone(),
-                episode: a.starts_at.clone(),
-                by: "monitoring".into(),
-            });
-            (ch, Applied::Released)
-        }
-        Decision::AwaitAdmin { holds } => {
-            let mut ch: Vec<HoldChange> = holds
-                .into_iter()
-                .map(|id| HoldChange::AlertResolved {
-                    id: Uuid::from_u128(id),
-                })
-                .collect();
-            ch.push(HoldChange::EndEpisode {
-                fingerprint: a.fingerprint.clone(),
-                episode: a.starts_at.clone(),
-                by: "monitoring".into(),
-            });
-            (ch, Applied::AwaitingAdmin)
-        }
-    };
-    st.store.apply_holds(&changes, now).await?;
-    if applied == Applied::Released {
-        promote(st, &node.pool).await?;
+/// Decides and applies a post's alert entries, in order, as one transaction. Idempotent.
+/// The state is read once and updated in memory as each entry is decided, so a post of a
+/// thousand alerts costs a few queries, not thousands.
+pub async fn apply_alerts(st: &AppState, entries: &[AlertEntry]) -> Result<Vec<Applied>, ApiError> {
+    if entries.is_empty() {
+        return Ok(vec![]);
     }
-    if applied != Applied::Unchanged {
+    let _guard = st.hold_lock.lock().await;
+    let now = now_ms();
+    let nodes = st.store.nodes().await?;
+    let pool_of: BTreeMap<&str, &str> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.pool.as_str()))
+        .collect();
+    let mut sizes: BTreeMap<&str, u32> = BTreeMap::new();
+    for n in &nodes {
+        *sizes.entry(n.pool.as_str()).or_default() += 1;
+    }
+    let mut fractions: BTreeMap<&str, f64> = BTreeMap::new();
+    for p in sizes.keys() {
+        fractions.insert(p, fraction(st, p).await?);
+    }
+    let mut holds: Vec<Hold> = st
+        .store
+        .holds(None, false)
+        .await?
+        .iter()
+        .map(core_hold)
+        .collect();
+    let fingerprints: Vec<String> = entries
+        .iter()
+        .map(|e| e.alert.fingerprint.clone())
+        .collect();
+    let mut ended = st.store.ended_episodes(&fingerprints).await?;
+    let mut changes: Vec<HoldChange> = vec![];
+    let mut out = Vec::with_capacity(entries.len());
+    let mut released_pools: BTreeSet<String> = BTreeSet::new();
+    for e in entries {
+        let a = &e.alert;
+        let Some(pool) = pool_of.get(a.node.as_str()).copied() else {
+            out.push(Applied::Unchanged);
+            continue;
+        };
+        let view = PoolView {
+            nodes: sizes.get(pool).copied().unwrap_or(0),
+            held: holds::held_nodes(
+                holds
+                    .iter()
+                    .filter(|h| pool_of.get(h.node.as_str()) == Some(&pool)),
+            ),
+            fraction: fractions.get(pool).copied().unwrap_or(0.2),
+        };
+        let on_node: Vec<Hold> = holds.iter().filter(|h| h.node == a.node).cloned().collect();
+        let episode = (a.fingerprint.clone(), a.starts_at.clone());
+        let end_episode = |changes: &mut Vec<HoldChange>| {
+            changes.push(HoldChange::EndEpisode {
+                fingerprint: a.fingerprint.clone(),
+                episode: a.starts_at.clone(),
+                by: "monitoring".into(),
+            })
+        };
+        match holds::decide(a, &on_node, ended.contains(&episode), &view) {
+            Decision::Nothing { .. } => {
+                if !a.firing {
+                    end_episode(&mut changes);
+                    ended.insert(episode);
+                }
+                out.push(Applied::Unchanged);
+            }
+            Decision::Place { state } => {
+                let row = HoldRow {
+                    id: Uuid::new_v4(),
+                    node: a.node.clone(),
+                    pool: pool.to_string(),
+                    kind: a.kind.as_str().into(),
+                    source: "monitoring".into(),
+                    state: if state == HoldState::Active {
+                        "ACTIVE"
+                    } else {
+                        "DEFERRED"
+                    }
+                    .into(),
+                    alertname: Some(e.alertname.clone()),
+                    fingerprint: Some(a.fingerprint.clone()),
+                    episode: Some(a.starts_at.clone()),
+                    release_rule: if a.release == Release::Admin {
+                        "admin"
+                    } else {
+                        "auto"
+                    }
+                    .into(),
+                    reason: e.summary.clone(),
+                    created_by: "monitoring".into(),
+                    created_at: now,
+                    activated_at: None,
+                    alert_resolved_at: None,
+                    released_by: None,
+                    released_at: None,
+                    release_reason: None,
+                };
+                holds.push(core_hold(&row));
+                changes.push(HoldChange::Place(Box::new(row)));
+                if state == HoldState::Deferred {
+                    changes.push(HoldChange::Event(NewEvent {
+                        workflow_id: None,
+                        node: Some(a.node.clone()),
+                        task: None,
+                        kind: "hold.deferred".into(),
+                        message: format!(
+                            "{} ({}) deferred: monitoring already holds {} of {} node(s) in pool {pool} (cap {})",
+                            e.alertname,
+                            a.kind.as_str(),
+                            view.held.len(),
+                            view.nodes,
+                            view.cap()
+                        ),
+                    }));
+                }
+                out.push(Applied::Placed(state));
+            }
+            Decision::Release { holds: ids } => {
+                for id in &ids {
+                    changes.push(HoldChange::Release {
+                        id: Uuid::from_u128(*id),
+                        by: "monitoring".into(),
+                        reason: format!("{} resolved", e.alertname),
+                    });
+                }
+                holds.retain(|h| !ids.contains(&h.id));
+                end_episode(&mut changes);
+                ended.insert(episode);
+                released_pools.insert(pool.to_string());
+                out.push(Applied::Released);
+            }
+            Decision::AwaitAdmin { holds: ids } => {
+                for id in ids {
+                    changes.push(HoldChange::AlertResolved {
+                        id: Uuid::from_u128(id),
+                    });
+                }
+                end_episode(&mut changes);
+                ended.insert(episode);
+                out.push(Applied::AwaitingAdmin);
+            }
+        }
+    }
+    // Room freed by releases goes to deferred holds whose alerts still fire.
+    for pool in &released_pools {
+        let in_pool: Vec<Hold> = holds
+            .iter()
+            .filter(|h| pool_of.get(h.node.as_str()).copied() == Some(pool.as_str()))
+            .cloned()
+            .collect();
+        let view = PoolView {
+            nodes: sizes.get(pool.as_str()).copied().unwrap_or(0),
+            held: holds::held_nodes(&in_pool),
+            fraction: fractions.get(pool.as_str()).copied().unwrap_or(0.2),
+        };
+        for id in holds::promotions(&in_pool, &view) {
+            changes.push(HoldChange::Activate {
+                id: Uuid::from_u128(id),
+            });
+        }
+    }
+    st.store.apply_holds(&changes, now).await?;
+    if out.iter().any(|a| *a != Applied::Unchanged) {
         st.wake_controller();
     }
-    Ok(applied)
+    Ok(out)
 }
 
 pub async fn place(

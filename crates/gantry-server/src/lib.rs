@@ -79,7 +79,10 @@ impl Server {
         let mut config = config;
         config.listen = addr;
         let key = secrets::load_or_create_key(&config.data_dir).context("the secrets key")?;
-        let state = AppState::new(store, config, key);
+        let base = agents::subnet_base(store.as_ref())
+            .await
+            .context("the subnet base")?;
+        let state = AppState::new(store, config, key, base);
         controller::spawn(state.clone());
         let app = api::router(state.clone());
         let task = tokio::spawn(async move {

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::ApiError;
 use crate::auth::MonitoringCaller;
-use crate::holds::{apply_alert, AlertEntry, Applied};
+use crate::holds::{apply_alerts, AlertEntry, Applied};
 use crate::state::{now_ms, AppState};
 
 type Labels = Vec<(&'static str, String)>;
@@ -96,6 +96,12 @@ pub async fn webhook(
         alerts: payload.alerts.len(),
         ..Default::default()
     };
+    let known: std::collections::BTreeSet<String> = match st.store.nodes().await {
+        Ok(nodes) => nodes.into_iter().map(|n| n.name).collect(),
+        Err(e) => return transient(&st, e.into()),
+    };
+    let mut unknown = vec![];
+    let mut entries = vec![];
     for a in &payload.alerts {
         let name = a
             .labels
@@ -148,27 +154,20 @@ pub async fn webhook(
                 continue;
             }
         };
-        match st.store.node(node).await {
-            Ok(_) => {}
-            Err(gantry_store::StoreError::NotFound) => {
-                let msg = format!("{name}: node {node} is not known to Gantry");
-                let ev = gantry_store::NewEvent {
-                    workflow_id: None,
-                    node: Some(node.clone()),
-                    task: None,
-                    kind: "alert.unknown_node".into(),
-                    message: format!(
-                        "{name} ({}) names node {node}, which Gantry does not know",
-                        a.status
-                    ),
-                };
-                if let Err(e) = st.store.record_event(&ev, now_ms()).await {
-                    return transient(&st, e.into());
-                }
-                out.ignored.push(msg);
-                continue;
-            }
-            Err(e) => return transient(&st, e.into()),
+        if !known.contains(node.as_str()) {
+            let msg = format!("{name}: node {node} is not known to Gantry");
+            unknown.push(gantry_store::NewEvent {
+                workflow_id: None,
+                node: Some(node.clone()),
+                task: None,
+                kind: "alert.unknown_node".into(),
+                message: format!(
+                    "{name} ({}) names node {node}, which Gantry does not know",
+                    a.status
+                ),
+            });
+            out.ignored.push(msg);
+            continue;
         }
         let entry = AlertEntry {
             alert: Alert {
@@ -191,14 +190,26 @@ pub async fn webhook(
                 .unwrap_or_else(|| format!("{name} on {node}")),
             alertname: name,
         };
-        match apply_alert(&st, &entry).await {
-            Ok(Applied::Placed(HoldState::Deferred)) => out.deferred += 1,
-            Ok(Applied::Placed(_)) => out.placed += 1,
-            Ok(Applied::Released) => out.released += 1,
-            Ok(Applied::AwaitingAdmin) => out.awaiting_admin += 1,
-            Ok(Applied::Unchanged) => out.unchanged += 1,
-            Err(e) => return transient(&st, e),
+        entries.push(entry);
+    }
+    for ev in &unknown {
+        if let Err(e) = st.store.record_event(ev, now_ms()).await {
+            return transient(&st, e.into());
         }
+    }
+    match apply_alerts(&st, &entries).await {
+        Ok(applied) => {
+            for a in applied {
+                match a {
+                    Applied::Placed(HoldState::Deferred) => out.deferred += 1,
+                    Applied::Placed(_) => out.placed += 1,
+                    Applied::Released => out.released += 1,
+                    Applied::AwaitingAdmin => out.awaiting_admin += 1,
+                    Applied::Unchanged => out.unchanged += 1,
+                }
+            }
+        }
+        Err(e) => return transient(&st, e),
     }
     for (outcome, n) in [
         ("placed", out.placed),

@@ -20,10 +20,17 @@ pub struct AppState {
     pub(crate) metrics: Arc<crate::monitoring::Metrics>,
     /// The endpoint proxy and its routes.
     pub(crate) gateway: Arc<crate::gateway::Gateway>,
+    /// The second octet of this cluster's container subnets.
+    pub(crate) subnet_base: u8,
 }
 
 impl AppState {
-    pub fn new(store: Arc<dyn Store>, config: ServerConfig, secret_key: [u8; 32]) -> Self {
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: ServerConfig,
+        secret_key: [u8; 32],
+        subnet_base: u8,
+    ) -> Self {
         Self {
             store: store.clone(),
             config: Arc::new(config),
@@ -33,6 +40,7 @@ impl AppState {
             hold_lock: Arc::default(),
             metrics: Arc::default(),
             gateway: Arc::new(crate::gateway::Gateway::new(store.clone())),
+            subnet_base,
         }
     }
 

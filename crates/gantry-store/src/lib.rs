@@ -111,6 +111,11 @@ pub trait Store: Send + Sync + 'static {
     async fn holds(&self, node: Option<&str>, include_released: bool) -> Result<Vec<HoldRow>>;
     async fn hold(&self, id: Uuid) -> Result<HoldRow>;
     async fn episode_ended(&self, fingerprint: &str, episode: &str) -> Result<bool>;
+    /// The ended episodes (fingerprint, startsAt) of these fingerprints.
+    async fn ended_episodes(
+        &self,
+        fingerprints: &[String],
+    ) -> Result<std::collections::HashSet<(String, String)>>;
     async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()>;
 
     // --- services and endpoints --------------------------------------------------------------

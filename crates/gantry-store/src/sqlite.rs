@@ -1313,6 +1313,31 @@ impl Store for SqliteStore {
         Ok(n > 0)
     }
 
+    async fn ended_episodes(
+        &self,
+        fingerprints: &[String],
+    ) -> Result<std::collections::HashSet<(String, String)>> {
+        let mut out = std::collections::HashSet::new();
+        let mut wanted: Vec<&String> = fingerprints.iter().collect();
+        wanted.sort();
+        wanted.dedup();
+        // SQLite caps bound parameters; ask in slices.
+        for chunk in wanted.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(",");
+            let sql = format!(
+                "SELECT fingerprint, episode FROM alert_episodes WHERE fingerprint IN ({marks})"
+            );
+            let mut q = sqlx::query(&sql);
+            for f in chunk {
+                q = q.bind(f.as_str());
+            }
+            for r in q.fetch_all(&self.pool).await? {
+                out.insert((r.get("fingerprint"), r.get("episode")));
+            }
+        }
+        Ok(out)
+    }
+
     async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()> {
         if changes.is_empty() {
             return Ok(());

@@ -153,7 +153,9 @@ impl NetConfig {
     pub fn for_agent(agent_state: &Path, agent: &str) -> Self {
         NetConfig {
             state_dir: agent_state.join("net"),
-            bridge: bridge_name(agent),
+            // Keyed by the state dir too: two clusters on one host (tests, a developer's
+            // machine) may both have an agent called `host-1`, and must not share a bridge.
+            bridge: bridge_name(&format!("{agent}@{}", agent_state.display())),
             plugin_dir: None,
         }
     }
