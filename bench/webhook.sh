@@ -69,8 +69,9 @@ curl -sS -f -o /dev/null -H "Authorization: Bearer $MTOKEN" -H 'Content-Type: ap
   "$(payload "$(alert resolved "$GNODE" BenchSingle 2026-11-30T00:00:00Z)")" "$HOOK"
 for i in $(seq 1000); do printf '%s\n' "$(alert resolved "$GNODE" "Bench$i" 2026-11-30T00:00:00Z)"; done |
   paste -sd, > "$WORK/resolved-list"
+payload "$(cat "$WORK/resolved-list")" > "$WORK/many-resolved.json"
 curl -sS -f -o /dev/null -H "Authorization: Bearer $MTOKEN" -H 'Content-Type: application/json' --data-binary \
-  "$(payload "$(cat "$WORK/resolved-list")")" "$HOOK"
+  "@$WORK/many-resolved.json" "$HOOK"
 
 log "single posts that change something: 50 holds placed and released"
 : > "$WORK/durable.ms"
