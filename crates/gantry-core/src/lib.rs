@@ -2,6 +2,7 @@
 //!
 //! Invariant: no I/O, no async, no clock reads. Time is passed in as [`engine::Millis`].
 
+pub mod build;
 pub mod engine;
 pub mod holds;
 pub mod scheduler;
