@@ -169,7 +169,74 @@ pub struct Assignment {
     /// Set for services: their ports and readiness probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<ServiceSpec>,
+    /// Set for image builds: the attempt builds this recipe instead of running a container,
+    /// and pushes the result to the server's object cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildSpec>,
 }
+
+/// An image recipe to build on the node: a base image, then steps, each becoming one layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildSpec {
+    /// The server's registry (`host:port`, plain HTTP), where the result is pushed with the
+    /// agent's own token.
+    pub registry: String,
+    /// e.g. `user/alice/trainer`.
+    pub repository: String,
+    /// The tag to push: the last step's cache key.
+    pub tag: String,
+    pub base: ImageSource,
+    pub steps: Vec<BuildStep>,
+    /// Layers the cache already holds for the first `cached.len()` steps (already in the
+    /// server's registry, in `repository`): the build pulls them and resumes after them.
+    #[serde(default)]
+    pub cached: Vec<CachedLayer>,
+    /// Added to the image's configuration (`K=V`).
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// `none` (default): the build has only `lo`; `bridge`: a NAT'd network on the node's
+    /// bridge. Never the host's network namespace.
+    pub network: String,
+    pub timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BuildStep {
+    /// Files copied into the image.
+    Files { key: String, files: Vec<BuildFile> },
+    /// A command run as root with `/bin/sh -c` in a confined container.
+    Run {
+        key: String,
+        command: String,
+        #[serde(default)]
+        env: Vec<String>,
+        #[serde(default)]
+        workdir: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildFile {
+    /// Absolute path in the image.
+    pub target: String,
+    /// Base64 of the content.
+    pub content: String,
+    pub mode: u32,
+}
+
+/// A layer the object cache holds for one step (annotated with the step's key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedLayer {
+    pub key: String,
+    pub digest: String,
+    pub diff_id: String,
+    pub size: u64,
+    pub media_type: String,
+}
+
+/// The annotation on each layer of a built image's manifest naming the step key it caches.
+pub const BUILD_KEY_ANNOTATION: &str = "io.gantry.build.key";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct NetworkSpec {

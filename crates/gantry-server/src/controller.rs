@@ -463,6 +463,7 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
             ports: s.ports.clone(),
             readiness: s.readiness.clone(),
         }),
+        build: None,
     }
 }
 
