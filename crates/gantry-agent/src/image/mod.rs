@@ -670,6 +670,44 @@ pub(crate) fn pid_alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
+/// The manifest digest an image source names now, without pulling it: what a build is keyed
+/// on (never a tag, which can move). Goes through the same mirrors and plain-HTTP list as
+/// pulls. For a registry it returns the digest of the platform manifest (linux/amd64).
+pub async fn resolve_digest(src: &ImageSource, config: &PullConfig) -> Result<String> {
+    match parse_source(&src.uri)? {
+        Source::Registry(original) => {
+            let (target, plain_http) =
+                reference::apply_mirror(&original, config).map_err(ImageError::InvalidConfig)?;
+            let mut plain: Vec<String> = config.insecure_hosts.clone();
+            plain.extend(plain_http);
+            let client = Client::new(ClientConfig {
+                protocol: ClientProtocol::HttpsExcept(plain),
+                platform_resolver: Some(Box::new(linux_amd64_resolver)),
+                connect_timeout: Some(Duration::from_secs(30)),
+                read_timeout: Some(Duration::from_secs(60)),
+                ..Default::default()
+            });
+            let auth = match &src.credential {
+                None => RegistryAuth::Anonymous,
+                Some(RegistryCredential::Basic { username, password }) => {
+                    RegistryAuth::Basic(username.clone(), password.clone())
+                }
+                Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
+            };
+            let (_, digest) = client
+                .pull_image_manifest(&target, &auth)
+                .await
+                .map_err(|e| ImageError::Registry {
+                    registry: target.resolve_registry().to_owned(),
+                    reference: original.whole(),
+                    detail: e.to_string(),
+                })?;
+            Ok(digest)
+        }
+        Source::Layout { path, tag } => Ok(layout::resolve(&path, tag.as_deref()).await?.0),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
