@@ -39,6 +39,9 @@ pub struct ServerConfig {
     pub public_url: Option<String>,
     /// Endpoints are also served on `Host: NAME.<endpoint_domain>`.
     pub endpoint_domain: String,
+    /// How the server reaches registries (to pin build bases to digests): the agents' mirrors
+    /// and plain-HTTP hosts.
+    pub pull: gantry_agent::image::PullConfig,
 }
 
 impl ServerConfig {
@@ -51,6 +54,7 @@ impl ServerConfig {
             stop_grace: Duration::from_secs(10),
             public_url: None,
             endpoint_domain: "endpoints.localhost".into(),
+            pull: Default::default(),
         }
     }
 }

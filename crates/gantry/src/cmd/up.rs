@@ -102,6 +102,15 @@ pub struct ServerArgs {
     /// SIGTERM-to-SIGKILL grace for stops and timeouts.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     stop_grace: Duration,
+    /// The URL users reach this server at, for endpoint URLs (default: http://<listen>).
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Endpoints are also served on `Host: NAME.<domain>`.
+    #[arg(long, default_value = "endpoints.localhost")]
+    endpoint_domain: String,
+    /// How the server reaches registries (to pin image-build bases to digests).
+    #[command(flatten)]
+    registry: RegistryArgs,
 }
 
 #[derive(Args, Debug)]
@@ -190,6 +199,7 @@ async fn embedded(
     }
     let pull = registry.pull_config()?;
     let mut config = ServerConfig::new(listen, data_dir.join("server"));
+    config.pull = pull.clone();
     config.heartbeat_interval = Duration::from_secs(2);
     config.heartbeat_timeout = Duration::from_secs(15);
     let server = Server::start(config).await?;
@@ -363,6 +373,9 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     config.heartbeat_timeout = args.heartbeat_timeout;
     config.heartbeat_interval = (args.heartbeat_timeout / 6).max(Duration::from_millis(200));
     config.stop_grace = args.stop_grace;
+    config.public_url = args.public_url;
+    config.endpoint_domain = args.endpoint_domain;
+    config.pull = args.registry.pull_config()?;
     let server = Server::start(config).await?;
     let url = format!("http://{}", server.addr);
     if !server.has_users().await? {
