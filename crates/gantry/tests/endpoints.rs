@@ -422,3 +422,86 @@ jobs:
     c.ok(&["workflow", "stop", &id]);
     c.wait_status(&id, "STOPPED");
 }
+
+#[test]
+fn two_workflows_use_one_port_on_one_node_and_subdomains_route_by_host() {
+    let c = Cluster::up(1);
+    let svc = |word: &str| {
+        format!(
+            r#"version: v4
+services:
+  web:
+    image: {{ uri: docker://busybox:1 }}
+    persist: true
+    script: |
+      #!/bin/sh
+      mkdir -p /www && echo {word} > /www/index.html && exec httpd -f -p 8080 -h /www
+    network:
+      ports: [ {{ name: http, port: 8080 }} ]
+      endpoints: [ {{ name: site, port-name: http, protocol: http, type: subdomain, scope: public }} ]
+    readiness-probe:
+      http-get: {{ path: /, port: 8080 }}
+      period-seconds: 1
+"#
+        )
+    };
+    let a = c.start_workflow(&c.write("a.yaml", &svc("alpha")));
+    let b = c.start_workflow(&c.write("b.yaml", &svc("beta")));
+    for id in [&a, &b] {
+        c.wait_for(id, "web RUNNING", |d| {
+            Cluster::task(d, "web")["status"] == "RUNNING"
+        });
+    }
+    let (na, nb) = (
+        Cluster::task(&c.detail(&a), "web")["node"].clone(),
+        Cluster::task(&c.detail(&b), "web")["node"].clone(),
+    );
+    assert_eq!(na, nb, "both on the one node, both on port 8080");
+    let host = |id: &str| format!("Host: site-{}.endpoints.localhost", &id[..8]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ra, rb) = (
+            curl(&["-H", &host(&a), &url(&c, "/")]),
+            curl(&["-H", &host(&b), &url(&c, "/")]),
+        );
+        if ra == (200, "alpha\n".into()) && rb == (200, "beta\n".into()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{ra:?} {rb:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.ok(&["workflow", "stop", &a]);
+    c.ok(&["workflow", "stop", &b]);
+}
+
+#[test]
+fn stop_first_stops_the_old_workflow_before_the_new_one_takes_over() {
+    let c = Cluster::up(2);
+    c.ok(&[
+        "endpoint",
+        "create",
+        "tight",
+        "--scope",
+        "public",
+        "--mode",
+        "stop-first",
+    ]);
+    let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "tight", 0, 8080)));
+    serving(&c, "tight", &v1);
+    let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "tight", 3, 8080)));
+    // The old workflow goes first; until the new one is ready, the endpoint has no backend.
+    c.wait_status(&v1, "STOPPED");
+    serving(&c, "tight", &v2);
+    assert_eq!(curl(&[&url(&c, "/e/tight/")]).1, "v2\n");
+    let h = c.json(&["endpoint", "history", "tight"]);
+    let last = h.as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (last["phase"].as_str(), last["mode"].as_str()),
+        (Some("DONE"), Some("stop-first"))
+    );
+
+    // Deleting the endpoint ends its URL.
+    c.ok(&["endpoint", "delete", "tight"]);
+    assert_eq!(curl(&[&url(&c, "/e/tight/")]).0, 404);
+    assert!(!c.gantry(&["endpoint", "show", "tight"]).status.success());
+}
