@@ -13,6 +13,7 @@ mod logs;
 mod monitoring;
 pub mod plan;
 pub mod proxy;
+mod registry;
 mod secrets;
 mod state;
 

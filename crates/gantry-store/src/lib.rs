@@ -142,4 +142,45 @@ pub trait Store: Send + Sync + 'static {
     // --- settings ----------------------------------------------------------------------------
     async fn setting(&self, key: &str) -> Result<Option<String>>;
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;
+
+    // --- the object cache (OCI images) ------------------------------------------------------
+    /// Records a blob now on disk, or refreshes its last use when it is known.
+    async fn put_blob(&self, digest: &str, size: i64, now: Millis) -> Result<()>;
+    async fn blob(&self, digest: &str) -> Result<Option<BlobRow>>;
+    async fn blobs(&self) -> Result<Vec<BlobRow>>;
+    async fn touch_blob(&self, digest: &str, now: Millis) -> Result<()>;
+    /// Records a pushed manifest (its blob row, its references) and, when `image` is given,
+    /// points that tag at it, in one transaction. Untagged rows of the same repository that
+    /// the new manifest references are dropped: they are reachable through the tag now.
+    async fn put_image(
+        &self,
+        manifest: &NewManifest,
+        image: Option<&ImageRow>,
+        by: &str,
+        now: Millis,
+    ) -> Result<()>;
+    async fn manifest(&self, digest: &str) -> Result<Option<ManifestRow>>;
+    /// Edges (manifest, referenced digest) of these manifests; of every manifest when `None`.
+    async fn manifest_refs(&self, manifests: Option<&[String]>) -> Result<Vec<(String, String)>>;
+    async fn image(&self, key: &ImageKey) -> Result<Option<ImageRow>>;
+    /// Every image row, or those of one repository `(scope, owner, name)`.
+    async fn images(&self, repo: Option<(&str, &str, &str)>) -> Result<Vec<ImageRow>>;
+    /// The newest image a build pushed under this key in a scope.
+    async fn image_by_build_key(
+        &self,
+        scope: &str,
+        owner: &str,
+        build_key: &str,
+    ) -> Result<Option<ImageRow>>;
+    async fn touch_image(&self, key: &ImageKey, now: Millis) -> Result<()>;
+    /// Removes image rows (tags); `why` goes into the event. Returns how many were removed.
+    async fn delete_images(
+        &self,
+        keys: &[ImageKey],
+        by: &str,
+        why: &str,
+        now: Millis,
+    ) -> Result<u64>;
+    /// Forgets blobs (and the manifests among them) that are about to be deleted from disk.
+    async fn delete_blobs(&self, digests: &[String], now: Millis) -> Result<()>;
 }

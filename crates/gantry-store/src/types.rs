@@ -355,3 +355,54 @@ pub enum EndpointChange {
     },
     Event(NewEvent),
 }
+
+/// An image tag in the object cache: `<scope>/<owner>/<name>:<tag>`. `scope` is `user` or
+/// `group`; a manifest kept without a tag has its digest (`sha256:...`) as `tag`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ImageKey {
+    pub scope: String,
+    pub owner: String,
+    pub name: String,
+    pub tag: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageRow {
+    pub key: ImageKey,
+    /// The manifest's digest.
+    pub digest: String,
+    pub media_type: String,
+    /// Bytes of the manifest and every blob it references, each counted once.
+    pub size: i64,
+    pub created_at: Millis,
+    pub last_used_at: Millis,
+    pub build_key: Option<String>,
+}
+
+/// A blob file of the object cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlobRow {
+    pub digest: String,
+    pub size: i64,
+    pub created_at: Millis,
+    pub last_used_at: Millis,
+}
+
+/// A blob that is a manifest or an index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManifestRow {
+    pub digest: String,
+    pub media_type: String,
+    pub size: i64,
+    pub created_at: Millis,
+}
+
+/// A manifest being pushed: its blob is on disk; `refs` are the digests it names (config and
+/// layers, or an index's manifests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewManifest {
+    pub digest: String,
+    pub media_type: String,
+    pub size: i64,
+    pub refs: Vec<String>,
+}

@@ -79,6 +79,9 @@ enum Command {
     /// Secrets that workflow files name as secret://SCOPE/NAME.
     #[command(subcommand)]
     Secret(cmd::secret::SecretCmd),
+    /// The object cache: images built or pushed for you and your group.
+    #[command(subcommand)]
+    Image(cmd::image::ImageCmd),
     /// Users, tokens and cluster settings (administrators).
     #[command(subcommand)]
     Admin(cmd::admin::AdminCmd),
@@ -139,6 +142,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Admin(c) => cmd::admin::run(c, &conn).await,
         Command::Secret(c) => cmd::secret::run(c, &conn).await,
         Command::Endpoint(c) => cmd::endpoint::run(c, &conn).await,
+        Command::Image(c) => cmd::image::run(c, &conn).await,
     }
 }
 

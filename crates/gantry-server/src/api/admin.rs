@@ -9,11 +9,18 @@ use crate::auth::{hash_token, new_token, UserCaller};
 use crate::state::{now_ms, AppState};
 
 /// Settings an administrator may change, with their defaults.
-pub const SETTINGS: &[(&str, &str, &str)] = &[(
-    "builds.enabled",
-    "true",
-    "whether workflows may build images (true|false)",
-)];
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "builds.enabled",
+        "true",
+        "whether workflows may build images (true|false)",
+    ),
+    (
+        crate::registry::CACHE_BYTES_KEY,
+        "10737418240",
+        "the object cache's size limit in bytes; least recently used images are evicted beyond it",
+    ),
+];
 
 fn valid_name(s: &str) -> bool {
     !s.is_empty()
@@ -121,6 +128,12 @@ pub async fn set_setting(
     if k.ends_with(".enabled") && !matches!(body.value.as_str(), "true" | "false") {
         return Err(ApiError::BadRequest(format!(
             "{key} must be true or false ({help}), not {:?}",
+            body.value
+        )));
+    }
+    if *k == crate::registry::CACHE_BYTES_KEY && !body.value.parse::<u64>().is_ok_and(|n| n > 0) {
+        return Err(ApiError::BadRequest(format!(
+            "{key} must be a positive whole number of bytes ({help}), not {:?}",
             body.value
         )));
     }

@@ -17,6 +17,7 @@ use crate::auth::UserCaller;
 use crate::state::AppState;
 
 pub fn router(state: AppState) -> Router {
+    let images = crate::registry::Registry::new(&state);
     let api = Router::new()
         .route("/whoami", get(whoami))
         .route("/workflows", get(workflows::list).post(workflows::submit))
@@ -55,11 +56,14 @@ pub fn router(state: AppState) -> Router {
             get(admin::get_setting).put(admin::set_setting),
         )
         .route("/agent/connect", get(crate::agents::connect))
+        .merge(crate::registry::api_routes(images.clone()))
         .layer(axum::middleware::map_response(json_errors));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::monitoring::metrics))
         .nest("/api/v1", api)
+        // The object cache's OCI registry.
+        .merge(crate::registry::v2_routes(images))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state.clone())
         .layer(axum::middleware::from_fn_with_state(

@@ -1,5 +1,6 @@
 pub mod admin;
 pub mod endpoint;
+pub mod image;
 pub mod monitoring;
 pub mod node;
 pub mod secret;
