@@ -1074,6 +1074,30 @@ async fn the_protocol_by_hand() {
         .collect();
     assert_eq!(keys["v1"], Value::Null);
     assert_eq!(keys["v2"], "key-123");
+    // The server's build code may record a key after an oci-client push, and look it up.
+    let store = &c.server.state.store;
+    let v1 = gantry_store::ImageKey {
+        scope: "user".into(),
+        owner: "alice".into(),
+        name: "tiny".into(),
+        tag: "v1".into(),
+    };
+    assert!(store
+        .set_image_build_key(&v1, Some("key-456"))
+        .await
+        .expect("the store"));
+    let found = store
+        .image_by_build_key("user", "alice", "key-456")
+        .await
+        .expect("the store")
+        .expect("an image under that key");
+    assert_eq!(found.key, v1);
+    assert_eq!(found.digest, sha256(&manifest));
+    assert!(store
+        .image_by_build_key("group", "physics", "key-456")
+        .await
+        .expect("the store")
+        .is_none());
 
     // Tags are listed in order, and in pages.
     for t in ["a", "b", "c"] {

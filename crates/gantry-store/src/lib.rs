@@ -183,4 +183,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<u64>;
     /// Forgets blobs (and the manifests among them) that are about to be deleted from disk.
     async fn delete_blobs(&self, digests: &[String], now: Millis) -> Result<()>;
+    /// Records the build cache key of a pushed tag (clients like oci-client cannot send the
+    /// `Gantry-Build-Key` header). Returns false when there is no such tag.
+    async fn set_image_build_key(&self, key: &ImageKey, build_key: Option<&str>) -> Result<bool>;
 }

@@ -2185,6 +2185,21 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn set_image_build_key(&self, key: &ImageKey, build_key: Option<&str>) -> Result<bool> {
+        let n = sqlx::query(
+            "UPDATE images SET build_key = ? WHERE scope = ? AND owner = ? AND name = ? AND tag = ?",
+        )
+        .bind(build_key)
+        .bind(&key.scope)
+        .bind(&key.owner)
+        .bind(&key.name)
+        .bind(&key.tag)
+        .execute(&self.writer)
+        .await?
+        .rows_affected();
+        Ok(n > 0)
+    }
+
     async fn setting(&self, key: &str) -> Result<Option<String>> {
         Ok(
             sqlx::query_scalar("SELECT value FROM settings WHERE key = ?")
