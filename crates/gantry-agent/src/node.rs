@@ -8,6 +8,11 @@
 //! An attempt is reported RUNNING with its address once its process runs, and for a service
 //! with a readiness probe only once the probe passes (`crate::probe`); a restarted agent resumes
 //! the probes of services it had not yet found ready.
+//!
+//! An assignment with a `build` is an image build (`crate::build`): PREPARING while its base is
+//! pulled, RUNNING while its steps run, and its end reported from its exit code like a
+//! container's. Its output is shipped from the same files. A build runs inside the agent, so a
+//! restarted agent reports it lost (the server may retry it).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -26,6 +31,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 use uuid::Uuid;
 
+use crate::build::{self, BuildEnv, Builder, StopSignal};
 use crate::image::{ImageStore, PullConfig};
 use crate::metrics::{self, HealthConfig, Metrics};
 use crate::net::{self, NetConfig, Network};
@@ -100,6 +106,8 @@ struct Tracked {
     /// RUNNING may be reported: always for jobs and for services without a probe; for the
     /// others once their readiness probe has passed.
     ready: bool,
+    /// Set for an image build run by this process: how to stop it.
+    build: Option<StopSignal>,
 }
 
 impl Tracked {
@@ -114,6 +122,7 @@ impl Tracked {
             started,
             address: None,
             ready: false,
+            build: None,
         }
     }
 }
@@ -126,6 +135,7 @@ struct Agent {
     runtime: Arc<Runtime>,
     net: Arc<Network>,
     images: Arc<ImageStore>,
+    builder: Builder,
     tracked: Tracker,
     /// The current connection's outbound queue; replaced on every reconnect.
     out: Arc<Mutex<Option<mpsc::UnboundedSender<AgentMessage>>>>,
@@ -191,11 +201,21 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .filter(|t| t.started && t.done.is_none())
             .count() as u64
     });
+    let net = Arc::new(net);
+    let builder = Builder::new(BuildEnv {
+        runtime: runtime.clone(),
+        images: images.clone(),
+        net: Some(net.clone()),
+        pull: config.pull.clone(),
+        token: Some(config.token.clone()),
+        userns: Some(build::userns::DEFAULT_MAP),
+    });
     let agent = Agent {
         config: Arc::new(config),
         runtime: Arc::new(runtime),
-        net: Arc::new(net),
+        net,
         images,
+        builder,
         tracked,
         out: Arc::default(),
         metrics,
@@ -431,7 +451,7 @@ fn handle(agent: &Agent, msg: ServerMessage) {
             grace_ms,
             cause,
         } => {
-            let started = {
+            let (started, build) = {
                 let mut map = lock(&agent.tracked);
                 let Some(t) = map.get_mut(&attempt_id) else {
                     drop(map);
@@ -439,9 +459,11 @@ fn handle(agent: &Agent, msg: ServerMessage) {
                     return;
                 };
                 t.stop_cause.get_or_insert(cause);
-                t.started
+                (t.started, t.build.clone())
             };
-            if started {
+            if let Some(b) = build {
+                b.stop(Duration::from_millis(grace_ms));
+            } else if started {
                 let rt = agent.runtime.clone();
                 tokio::task::spawn_blocking(move || {
                     if let Err(e) =
@@ -509,7 +531,27 @@ fn remove_volume(root: &Path, rel: &str) -> anyhow::Result<()> {
 }
 
 async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
-    let started = lock(&agent.tracked).get(&id).map(|t| t.started);
+    let (started, build) = lock(&agent.tracked)
+        .get(&id)
+        .map(|t| (t.started, t.build.clone()))
+        .unzip();
+    if let Some(b) = build.flatten() {
+        // A build still running here ends first (it cleans up after itself).
+        b.stop(grace);
+        let rt = agent.runtime.clone();
+        let cid = id.to_string();
+        let deadline = tokio::time::Instant::now() + grace + Duration::from_secs(60);
+        while tokio::time::Instant::now() < deadline {
+            let (rt, cid) = (rt.clone(), cid.clone());
+            let state = tokio::task::spawn_blocking(move || rt.status(&cid))
+                .await
+                .unwrap_or(ContainerState::Unknown);
+            if state != ContainerState::Running {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     if started == Some(true) {
         let rt = agent.runtime.clone();
         let net = agent.net.clone();
@@ -539,6 +581,10 @@ fn start(agent: &Agent, asg: Assignment) {
     lock(&agent.tracked).insert(id, Tracked::new(false));
     agent.report(id, AttemptPhase::Preparing);
     let agent = agent.clone();
+    if asg.build.is_some() {
+        tokio::spawn(run_build(agent, asg));
+        return;
+    }
     tokio::spawn(async move {
         match launch(&agent, &asg).await {
             Ok(address) => {
@@ -567,6 +613,54 @@ fn start(agent: &Agent, asg: Assignment) {
             }
         }
     });
+}
+
+/// Runs an image build: its base is prepared (a failure is a start failure, as for a job's
+/// image), then it runs as a task whose output and end the monitor reports like a container's.
+async fn run_build(agent: Agent, asg: Assignment) {
+    let id = asg.attempt_id;
+    let stop = StopSignal::new();
+    if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+        t.build = Some(stop.clone());
+    }
+    match agent.builder.prepare(&asg).await {
+        Ok(prepared) => {
+            // A stop asked for while the base was pulled ends the build before its first
+            // step (the build sees the signal).
+            let tracked = match lock(&agent.tracked).get_mut(&id) {
+                Some(t) => {
+                    t.started = true;
+                    t.ready = true;
+                    true
+                }
+                None => false,
+            };
+            if tracked {
+                spawn_monitor(agent.clone(), id);
+            }
+            let code = prepared.run(stop).await;
+            tracing::info!(attempt = %id, task = %asg.task, "build ended with {code}");
+            if !lock(&agent.tracked).contains_key(&id) {
+                // Forgotten before it ended (it was stopped then): nobody else will remove
+                // its record.
+                let rt = agent.runtime.clone();
+                let cid = id.to_string();
+                let _ = tokio::task::spawn_blocking(move || rt.remove(&cid)).await;
+            }
+        }
+        Err(e) => {
+            let phase = AttemptPhase::StartFailed {
+                message: format!("{e:#}"),
+            };
+            if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                t.done = Some(phase.clone());
+                t.final_sent = true;
+                t.build = None;
+            }
+            tracing::warn!(attempt = %id, task = %asg.task, "could not start the build: {e:#}");
+            agent.report(id, phase);
+        }
+    }
 }
 
 /// Pulls the image, prepares volumes, files and network, and starts the container under its

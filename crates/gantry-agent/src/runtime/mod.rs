@@ -12,10 +12,18 @@
 //! shim.pid shim.log runc.log container.pid
 //! exit.json       {"exit_code": N, "signal": S?, "start_error": "..."?}, written once at the end
 //! exec-*.pid      the process of a running `Runtime::exec`
+//! task.json       instead of a shim: the agent process that runs this attempt itself (a task)
 //! ```
 //!
 //! A container may join a network namespace made for it beforehand (see [`StartOptions`] and
 //! `crate::net`) instead of getting a fresh one with only `lo`.
+//!
+//! An image build's steps run as containers too, with a build's confinement
+//! ([`Runtime::start_build_step`]: a user namespace, a shorter capability list, output appended
+//! to the build's log). The build itself is a *task*: an attempt the agent runs in its own
+//! process ([`Runtime::create_task`]) but records in the same layout, so it is listed, its output
+//! shipped and its end reported exactly like a container's. A task whose agent is gone (the
+//! agent restarted) reads as [`ContainerState::Unknown`].
 
 mod shim;
 mod spec;
@@ -61,6 +69,7 @@ mod files {
     pub const RUNC_LOG: &str = "runc.log";
     pub const CONTAINER_PID: &str = "container.pid";
     pub const EXIT: &str = "exit.json";
+    pub const TASK: &str = "task.json";
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -130,6 +139,68 @@ pub struct StartOptions {
     /// of creating a new one. runc then leaves its interfaces alone (`lo` included), so whoever
     /// made it configures them. Ignored when `host_network` is set.
     pub netns: Option<PathBuf>,
+}
+
+/// A user namespace mapping: ids `0..size` in the container are `host..host+size` outside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMap {
+    pub host: u32,
+    pub size: u32,
+}
+
+impl IdMap {
+    /// The id in the container of a host id, if the mapping covers it.
+    pub fn to_container(&self, host_id: u32) -> Option<u32> {
+        host_id.checked_sub(self.host).filter(|id| *id < self.size)
+    }
+}
+
+/// What an image build's step container gets instead of a job's defaults
+/// ([`Runtime::start_build_step`]): always a shorter capability list (what package managers
+/// need) and no cgroup filesystem; these options on top.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// Run in a user namespace: root in the container is `host` outside. The image layers must
+    /// then be idmapped mounts (see `crate::build`); the container's upper directory is given to
+    /// `host` so that root in the container owns the image's `/`.
+    pub userns: Option<IdMap>,
+    /// Append the container's stdout and stderr to these files (the build's log) instead of
+    /// its own.
+    pub output: Option<(PathBuf, PathBuf)>,
+}
+
+/// The process that runs a task (`task.json`): a pid and that process's start time, so a
+/// reused pid is never taken for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct TaskOwner {
+    pid: i32,
+    start_time: u64,
+}
+
+impl TaskOwner {
+    fn current() -> Option<Self> {
+        let pid = std::process::id() as i32;
+        Some(TaskOwner {
+            pid,
+            start_time: process_start_time(pid)?,
+        })
+    }
+
+    fn alive(&self) -> bool {
+        process_start_time(self.pid) == Some(self.start_time)
+    }
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks since boot.
+fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: count after its end.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// How a command run in a container ([`Runtime::exec`]) ended.
@@ -280,6 +351,8 @@ pub enum RuntimeError {
     NotFound(String),
     #[error("container {id} failed to start: {message}")]
     StartFailed { id: String, message: String },
+    #[error("{0} is a task that still runs: stop it first")]
+    TaskRunning(String),
     #[error("container {id}: {what} did not happen within {secs} s")]
     Timeout { id: String, what: String, secs: u64 },
     #[error("{context}: {source}")]
@@ -386,7 +459,29 @@ impl Runtime {
         meta: &serde_json::Value,
         opts: &StartOptions,
     ) -> Result<()> {
-        self.create(spec, meta, opts)?;
+        self.start_inner(spec, meta, opts, None)
+    }
+
+    /// Starts one step of an image build: [`Runtime::start_with`] with a build's confinement
+    /// (see [`BuildOptions`]).
+    pub fn start_build_step(
+        &self,
+        spec: &ContainerSpec,
+        meta: &serde_json::Value,
+        opts: &StartOptions,
+        build: &BuildOptions,
+    ) -> Result<()> {
+        self.start_inner(spec, meta, opts, Some(build))
+    }
+
+    fn start_inner(
+        &self,
+        spec: &ContainerSpec,
+        meta: &serde_json::Value,
+        opts: &StartOptions,
+        build: Option<&BuildOptions>,
+    ) -> Result<()> {
+        self.create(spec, meta, opts, build)?;
         match self.wait_started(&spec.id) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -443,6 +538,7 @@ impl Runtime {
         spec: &ContainerSpec,
         meta: &serde_json::Value,
         opts: &StartOptions,
+        build: Option<&BuildOptions>,
     ) -> Result<()> {
         self.validate(spec)?;
         if let Some(ns) = opts.netns.as_deref().filter(|_| !spec.host_network) {
@@ -461,7 +557,7 @@ impl Runtime {
             }
             Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
         }
-        let built = self.populate(spec, meta, opts, &dir);
+        let built = self.populate(spec, meta, opts, build, &dir);
         if built.is_err() {
             let _ = self.remove_blocking(&spec.id);
         }
@@ -473,6 +569,7 @@ impl Runtime {
         spec: &ContainerSpec,
         meta: &serde_json::Value,
         opts: &StartOptions,
+        build: Option<&BuildOptions>,
         dir: &Path,
     ) -> Result<()> {
         // runc runs the container's processes from the bundle; keep it away from other users.
@@ -483,12 +580,32 @@ impl Runtime {
         for d in [files::ROOTFS, files::UPPER, files::WORK, files::INJECTED] {
             fs::create_dir(dir.join(d)).map_err(io_err(format!("creating {d}")))?;
         }
+        let userns = build.and_then(|b| b.userns);
+        if let Some(m) = userns {
+            // The upper directory is the overlay's `/`: root in the container must own it.
+            std::os::unix::fs::lchown(dir.join(files::UPPER), Some(m.host), Some(m.host))
+                .map_err(io_err("giving the upper directory to the user namespace"))?;
+        }
+        if let Some((out, err)) = build.and_then(|b| b.output.as_ref()) {
+            // The shim opens these (appending) and hands them to the container.
+            for (link, target) in [(files::STDOUT, out), (files::STDERR, err)] {
+                std::os::unix::fs::symlink(target, dir.join(link))
+                    .map_err(io_err(format!("linking {link} to {}", target.display())))?;
+            }
+        }
         let rootfs = dir.join(files::ROOTFS);
+        // A build step's upper directory becomes a layer: it must hold plain files.
+        let options = if build.is_some() {
+            sys::PLAIN_UPPER
+        } else {
+            &[]
+        };
         sys::mount_overlay(
             &spec.layers,
             &dir.join(files::UPPER),
             &dir.join(files::WORK),
             &rootfs,
+            options,
         )
         .map_err(io_err(format!(
             "mounting the image at {}",
@@ -522,6 +639,8 @@ impl Runtime {
             swap_accounting: Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
                 .exists(),
             netns: opts.netns.as_deref(),
+            build: build.is_some(),
+            userns,
         };
         let oci = spec::build(&spec, &host)?;
         let json = serde_json::to_vec_pretty(&oci).map_err(|e| io_err("config.json")(e.into()))?;
@@ -664,6 +783,13 @@ impl Runtime {
                 signal: rec.signal,
             };
         }
+        if let Some(owner) = read_task(&dir) {
+            return if owner.alive() {
+                ContainerState::Running
+            } else {
+                ContainerState::Unknown
+            };
+        }
         if read_pid(&dir.join(files::SHIM_PID)).is_some_and(|p| self.shim_alive(p, id)) {
             return ContainerState::Running;
         }
@@ -781,6 +907,89 @@ impl Runtime {
         })
     }
 
+    /// Records an attempt that this process runs itself (an image build) in the container
+    /// layout: its directory with `meta`, empty output files for the caller to write to
+    /// ([`Runtime::log_paths`]), and the owner that [`Runtime::status`] checks. It reads as
+    /// running until [`Runtime::finish_task`], or as unknown once this process is gone.
+    pub fn create_task(&self, id: &str, meta: &serde_json::Value) -> Result<()> {
+        if !valid_id(id) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "id `{id}` must be 1-128 of [A-Za-z0-9_.-]"
+            )));
+        }
+        let owner = TaskOwner::current().ok_or_else(|| {
+            io_err("reading this process's start time")(io::Error::other("no /proc/self/stat"))
+        })?;
+        let dir = self.container_dir(id);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(RuntimeError::AlreadyExists(id.to_owned()))
+            }
+            Err(e) => return Err(io_err(format!("creating {}", dir.display()))(e)),
+        }
+        let made = (|| -> Result<()> {
+            // Build steps under a user namespace reach their bundles through this directory.
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o711))
+                .map_err(io_err("chmod task directory"))?;
+            let meta_bytes = serde_json::to_vec(meta).map_err(|e| io_err("meta")(e.into()))?;
+            write_atomic(&dir.join(files::META), &meta_bytes)
+                .map_err(io_err("writing meta.json"))?;
+            for f in [files::STDOUT, files::STDERR] {
+                fs::File::create(dir.join(f)).map_err(io_err(format!("creating {f}")))?;
+            }
+            let owner = serde_json::to_vec(&owner).map_err(|e| io_err("task")(e.into()))?;
+            write_atomic(&dir.join(files::TASK), &owner).map_err(io_err("writing task.json"))
+        })();
+        if made.is_err() {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        made
+    }
+
+    /// Records a task's end: from now on [`Runtime::status`] reads `Exited { exit_code }`.
+    pub fn finish_task(&self, id: &str, exit_code: i32) -> Result<()> {
+        if !valid_id(id) || read_task(&self.container_dir(id)).is_none() {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        let record = ExitRecord {
+            exit_code,
+            signal: None,
+            start_error: None,
+        };
+        let json = serde_json::to_vec(&record).map_err(|e| io_err("exit")(e.into()))?;
+        write_atomic(&self.container_dir(id).join(files::EXIT), &json)
+            .map_err(io_err("writing exit.json"))
+    }
+
+    /// Takes an exited container's upper directory (what its process changed in the image) out
+    /// of its directory to `dest`, on the same filesystem, once its shim has unmounted it. The
+    /// container itself is left for [`Runtime::remove`].
+    pub fn take_upper(&self, id: &str, dest: &Path) -> Result<()> {
+        if !valid_id(id) || !self.container_dir(id).is_dir() {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        if self.status(id) == ContainerState::Running {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "container {id} still runs: its upper directory is in use"
+            )));
+        }
+        let dir = self.container_dir(id);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while let Some(pid) = read_pid(&dir.join(files::SHIM_PID)) {
+            if !self.shim_alive(pid, id) || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        let rootfs = dir.join(files::ROOTFS);
+        sys::unmount_all(&rootfs).map_err(io_err(format!("unmounting {}", rootfs.display())))?;
+        fs::rename(dir.join(files::UPPER), dest).map_err(io_err(format!(
+            "moving the upper directory of {id} to {}",
+            dest.display()
+        )))
+    }
+
     fn runc(&self) -> Command {
         let mut c = Command::new(&self.cfg.runc);
         c.arg("--root")
@@ -825,7 +1034,8 @@ impl Runtime {
             return Ok(ContainerState::Unknown);
         }
         let state = self.status(id);
-        if state != ContainerState::Running {
+        if state != ContainerState::Running || read_task(&self.container_dir(id)).is_some() {
+            // A task is stopped by the process that runs it.
             return Ok(state);
         }
         if !grace.is_zero() {
@@ -865,6 +1075,9 @@ impl Runtime {
             return Err(RuntimeError::NotFound(id.to_owned()));
         }
         if self.status(id) == ContainerState::Running {
+            if read_task(&self.container_dir(id)).is_some() {
+                return Err(RuntimeError::TaskRunning(id.to_owned()));
+            }
             self.stop(id, Duration::ZERO)?;
         }
         let dir = self.container_dir(id);
@@ -915,6 +1128,10 @@ fn read_pid(p: &Path) -> Option<i32> {
 
 fn read_exit(dir: &Path) -> Option<ExitRecord> {
     serde_json::from_slice(&fs::read(dir.join(files::EXIT)).ok()?).ok()
+}
+
+fn read_task(dir: &Path) -> Option<TaskOwner> {
+    serde_json::from_slice(&fs::read(dir.join(files::TASK)).ok()?).ok()
 }
 
 /// Resolves `user[:group]` against the image's /etc/passwd and /etc/group. Files are read only

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilitiesBuilder, LinuxCpuBuilder, LinuxDeviceCgroupBuilder,
-    LinuxMemoryBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, LinuxPidsBuilder,
-    LinuxResourcesBuilder, LinuxSeccomp, Mount, MountBuilder, PosixRlimitBuilder, PosixRlimitType,
-    ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
+    LinuxIdMappingBuilder, LinuxMemoryBuilder, LinuxNamespaceBuilder, LinuxNamespaceType,
+    LinuxPidsBuilder, LinuxResourcesBuilder, LinuxSeccomp, Mount, MountBuilder, PosixRlimitBuilder,
+    PosixRlimitType, ProcessBuilder, RootBuilder, Spec, SpecBuilder, UserBuilder,
 };
 
-use super::{ContainerSpec, RuntimeError};
+use super::{ContainerSpec, IdMap, RuntimeError};
 
 /// Where the init binary (tini/catatonit) is bind-mounted. It lands on the `/dev` tmpfs that
 /// runc creates, so nothing is written into the image's filesystem for it.
@@ -34,6 +34,21 @@ const CAPS: [Capability; 14] = [
     Capability::NetBindService,
     Capability::SysChroot,
     Capability::Kill,
+    Capability::AuditWrite,
+];
+
+/// What an image build's RUN step gets: what package managers need to install files, set their
+/// owners, modes and file capabilities, and switch users, and nothing for the network, raw
+/// devices (`MKNOD`: device nodes have no place in an image layer) or other processes' limits.
+const BUILD_CAPS: [Capability; 9] = [
+    Capability::Chown,
+    Capability::DacOverride,
+    Capability::Fowner,
+    Capability::Fsetid,
+    Capability::Kill,
+    Capability::Setgid,
+    Capability::Setuid,
+    Capability::Setfcap,
     Capability::AuditWrite,
 ];
 
@@ -76,6 +91,10 @@ pub struct HostSide<'a> {
     pub swap_accounting: bool,
     /// A network namespace to join instead of a new one.
     pub netns: Option<&'a Path>,
+    /// An image build's step rather than a job: [`BUILD_CAPS`], no cgroup filesystem.
+    pub build: bool,
+    /// Run in a user namespace with this mapping.
+    pub userns: Option<IdMap>,
 }
 
 fn mount(dest: &str, typ: &str, source: &str, options: &[&str]) -> Result<Mount, RuntimeError> {
@@ -130,20 +149,39 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
             "mqueue",
             &["nosuid", "noexec", "nodev"],
         )?,
-        mount(
+    ];
+    if host.userns.is_some() && host.netns.is_some() && !spec.host_network {
+        // sysfs can only be mounted by the owner of the network namespace, and one made
+        // beforehand (on the node's bridge) belongs to the host's user namespace: an empty,
+        // read-only /sys then, rather than the host's.
+        mounts.push(mount(
+            "/sys",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "noexec", "nodev", "ro", "size=4k"],
+        )?);
+    } else {
+        mounts.push(mount(
             "/sys",
             "sysfs",
             "sysfs",
             &["nosuid", "noexec", "nodev", "ro"],
-        )?,
-        mount(
+        )?);
+    }
+    if !host.build {
+        mounts.push(mount(
             "/sys/fs/cgroup",
             "cgroup",
             "cgroup",
             &["nosuid", "noexec", "nodev", "relatime", "ro"],
-        )?,
-        mount("/tmp", "tmpfs", "tmpfs", &["nosuid", "nodev", "mode=1777"])?,
-    ];
+        )?);
+    }
+    mounts.push(mount(
+        "/tmp",
+        "tmpfs",
+        "tmpfs",
+        &["nosuid", "nodev", "mode=1777"],
+    )?);
     if let Some(init) = host.init {
         mounts.push(mount(
             INIT_PATH,
@@ -173,7 +211,11 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         )?);
     }
 
-    let caps: HashSet<Capability> = CAPS.into_iter().collect();
+    let caps: HashSet<Capability> = if host.build {
+        BUILD_CAPS.into_iter().collect()
+    } else {
+        CAPS.into_iter().collect()
+    };
     // A non-root process keeps the bounding set (setuid binaries still work) but starts with
     // no effective capabilities, as under Docker.
     let held = if host.uid == 0 {
@@ -241,6 +283,14 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         }
         namespaces.push(ns.build().map_err(spec_err)?);
     }
+    if host.userns.is_some() {
+        namespaces.push(
+            LinuxNamespaceBuilder::default()
+                .typ(LinuxNamespaceType::User)
+                .build()
+                .map_err(spec_err)?,
+        );
+    }
 
     let mut resources = LinuxResourcesBuilder::default().devices(vec![
         // Deny all; runc adds the standard /dev nodes (null, zero, tty, ...) itself.
@@ -279,7 +329,19 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         );
     }
 
-    let linux = LinuxBuilder::default()
+    let mut linux = LinuxBuilder::default();
+    if let Some(m) = host.userns {
+        let mapping = LinuxIdMappingBuilder::default()
+            .container_id(0u32)
+            .host_id(m.host)
+            .size(m.size)
+            .build()
+            .map_err(spec_err)?;
+        linux = linux
+            .uid_mappings(vec![mapping])
+            .gid_mappings(vec![mapping]);
+    }
+    let linux = linux
         .namespaces(namespaces)
         .resources(resources.build().map_err(spec_err)?)
         .cgroups_path(PathBuf::from(&host.cgroups_path))
@@ -361,6 +423,8 @@ mod tests {
             cgroups_path: "/gantry/a/c1".into(),
             swap_accounting: true,
             netns: None,
+            build: false,
+            userns: None,
         }
     }
 
@@ -432,6 +496,58 @@ mod tests {
             .unwrap()
             .iter()
             .any(|n| n["type"] == "network"));
+    }
+
+    #[test]
+    fn build_steps_get_a_user_namespace_and_fewer_capabilities() {
+        let mut h = host();
+        h.build = true;
+        h.userns = Some(IdMap {
+            host: 0x7000_0000,
+            size: 65536,
+        });
+        let v = serde_json::to_value(build(&sample(), &h).unwrap()).unwrap();
+        let l = &v["linux"];
+        assert!(l["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["type"] == "user"));
+        assert_eq!(l["uidMappings"][0]["hostID"], 0x7000_0000);
+        assert_eq!(l["gidMappings"][0]["size"], 65536);
+        let caps = v["process"]["capabilities"]["bounding"].as_array().unwrap();
+        assert_eq!(caps.len(), BUILD_CAPS.len());
+        for absent in [
+            "CAP_MKNOD",
+            "CAP_NET_RAW",
+            "CAP_SYS_CHROOT",
+            "CAP_NET_BIND_SERVICE",
+        ] {
+            assert!(!caps.contains(&absent.into()), "{absent}");
+        }
+        let mounts = v["mounts"].as_array().unwrap();
+        assert!(!mounts.iter().any(|m| m["destination"] == "/sys/fs/cgroup"));
+        let sys = mounts.iter().find(|m| m["destination"] == "/sys").unwrap();
+        assert_eq!(
+            sys["type"], "sysfs",
+            "its own network namespace: a sysfs of its own"
+        );
+        // A network namespace made beforehand belongs to the host's user namespace: no sysfs.
+        h.netns = Some(Path::new("/run/netns/b"));
+        let v = serde_json::to_value(build(&sample(), &h).unwrap()).unwrap();
+        let mounts = v["mounts"].as_array().unwrap();
+        let sys = mounts.iter().find(|m| m["destination"] == "/sys").unwrap();
+        assert_eq!(sys["type"], "tmpfs");
+        // Jobs are unchanged.
+        let v = serde_json::to_value(build(&sample(), &host()).unwrap()).unwrap();
+        assert!(v["linux"].get("uidMappings").is_none());
+        assert_eq!(
+            v["process"]["capabilities"]["bounding"]
+                .as_array()
+                .unwrap()
+                .len(),
+            CAPS.len()
+        );
     }
 
     #[test]

@@ -14,12 +14,19 @@ fn cstr(path: &Path) -> io::Result<CString> {
 /// The mount data must fit in one page; the kernel truncates silently otherwise.
 const MAX_MOUNT_DATA: usize = 4000;
 
-/// Mounts an overlay of `lowers` (bottom first, as images list them) with a private upper.
+/// Options for an overlay whose upper directory becomes an image layer: renamed directories
+/// and changed metadata must be copied up whole, never recorded as redirects or metadata-only
+/// copies that only overlayfs could read (kernels may turn either on by default).
+pub const PLAIN_UPPER: &[&str] = &["redirect_dir=off", "metacopy=off"];
+
+/// Mounts an overlay of `lowers` (bottom first, as images list them) with a private upper, and
+/// more mount `options` if given (see [`PLAIN_UPPER`]).
 pub fn mount_overlay(
     lowers: &[PathBuf],
     upper: &Path,
     work: &Path,
     target: &Path,
+    options: &[&str],
 ) -> io::Result<()> {
     for p in lowers.iter().map(PathBuf::as_path).chain([upper, work]) {
         let s = p.to_string_lossy();
@@ -37,11 +44,15 @@ pub fn mount_overlay(
         .map(|p| p.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(":");
-    let data = format!(
+    let mut data = format!(
         "lowerdir={lower},upperdir={},workdir={}",
         upper.display(),
         work.display()
     );
+    for o in options {
+        data.push(',');
+        data.push_str(o);
+    }
     if data.len() > MAX_MOUNT_DATA {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

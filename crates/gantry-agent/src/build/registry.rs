@@ -1,0 +1,384 @@
+//! The registries a build talks to: the base image's (its manifest and configuration, which the
+//! node's image store does not keep), and the build's own (the server's object cache): cached
+//! layers are fetched from it, and the result is pushed to it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use gantry_api::agent::{ImageSource, RegistryCredential};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::OciDistributionError;
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::image::{parse_source, ImageStore, PullConfig, Source};
+
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+const DOCKER_MANIFEST: &str = "application/vnd.docker.distribution.manifest.v2+json";
+
+/// A content descriptor, as manifests list them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    pub media_type: String,
+    pub digest: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct RawManifest {
+    config: Descriptor,
+    #[serde(default)]
+    layers: Vec<Descriptor>,
+}
+
+/// What a build takes from its base besides the unpacked layers.
+#[derive(Debug, Clone)]
+pub struct BaseImage {
+    /// The configuration as the image has it, unknown fields included.
+    pub config: serde_json::Value,
+    /// Its layers, with OCI media types (Docker's are translated).
+    pub layers: Vec<Descriptor>,
+}
+
+fn hex_of(digest: &str) -> Result<&str, String> {
+    crate::image::check_digest(digest).map_err(|e| e.to_string())
+}
+
+fn verify(digest: &str, bytes: &[u8]) -> Result<(), String> {
+    let actual = hex::encode(Sha256::digest(bytes));
+    if hex_of(digest)? != actual {
+        return Err(format!(
+            "content of {digest} does not match it (got sha256:{actual})"
+        ));
+    }
+    Ok(())
+}
+
+/// Docker media types -> OCI's, so the built manifest is all OCI.
+fn oci_media_type(mt: &str) -> String {
+    match mt {
+        "application/vnd.docker.image.rootfs.diff.tar.gzip" => {
+            "application/vnd.oci.image.layer.v1.tar+gzip".into()
+        }
+        "application/vnd.docker.image.rootfs.diff.tar" => {
+            "application/vnd.oci.image.layer.v1.tar".into()
+        }
+        other => other.into(),
+    }
+}
+
+fn auth_of(credential: Option<&RegistryCredential>) -> RegistryAuth {
+    match credential {
+        None => RegistryAuth::Anonymous,
+        Some(RegistryCredential::Basic { username, password }) => {
+            RegistryAuth::Basic(username.clone(), password.clone())
+        }
+        Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
+    }
+}
+
+/// Error text with its causes (reqwest hides refused connections in the chain).
+fn detail(e: &OciDistributionError) -> String {
+    let mut s = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}
+
+/// The base's manifest (by the digest the image store used) and configuration. The
+/// configuration blob is read from the image store when it is there (it always is after a
+/// pull), so this costs one manifest request.
+pub async fn base_image(
+    images: &ImageStore,
+    pull: &PullConfig,
+    src: &ImageSource,
+    manifest_digest: &str,
+) -> Result<BaseImage, String> {
+    let local_config = |digest: &str| -> Result<Option<Vec<u8>>, String> {
+        let p = images.root().join("blobs/sha256").join(hex_of(digest)?);
+        match std::fs::read(&p) {
+            Ok(b) => verify(digest, &b).map(|()| Some(b)),
+            Err(_) => Ok(None),
+        }
+    };
+    let (manifest, config) = match parse_source(&src.uri).map_err(|e| e.to_string())? {
+        Source::Layout { path, .. } => {
+            let read = |digest: &str| -> Result<Vec<u8>, String> {
+                let p = path.join("blobs/sha256").join(hex_of(digest)?);
+                let b = std::fs::read(&p).map_err(|e| format!("reading {}: {e}", p.display()))?;
+                verify(digest, &b)?;
+                Ok(b)
+            };
+            let raw = read(manifest_digest)?;
+            let m: RawManifest = serde_json::from_slice(&raw)
+                .map_err(|e| format!("manifest {manifest_digest}: {e}"))?;
+            let config = match local_config(&m.config.digest)? {
+                Some(c) => c,
+                None => read(&m.config.digest)?,
+            };
+            (m, config)
+        }
+        Source::Registry(reference) => {
+            let (registry, repository, plain) = mirrored(&reference, pull)?;
+            let client = Client::new(ClientConfig {
+                protocol: ClientProtocol::HttpsExcept(plain),
+                connect_timeout: Some(Duration::from_secs(30)),
+                read_timeout: Some(Duration::from_secs(120)),
+                ..Default::default()
+            });
+            let by_digest =
+                Reference::with_digest(registry, repository, manifest_digest.to_owned());
+            let auth = auth_of(src.credential.as_ref());
+            let (raw, _) = client
+                .pull_manifest_raw(&by_digest, &auth, &[OCI_MANIFEST, DOCKER_MANIFEST])
+                .await
+                .map_err(|e| format!("manifest {manifest_digest}: {}", detail(&e)))?;
+            verify(manifest_digest, &raw)?;
+            let m: RawManifest = serde_json::from_slice(&raw)
+                .map_err(|e| format!("manifest {manifest_digest}: {e}"))?;
+            let config = match local_config(&m.config.digest)? {
+                Some(c) => c,
+                None => {
+                    let mut buf = Vec::new();
+                    client
+                        .pull_blob(&by_digest, m.config.digest.as_str(), &mut buf)
+                        .await
+                        .map_err(|e| format!("config {}: {}", m.config.digest, detail(&e)))?;
+                    verify(&m.config.digest, &buf)?;
+                    buf
+                }
+            };
+            (m, config)
+        }
+    };
+    let config: serde_json::Value = serde_json::from_slice(&config)
+        .map_err(|e| format!("config {}: {e}", manifest.config.digest))?;
+    if !config.is_object() {
+        return Err(format!(
+            "config {} is not a JSON object",
+            manifest.config.digest
+        ));
+    }
+    let layers = manifest
+        .layers
+        .into_iter()
+        .map(|l| Descriptor {
+            media_type: oci_media_type(&l.media_type),
+            annotations: BTreeMap::new(),
+            ..l
+        })
+        .collect();
+    Ok(BaseImage { config, layers })
+}
+
+/// Where the image store pulls `reference` from: its mirror when one is configured (see
+/// [`PullConfig::mirrors`]), and the hosts to speak plain HTTP to.
+fn mirrored(
+    reference: &Reference,
+    pull: &PullConfig,
+) -> Result<(String, String, Vec<String>), String> {
+    let mut plain = pull.insecure_hosts.clone();
+    let repository = reference.repository().to_owned();
+    let Some(base) = pull.mirrors.get(reference.registry()) else {
+        return Ok((reference.resolve_registry().to_owned(), repository, plain));
+    };
+    let (rest, is_plain) = match base.strip_prefix("http://") {
+        Some(r) => (r, true),
+        None => (base.strip_prefix("https://").unwrap_or(base), false),
+    };
+    let host = rest.trim_end_matches('/').to_owned();
+    if host.is_empty() || host.contains('/') {
+        return Err(format!("mirror `{base}` is not a registry base URL"));
+    }
+    if is_plain {
+        plain.push(host.clone());
+    }
+    Ok((host, repository, plain))
+}
+
+/// The build's registry and repository, spoken to in plain HTTP with the agent's token.
+pub struct Target {
+    client: Client,
+    reference: Reference,
+}
+
+impl Target {
+    pub async fn new(
+        registry: &str,
+        repository: &str,
+        tag: &str,
+        token: Option<&str>,
+    ) -> Result<Self, String> {
+        let reference = Reference::with_tag(registry.into(), repository.into(), tag.into());
+        // A reference that does not parse back is one the registry would refuse.
+        let text = reference.whole();
+        text.parse::<Reference>()
+            .map_err(|e| format!("`{text}` is not a valid image reference: {e}"))?;
+        let client = Client::new(ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(vec![registry.to_owned()]),
+            // One PUT per blob: every registry takes those; chunked uploads are optional.
+            use_monolithic_push: true,
+            connect_timeout: Some(Duration::from_secs(30)),
+            read_timeout: Some(Duration::from_secs(300)),
+            ..Default::default()
+        });
+        let auth = match token {
+            Some(t) if !t.is_empty() => RegistryAuth::Bearer(t.to_owned()),
+            _ => RegistryAuth::Anonymous,
+        };
+        client
+            .store_auth_if_needed(reference.resolve_registry(), &auth)
+            .await;
+        Ok(Target { client, reference })
+    }
+
+    /// `registry/repository:tag`.
+    pub fn name(&self) -> String {
+        self.reference.whole()
+    }
+
+    pub async fn has_blob(&self, digest: &str) -> Result<bool, String> {
+        self.client
+            .blob_exists(&self.reference, digest)
+            .await
+            .map_err(|e| format!("asking for {digest}: {}", detail(&e)))
+    }
+
+    /// Asks the registry to link a blob it holds in another repository into this one (a
+    /// cross-repository mount), so it need not be uploaded. False when it would not.
+    pub async fn mount_blob(&self, from_repository: &str, digest: &str) -> bool {
+        let source = Reference::with_tag(
+            self.reference.registry().to_owned(),
+            from_repository.to_owned(),
+            "latest".into(),
+        );
+        self.client
+            .mount_blob(&self.reference, &source, digest)
+            .await
+            .is_ok()
+    }
+
+    /// Downloads a blob of the repository into `dest`, checking it against its digest.
+    pub async fn fetch_blob(&self, digest: &str, dest: &Path) -> Result<(), String> {
+        let mut stream = self
+            .client
+            .pull_blob_stream(&self.reference, digest)
+            .await
+            .map_err(|e| format!("fetching {digest}: {}", detail(&e)))?;
+        let mut file = tokio::fs::File::create(dest)
+            .await
+            .map_err(|e| format!("creating {}: {e}", dest.display()))?;
+        let mut hasher = Sha256::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| format!("fetching {digest}: {e}"))?;
+            hasher.update(&chunk);
+            file.write_all(&chunk)
+                .await
+                .map_err(|e| format!("writing {}: {e}", dest.display()))?;
+        }
+        file.sync_all()
+            .await
+            .map_err(|e| format!("writing {}: {e}", dest.display()))?;
+        let actual = hex::encode(hasher.finalize());
+        if hex_of(digest)? != actual {
+            return Err(format!(
+                "the registry's {digest} does not match its digest (got sha256:{actual})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Uploads a file as the blob `digest` (one PUT, streamed from disk).
+    pub async fn push_file(&self, path: &Path, digest: &str, size: u64) -> Result<(), String> {
+        let file = tokio::fs::File::open(path)
+            .await
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        let stream = futures_util::stream::unfold(Some(file), |file| async move {
+            let mut file = file?;
+            let mut buf = vec![0u8; 1 << 20];
+            match file.read(&mut buf).await {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(bytes::Bytes::from(buf)), Some(file)))
+                }
+                Err(e) => Some((Err(OciDistributionError::IoError(e)), None)),
+            }
+        });
+        self.client
+            .push_blob_stream(&self.reference, stream, digest, Some(size))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("pushing {digest}: {}", detail(&e)))
+    }
+
+    pub async fn push_bytes(&self, data: Vec<u8>, digest: &str) -> Result<(), String> {
+        self.client
+            .push_blob(&self.reference, data, digest)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("pushing {digest}: {}", detail(&e)))
+    }
+
+    /// Pushes an image manifest under the target's tag.
+    pub async fn push_manifest(&self, manifest: Vec<u8>) -> Result<(), String> {
+        self.client
+            .push_manifest_raw(
+                &self.reference,
+                manifest,
+                http::HeaderValue::from_static(OCI_MANIFEST),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("pushing the manifest: {}", detail(&e)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_layers_get_oci_media_types() {
+        assert_eq!(
+            oci_media_type("application/vnd.docker.image.rootfs.diff.tar.gzip"),
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        );
+        assert_eq!(
+            oci_media_type("application/vnd.oci.image.layer.v1.tar+zstd"),
+            "application/vnd.oci.image.layer.v1.tar+zstd"
+        );
+    }
+
+    #[test]
+    fn mirrors_are_followed_like_the_image_store_does() {
+        let r: Reference = "docker.io/library/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            .parse()
+            .unwrap();
+        let mut pull = PullConfig::default();
+        let (reg, repo, plain) = mirrored(&r, &pull).unwrap();
+        assert_eq!(
+            (reg.as_str(), repo.as_str()),
+            ("index.docker.io", "library/busybox")
+        );
+        assert!(plain.is_empty());
+        pull.mirrors
+            .insert("docker.io".into(), "http://127.0.0.1:5000/".into());
+        let (reg, _, plain) = mirrored(&r, &pull).unwrap();
+        assert_eq!(reg, "127.0.0.1:5000");
+        assert_eq!(plain, vec!["127.0.0.1:5000".to_owned()]);
+    }
+}

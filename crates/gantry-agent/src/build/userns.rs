@@ -1,0 +1,221 @@
+//! User namespaces for build steps, and idmapped mounts of image layers.
+//!
+//! A RUN step's root is mapped to an unprivileged host id (`IdMap::host`), so a command that
+//! escapes its container is nobody on the host. The image's files (owned by 0..65535 on disk,
+//! shared by every container on the node) must then look owned by the mapped ids from inside:
+//! each lower layer is given to overlayfs as an *idmapped mount* of the cached layer (a view
+//! with shifted owners; nothing on disk changes). The upper directory cannot be idmapped
+//! (overlayfs writes its work directory with the mounter's ids, which the mapping does not
+//! cover), so what a step writes is owned by the mapped host ids, and the layer conversion
+//! shifts them back (`layer::write_layer`). Steps built before are stacked as they are (their
+//! owners are already shifted).
+//!
+//! This needs Linux 5.19 or later (idmapped overlayfs layers); [`probe`] says whether it works
+//! on this node.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::runtime::IdMap;
+
+/// Host ids `0x7000_0000..+65536` are root..65535 of build steps: far above what systems hand
+/// out to users and system services (systemd leaves 0x70000000 and up alone), so no process
+/// or file of the host is ever one of them.
+pub const DEFAULT_MAP: IdMap = IdMap {
+    host: 0x7000_0000,
+    size: 65536,
+};
+
+// linux/mount.h
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A user namespace with a mapping, held open for idmapped mounts.
+pub struct UserNs {
+    fd: OwnedFd,
+    map: IdMap,
+}
+
+impl UserNs {
+    /// Makes a user namespace mapping 0..size to host..host+size: a child process unshares
+    /// one, the mapping is written from here, and its namespace file is kept open.
+    pub fn new(map: IdMap) -> io::Result<Self> {
+        let (ready_r, ready_w) = pipe()?;
+        let (done_r, done_w) = pipe()?;
+        // SAFETY: the child only makes async-signal-safe calls (unshare, write, read, _exit)
+        // before it exits; it never returns into Rust code.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: plain syscalls on fds this process owns; the child ends with _exit.
+            unsafe {
+                // Only its own ends: with the others open it would never see the parent's
+                // end of `done` close.
+                libc::close(ready_r.as_raw_fd());
+                libc::close(done_w.as_raw_fd());
+                let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
+                libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
+                let mut b = 0u8;
+                libc::read(done_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+                libc::_exit(0);
+            }
+        }
+        drop(ready_w);
+        drop(done_r);
+        let result = (|| -> io::Result<OwnedFd> {
+            let mut ok = 0u8;
+            // SAFETY: reading one byte into a valid buffer.
+            let n = unsafe { libc::read(ready_r.as_raw_fd(), (&mut ok as *mut u8).cast(), 1) };
+            if n != 1 || ok != 1 {
+                return Err(io::Error::other("could not make a user namespace"));
+            }
+            let line = format!("0 {} {}\n", map.host, map.size);
+            fs::write(format!("/proc/{pid}/uid_map"), &line)?;
+            fs::write(format!("/proc/{pid}/gid_map"), &line)?;
+            let f = fs::File::open(format!("/proc/{pid}/ns/user"))?;
+            Ok(OwnedFd::from(f))
+        })();
+        drop(done_w);
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        Ok(UserNs { fd: result?, map })
+    }
+
+    pub fn map(&self) -> IdMap {
+        self.map
+    }
+
+    /// Mounts `src` at `target` (an existing directory) with owners shifted by this
+    /// namespace's mapping. Undo with `runtime::sys::unmount_all`.
+    pub fn idmapped_mount(&self, src: &Path, target: &Path) -> io::Result<()> {
+        let s = cstr(src)?;
+        let t = cstr(target)?;
+        // SAFETY: valid NUL-terminated path; the returned fd is owned below.
+        let tree = unsafe {
+            libc::syscall(
+                libc::SYS_open_tree,
+                libc::AT_FDCWD,
+                s.as_ptr(),
+                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+            )
+        };
+        if tree < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: open_tree returned a new fd that nothing else owns.
+        let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+        let attr = MountAttr {
+            attr_set: MOUNT_ATTR_IDMAP,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: self.fd.as_raw_fd() as u64,
+        };
+        let empty = c"";
+        // SAFETY: valid fd, empty path with AT_EMPTY_PATH, and a struct of the size passed.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                empty.as_ptr(),
+                libc::AT_EMPTY_PATH,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: valid fds and paths.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree.as_raw_fd(),
+                empty.as_ptr(),
+                libc::AT_FDCWD,
+                t.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        };
+        if rc < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Whether build steps can run in a user namespace here: a namespace, an idmapped mount and
+/// an overlay over it, tried in `scratch` (an empty directory on the filesystem the layers
+/// live on). Leaves nothing mounted.
+pub fn probe(map: IdMap, scratch: &Path) -> Result<(), String> {
+    let ns = UserNs::new(map).map_err(|e| format!("user namespace: {e}"))?;
+    let (src, lower, upper, work, merged) = (
+        scratch.join("src"),
+        scratch.join("lower"),
+        scratch.join("upper"),
+        scratch.join("work"),
+        scratch.join("merged"),
+    );
+    for d in [&src, &lower, &upper, &work, &merged] {
+        fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+    }
+    let result = ns
+        .idmapped_mount(&src, &lower)
+        .map_err(|e| format!("idmapped mount: {e}"))
+        .and_then(|()| {
+            crate::runtime::sys::mount_overlay(
+                std::slice::from_ref(&lower),
+                &upper,
+                &work,
+                &merged,
+                crate::runtime::sys::PLAIN_UPPER,
+            )
+            .map_err(|e| format!("overlay over an idmapped layer: {e}"))
+        })
+        .and_then(|()| {
+            use std::os::unix::fs::MetadataExt;
+            // `src` belongs to root: through the mapping it must read as the mapped root.
+            let lower_uid = fs::metadata(&lower).map(|m| m.uid()).unwrap_or(0);
+            if lower_uid == map.host {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the idmapped mount shows owner {lower_uid}, not {}",
+                    map.host
+                ))
+            }
+        });
+    let _ = crate::runtime::sys::unmount_all(&merged);
+    let _ = crate::runtime::sys::unmount_all(&lower);
+    result
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just made and are owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn cstr(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
