@@ -172,10 +172,16 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         format!("gantry/{}", config.name),
         config.shim_argv.clone(),
     ))?;
-    let images = Arc::new(ImageStore::new(
-        config.state_dir.join("images"),
-        config.pull.clone(),
-    )?);
+    // The server's object cache is a registry too: plain HTTP when the server is.
+    let mut pull = config.pull.clone();
+    if let Some(host) =
+        server_registry(&config.server).filter(|_| config.server.starts_with("http://"))
+    {
+        if !pull.insecure_hosts.contains(&host) {
+            pull.insecure_hosts.push(host);
+        }
+    }
+    let images = Arc::new(ImageStore::new(config.state_dir.join("images"), pull)?);
     let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))
         .context("container networking")?;
     let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
@@ -307,6 +313,13 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
             }
         }
     });
+}
+
+/// `host:port` of the server, where its object cache serves images.
+fn server_registry(server: &str) -> Option<String> {
+    let rest = server.split("://").nth(1)?;
+    let host = rest.split('/').next()?.trim();
+    (!host.is_empty()).then(|| host.to_string())
 }
 
 fn ws_url(server: &str) -> String {
@@ -666,9 +679,20 @@ async fn run_build(agent: Agent, asg: Assignment) {
 /// Pulls the image, prepares volumes, files and network, and starts the container under its
 /// shim. Returns the container's address when it has a network.
 async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::net::Ipv4Addr>> {
+    // Images from the server's object cache (built ones) are pulled with this agent's token.
+    let mut source = asg.image.clone();
+    if source.credential.is_none() {
+        if let Some(host) = server_registry(&agent.config.server) {
+            if source.uri.starts_with(&format!("docker://{host}/")) {
+                source.credential = Some(gantry_api::agent::RegistryCredential::Bearer {
+                    token: agent.config.token.clone(),
+                });
+            }
+        }
+    }
     let image = agent
         .images
-        .prepare(&asg.image)
+        .prepare(&source)
         .await
         .with_context(|| format!("image {}", asg.image.uri))?;
     if lock(&agent.tracked)

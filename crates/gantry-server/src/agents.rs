@@ -131,6 +131,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
             continue;
         };
         let wf = st.store.workflow(a.workflow_id).await?;
+        crate::builds::fill_cached(&st, &mut asg).await;
         match crate::secrets::resolve(&st, &mut asg, &wf.owner, &wf.group).await {
             Ok(()) => desired.push(asg),
             Err(e) => end_attempt(&st, a.id, None, EndCause::StartError, Some(e)).await?,

@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use gantry_api::agent::{
-    Assignment, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources, ServerMessage,
-    ServiceSpec, VolumeMount,
+    Assignment, BuildSpec, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources,
+    ServerMessage, ServiceSpec, VolumeMount,
 };
 use gantry_api::{EndCause, NodeState};
 use gantry_core::engine::{self, Action, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView};
@@ -322,6 +322,7 @@ async fn tick(st: &AppState) -> anyhow::Result<()> {
         st.hub.send(&node, msg);
     }
     for (node, mut asg, owner, group) in assigns {
+        crate::builds::fill_cached(st, &mut asg).await;
         match crate::secrets::resolve(st, &mut asg, &owner, &group).await {
             Ok(()) => {
                 st.hub.send(&node, ServerMessage::Assign(Box::new(asg)));
@@ -463,7 +464,24 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
             ports: s.ports.clone(),
             readiness: s.readiness.clone(),
         }),
-        build: None,
+        build: jp.build.as_ref().and_then(|name| {
+            let b = p.plan.builds.iter().find(|b| &b.name == name)?;
+            Some(BuildSpec {
+                registry: st.registry_host(),
+                repository: b.repository.clone(),
+                tag: b.final_key(),
+                base: ImageSource {
+                    uri: b.base.clone(),
+                    credential: None,
+                    secret: None,
+                },
+                steps: b.steps.clone(),
+                cached: vec![],
+                env: b.env.clone(),
+                network: "none".into(),
+                timeout_secs: 3600,
+            })
+        }),
     }
 }
 

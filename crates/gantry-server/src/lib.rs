@@ -5,6 +5,7 @@
 mod agents;
 pub mod api;
 pub mod auth;
+mod builds;
 mod controller;
 pub mod endpoints;
 mod gateway;

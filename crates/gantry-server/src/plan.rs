@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkflowPlan {
     pub jobs: Vec<JobPlan>,
+    /// Images built by the workflow; each is also a job named `build:NAME`.
+    #[serde(default)]
+    pub builds: Vec<crate::builds::BuildPlan>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,6 +47,12 @@ pub struct JobPlan {
     /// Set for services.
     #[serde(default)]
     pub service: Option<ServicePlan>,
+    /// The `images` recipe this step runs in (`image: {build: NAME}`).
+    #[serde(default)]
+    pub image_build: Option<String>,
+    /// Set for a build task: the recipe it builds.
+    #[serde(default)]
+    pub build: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -132,10 +141,6 @@ pub struct Support {
 
 pub fn support(wf: &Workflow) -> Support {
     let mut s = Support::default();
-    for name in wf.images.keys() {
-        s.unsupported
-            .push(format!("images.{name}: image builds are not supported yet"));
-    }
     for (name, v) in &wf.volumes {
         match &v.kind {
             VolumeKind::Ephemeral => {}
@@ -185,9 +190,7 @@ pub fn support(wf: &Workflow) -> Support {
                     }
                 }
             }
-            ImageRef::Build(b) => s.unsupported.push(format!(
-                "{at}.image.build: {b}: image builds are not supported yet"
-            )),
+            ImageRef::Build(_) => {}
         }
         if st.multinode {
             s.unsupported.push(format!(
@@ -482,6 +485,8 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             devices: st.resource.devices.clone(),
             exclusive: st.resource.exclusive,
             service: st.service.map(service_plan),
+            image_build: st.image.build_name().map(str::to_string),
+            build: None,
         });
     }
     // Scheduling order follows the graph, so earlier steps are placed first.
@@ -492,7 +497,10 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             .position(|n| *n == j.name)
             .unwrap_or(usize::MAX)
     });
-    WorkflowPlan { jobs }
+    WorkflowPlan {
+        jobs,
+        builds: vec![],
+    }
 }
 
 impl WorkflowPlan {

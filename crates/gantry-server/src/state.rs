@@ -54,6 +54,16 @@ impl AppState {
             .to_string()
     }
 
+    /// `host:port` of this server's OCI registry, as agents reach it.
+    pub fn registry_host(&self) -> String {
+        let url = self.public_url();
+        url.split("://")
+            .nth(1)
+            .unwrap_or(&url)
+            .trim_end_matches('/')
+            .to_string()
+    }
+
     pub fn wake_controller(&self) {
         self.wake.notify_one();
     }

@@ -79,7 +79,20 @@ pub async fn submit(
             support.unsupported.join("\n  ")
         )));
     }
-    let compiled = plan::compile(&wf);
+    let mut compiled = plan::compile(&wf);
+    if !wf.images.is_empty() {
+        let enabled = st.store.setting("builds.enabled").await?;
+        if enabled.as_deref() == Some("false") {
+            return Err(ApiError::BadRequest(
+                "image builds are disabled on this cluster (an administrator set builds.enabled=false): \
+                 use a prebuilt image in `image.uri` instead of `images:`"
+                    .into(),
+            ));
+        }
+        let builds = crate::builds::plan(&st, &wf, &c.user.name, &c.user.group).await?;
+        crate::builds::attach(&mut compiled, builds, &st.registry_host());
+    }
+    crate::builds::check_image_access(&compiled, &st.registry_host(), &c)?;
     crate::secrets::check_refs(&st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
     let id = Uuid::new_v4();
     let channel = match headers
@@ -130,6 +143,25 @@ pub async fn submit(
     for t in &takeovers {
         st.store.create_takeover(t, now_ms()).await?;
     }
+    // A build whose result the object cache holds already does not run at all.
+    let mut hits = vec![];
+    for b in &compiled.builds {
+        if let Some(digest) = crate::builds::cached(&st, b).await? {
+            if let Some(t) = new.tasks.iter().find(|t| t.job == b.task_name()) {
+                hits.push(gantry_store::Change::EndTask {
+                    task_id: t.id,
+                    status: gantry_api::TaskStatus::Finished,
+                    reason: format!(
+                        "cache hit: image {} is {}:{} ({digest}); nothing to build",
+                        b.name,
+                        b.repository,
+                        &b.final_key()[..12]
+                    ),
+                });
+            }
+        }
+    }
+    st.store.apply(&hits, now_ms()).await?;
     st.wake_controller();
     Ok(Json(WorkflowCreated {
         id,

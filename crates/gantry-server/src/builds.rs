@@ -1,0 +1,349 @@
+//! Image builds as steps of a workflow: at submit, each recipe's base is resolved to a manifest
+//! digest and its cache keys computed (`gantry_core::build`); the build becomes a task
+//! (`build:NAME`) that the jobs using the image depend on, unless the object cache already
+//! holds its result, in which case no build runs at all.
+
+use base64::Engine;
+use gantry_api::agent::{BuildFile, BuildStep, ImageSource};
+use gantry_core::build::{self as keys, FileInput, Step};
+use gantry_spec::{ImageScope, Workflow};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::api::ApiError;
+use crate::state::AppState;
+
+/// Builds run for this platform.
+pub const PLATFORM: &str = "linux/amd64";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BuildPlan {
+    pub name: String,
+    /// `user/<owner>/<name>` or `group/<group>/<name>` in the object cache.
+    pub repository: String,
+    /// The base, pinned to the digest the keys were computed from.
+    pub base: String,
+    pub base_digest: String,
+    pub steps: Vec<BuildStep>,
+    pub env: Vec<String>,
+}
+
+impl BuildPlan {
+    /// The cache key of the whole image: the tag it is pushed as.
+    pub fn final_key(&self) -> String {
+        self.steps
+            .last()
+            .map(step_key)
+            .unwrap_or_else(|| keys::base_key(PLATFORM, &self.base_digest))
+    }
+
+    pub fn task_name(&self) -> String {
+        task_name(&self.name)
+    }
+}
+
+pub fn task_name(image: &str) -> String {
+    format!("build:{image}")
+}
+
+pub fn step_key(s: &BuildStep) -> String {
+    match s {
+        BuildStep::Files { key, .. } | BuildStep::Run { key, .. } => key.clone(),
+    }
+}
+
+/// `docker://host/repo:tag` -> `docker://host/repo@digest`, so every node builds on exactly the
+/// base the keys name. Layouts (`oci://`) are kept as they are: their digest is their content.
+fn pin(uri: &str, digest: &str) -> String {
+    let Some(rest) = uri.strip_prefix("docker://") else {
+        return uri.to_string();
+    };
+    let rest = rest.split('@').next().unwrap_or(rest);
+    let name = match rest.rfind(':') {
+        Some(i) if !rest[i..].contains('/') => &rest[..i],
+        _ => rest,
+    };
+    format!("docker://{name}@{digest}")
+}
+
+/// Resolves bases and computes keys for every recipe of a workflow.
+pub async fn plan(
+    st: &AppState,
+    wf: &Workflow,
+    owner: &str,
+    group: &str,
+) -> Result<Vec<BuildPlan>, ApiError> {
+    let mut out = vec![];
+    for (name, r) in &wf.images {
+        let src = ImageSource {
+            uri: r.from.clone(),
+            credential: None,
+            secret: None,
+        };
+        let digest = gantry_agent::image::resolve_digest(&src, &st.config.pull)
+            .await
+            .map_err(|e| {
+                ApiError::BadRequest(format!(
+                    "images.{name}.from: cannot resolve {}: {e}",
+                    r.from
+                ))
+            })?;
+        let mut steps = vec![];
+        let mut inputs = vec![];
+        if !r.files.is_empty() {
+            let mut files = vec![];
+            let mut ins = vec![];
+            for (target, file) in &r.files {
+                let content = wf.files.get(file).cloned().unwrap_or_default();
+                ins.push(FileInput {
+                    path: target.clone(),
+                    mode: 0o644,
+                    uid: 0,
+                    gid: 0,
+                    digest: format!("sha256:{}", hex::encode(Sha256::digest(content.as_bytes()))),
+                });
+                files.push(BuildFile {
+                    target: target.clone(),
+                    content: base64::engine::general_purpose::STANDARD.encode(content.as_bytes()),
+                    mode: 0o644,
+                });
+            }
+            inputs.push(Step::Files(ins));
+            steps.push(BuildStep::Files {
+                key: String::new(),
+                files,
+            });
+        }
+        for cmd in &r.run {
+            inputs.push(Step::Run {
+                command: cmd.clone(),
+                env: r.env.clone(),
+                workdir: "/".into(),
+                network: "none".into(),
+            });
+            steps.push(BuildStep::Run {
+                key: String::new(),
+                command: cmd.clone(),
+                env: r.env.clone(),
+                workdir: None,
+            });
+        }
+        for (step, key) in steps
+            .iter_mut()
+            .zip(keys::chain(PLATFORM, &digest, &inputs))
+        {
+            match step {
+                BuildStep::Files { key: k, .. } | BuildStep::Run { key: k, .. } => *k = key,
+            }
+        }
+        let repository = match r.scope {
+            ImageScope::User => format!("user/{owner}/{name}"),
+            ImageScope::Group => format!("group/{group}/{name}"),
+        };
+        out.push(BuildPlan {
+            name: name.clone(),
+            repository,
+            base: pin(&r.from, &digest),
+            base_digest: digest,
+            steps,
+            env: r.env.clone(),
+        });
+    }
+    Ok(out)
+}
+
+/// Turns the recipes into tasks: each build becomes a job `build:NAME` placed before the
+/// others, and each step that runs in a built image pulls it from the object cache and waits
+/// for its build.
+pub fn attach(plan: &mut crate::plan::WorkflowPlan, builds: Vec<BuildPlan>, registry: &str) {
+    use crate::plan::{DepPlan, JobPlan};
+    for job in plan.jobs.iter_mut() {
+        let Some(name) = job.image_build.clone() else {
+            continue;
+        };
+        let Some(b) = builds.iter().find(|b| b.name == name) else {
+            continue;
+        };
+        job.image = format!("docker://{registry}/{}:{}", b.repository, b.final_key());
+        job.depends_on.push(DepPlan {
+            name: b.task_name(),
+            running: false,
+        });
+    }
+    let tasks: Vec<JobPlan> = builds
+        .iter()
+        .map(|b| JobPlan {
+            name: b.task_name(),
+            depends_on: vec![],
+            task_array: None,
+            concurrency: None,
+            attempts: 1,
+            retry_on_failure: false,
+            retry_on_node: true,
+            timeout_ms: None,
+            image: b.base.clone(),
+            image_secret: None,
+            argv: vec![],
+            env: vec![],
+            cwd: None,
+            mounts: vec![],
+            files: vec![],
+            cores: 1,
+            memory_bytes: None,
+            devices: Default::default(),
+            exclusive: false,
+            service: None,
+            image_build: None,
+            build: Some(b.name.clone()),
+        })
+        .collect();
+    plan.jobs.splice(0..0, tasks);
+    plan.builds = builds;
+}
+
+fn repo_parts(repository: &str) -> Option<(&str, &str, &str)> {
+    let mut it = repository.splitn(3, '/');
+    Some((it.next()?, it.next()?, it.next()?))
+}
+
+/// Whether the object cache holds the result of this build already: then no build runs.
+pub async fn cached(st: &AppState, b: &BuildPlan) -> Result<Option<String>, ApiError> {
+    let Some((scope, owner, name)) = repo_parts(&b.repository) else {
+        return Ok(None);
+    };
+    let key = gantry_store::ImageKey {
+        scope: scope.into(),
+        owner: owner.into(),
+        name: name.into(),
+        tag: b.final_key(),
+    };
+    Ok(st.store.image(&key).await?.map(|i| i.digest))
+}
+
+/// A blob of the object cache. The registry keeps them at this path, content-addressed.
+async fn read_blob(st: &AppState, digest: &str) -> Option<Vec<u8>> {
+    let hex = digest.strip_prefix("sha256:")?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    tokio::fs::read(st.config.data_dir.join("objects/blobs/sha256").join(hex))
+        .await
+        .ok()
+}
+
+/// Fills in `build.cached`: the layers the object cache already holds for the build's first
+/// steps (earlier builds of the same repository annotate each layer with its step's key), so
+/// the agent resumes after them. Done when the assignment is sent, so it sees the latest cache.
+pub async fn fill_cached(st: &AppState, asg: &mut gantry_api::agent::Assignment) {
+    use gantry_api::agent::{CachedLayer, BUILD_KEY_ANNOTATION};
+    let Some(spec) = asg.build.as_mut() else {
+        return;
+    };
+    let Some((scope, owner, name)) = repo_parts(&spec.repository) else {
+        return;
+    };
+    let Ok(images) = st.store.images(Some((scope, owner, name))).await else {
+        return;
+    };
+    let mut known: std::collections::HashMap<String, CachedLayer> = Default::default();
+    let mut newest: Vec<&gantry_store::ImageRow> = images.iter().collect();
+    newest.sort_by_key(|i| std::cmp::Reverse(i.created_at));
+    for img in newest {
+        let Some(bytes) = read_blob(st, &img.digest).await else {
+            continue;
+        };
+        let Ok(m) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            continue;
+        };
+        let Some(config) = m["config"]["digest"].as_str() else {
+            continue;
+        };
+        let Some(cfg) = read_blob(st, config).await else {
+            continue;
+        };
+        let Ok(cfg) = serde_json::from_slice::<serde_json::Value>(&cfg) else {
+            continue;
+        };
+        let diff_ids = cfg["rootfs"]["diff_ids"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let layers = m["layers"].as_array().cloned().unwrap_or_default();
+        for (i, l) in layers.iter().enumerate() {
+            let Some(key) = l["annotations"][BUILD_KEY_ANNOTATION].as_str() else {
+                continue;
+            };
+            let (Some(digest), Some(diff_id)) = (
+                l["digest"].as_str(),
+                diff_ids.get(i).and_then(|d| d.as_str()),
+            ) else {
+                continue;
+            };
+            known.entry(key.to_string()).or_insert_with(|| CachedLayer {
+                key: key.to_string(),
+                digest: digest.to_string(),
+                diff_id: diff_id.to_string(),
+                size: l["size"].as_u64().unwrap_or(0),
+                media_type: l["mediaType"].as_str().unwrap_or_default().to_string(),
+            });
+        }
+    }
+    let keys: Vec<String> = spec.steps.iter().map(step_key).collect();
+    let n = keys::cached_prefix(&keys, |k| known.contains_key(k));
+    spec.cached = keys[..n].iter().filter_map(|k| known.remove(k)).collect();
+}
+
+/// Jobs may name images of this server's object cache directly (`docker://<server>/...`);
+/// agents can pull anything, so the submitter's right to each is checked here.
+pub fn check_image_access(
+    plan: &crate::plan::WorkflowPlan,
+    registry: &str,
+    c: &crate::auth::Caller,
+) -> Result<(), ApiError> {
+    let prefix = format!("docker://{registry}/");
+    for j in plan
+        .jobs
+        .iter()
+        .filter(|j| j.build.is_none() && j.image_build.is_none())
+    {
+        let Some(rest) = j.image.strip_prefix(&prefix) else {
+            continue;
+        };
+        let repo = rest.split(['@', ':']).next().unwrap_or(rest);
+        let ok = c.is_admin()
+            || match repo_parts(repo) {
+                Some(("user", owner, _)) => owner == c.user.name,
+                Some(("group", group, _)) => group == c.user.group,
+                _ => false,
+            };
+        if !ok {
+            return Err(ApiError::BadRequest(format!(
+                "jobs.{}.image.uri: no image {repo} in this cluster's object cache that you may use",
+                j.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bases_are_pinned_to_their_digest() {
+        assert_eq!(
+            pin("docker://127.0.0.1:5055/library/busybox:1", "sha256:ab"),
+            "docker://127.0.0.1:5055/library/busybox@sha256:ab"
+        );
+        assert_eq!(
+            pin("docker://busybox", "sha256:ab"),
+            "docker://busybox@sha256:ab"
+        );
+        assert_eq!(
+            pin("docker://h/r@sha256:00", "sha256:ab"),
+            "docker://h/r@sha256:ab"
+        );
+        assert_eq!(pin("oci:///x/layout:1", "sha256:ab"), "oci:///x/layout:1");
+    }
+}
