@@ -276,6 +276,13 @@ pub async fn end_attempt(
         (EndCause::Exit, Some(asked)) => asked,
         (c, _) => c,
     };
+    // A failed build says why in its last line of output.
+    let reason = match (reason, cause) {
+        (None, EndCause::Exit) if task.job.starts_with("build:") && exit_code != Some(0) => {
+            crate::logs::last_line(st, attempt_id, "stderr")
+        }
+        (r, _) => r,
+    };
     // Say which hold took the node's work away.
     let reason = match (reason, cause) {
         (None, EndCause::Evicted) => crate::holds::active_by_node(st).await.ok().and_then(|m| {
@@ -289,7 +296,9 @@ pub async fn end_attempt(
         gantry_core::engine::attempt_outcome(&job, task.attempts, exit_code, cause, &attempt.node);
     // A start error's own message is what a person needs to see on the task.
     let detail = |r: String| match (&reason, cause) {
-        (Some(why), EndCause::StartError | EndCause::Evicted) => format!("{r}: {why}"),
+        (Some(why), EndCause::StartError | EndCause::Evicted | EndCause::Exit) => {
+            format!("{r}: {why}")
+        }
         _ => r,
     };
     let next = match outcome {

@@ -223,3 +223,17 @@ fn read_range(file: &std::path::Path, offset: u64, limit: u64) -> std::io::Resul
     let next = offset + buf.len() as u64;
     Ok((buf, next))
 }
+
+/// The last non-empty line an attempt wrote to a stream (up to 4 KiB back): a failed build's
+/// own explanation, for its events.
+pub fn last_line(st: &AppState, attempt: Uuid, stream: &str) -> Option<String> {
+    let file = path(st, attempt, stream);
+    let len = len_of(&file);
+    let (bytes, _) = read_range(&file, len.saturating_sub(4096), 4096).ok()?;
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(300).collect())
+}

@@ -99,6 +99,16 @@ fn a_failing_step_fails_the_workflow_clearly_and_builds_can_be_switched_off() {
     let id = c.start_workflow(&file);
     let d = c.wait_status(&id, "FAILED");
     assert_eq!(build_task(&d)["status"], "FAILED");
+    let why = build_task(&d)["reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        why.contains("exited with code 7") && why.contains("step 2/2"),
+        "the build's own error: {why}"
+    );
+    let events = c.ok(&["workflow", "events", &id]);
+    assert!(events.contains("step 2/2"), "{events}");
     let job = Cluster::task(&d, "use-it");
     assert_eq!(job["status"], "FAILED");
     assert_eq!(job["reason"], "dependency build:tool ended FAILED");
