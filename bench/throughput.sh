@@ -13,7 +13,7 @@
 # plus where the time and the CPU go (event timestamps, /proc accounting).
 #
 # Run as root on Debian 12:   bench/throughput.sh
-# Environment: JOBS (500), RUNS (20), RUNC_N (200), CPUS ("2 4 16"), ARRAY_TIMEOUT (240 s per
+# Environment: JOBS (500), RUNS (20), RUNC_N (150), RUNC_REPS (3: the runc loops keep the best of 3), CPUS ("2 4 16"), ARRAY_TIMEOUT (240 s per
 # array), PROFILE=1 (perf record -a during the --cpus 2 array: CPU by process and symbol),
 # QUIET_WAIT (120 s), and those of bench/lib.sh (GANTRY_BIN, BENCH_KEEP, GANTRY_LOG).
 set -euo pipefail
@@ -22,7 +22,7 @@ set -euo pipefail
 
 JOBS=${JOBS:-500}
 RUNS=${RUNS:-20}
-RUNC_N=${RUNC_N:-200}
+RUNC_N=${RUNC_N:-150}
 CPUS=${CPUS:-2 4 16}
 ARRAY_TIMEOUT=${ARRAY_TIMEOUT:-240}
 
@@ -83,6 +83,8 @@ for c in $CPUS; do
   if [ "${PROFILE:-0}" = 1 ] && [ "$PERF_DONE" = 0 ]; then
     perf record -a -g -F 499 -o "$WORK/perf.data" 2> "$WORK/perf.log" &
     PERF_PID=$!
+    PERF_AGENT=$GAGENT_PID
+    PERF_CPUS=$c
     sleep 0.5
   fi
   gantry_array "$JOBS" "cpus$c" "$ARRAY_TIMEOUT" || true
@@ -98,14 +100,14 @@ for c in $CPUS; do
   INFLIGHT[$c]=$(mean_in_flight "$WORK/timeline-cpus$c.tsv")
   figure "gantry.cpus$c.jobs_per_s" "${RATE[$c]}"
   figure "gantry.cpus$c.pct_of_runc_p2" "$(pct "${RATE[$c]}" "$RUNC_P2_RATE")"
-  figure "gantry.cpus$c.cpu_ms_per_job" "$(awk '{ print $3 + $4 }' <<<"${CPU[$c]}")"
+  figure "gantry.cpus$c.cpu_ms_per_job" "$(awk '{ print $4 + $5 + $6 }' <<<"${CPU[$c]}")"
 done
 
 # ---- report (pipes into head below end early: no pipefail from here)
 set +o pipefail
-cpu_line() { # "busy iowait ours containers server agent agent-runc registry" (ms per job)
-  awk '{ printf "Gantry %.0f ms = server %.1f + agent %.1f + agent'"'"'s runc calls %.1f + shims, runc run and this script'"'"'s polling %.1f + inside containers %.1f; registry %.1f; other load on the machine %.0f",
-    $3 + $4, $5, $6, $7, $3 - $5 - $6 - $7, $4, $8, $1 - $3 - $4 - $8 }' <<<"$1"
+cpu_line() { # the 9 fields of GANTRY_CPU (ms per job), see gantry_array in lib.sh
+  awk '{ printf "Gantry %.0f = server %.1f + agent %.1f + its runc state/delete calls %.1f + shims and runc run %.1f + in containers %.1f; this script %.1f, registry %.1f, other load on the machine %.0f",
+    $3 + $4 - ($3 - $5 - $6), $5, $7, $8, $6 - $7 - $8, $4, $3 - $5 - $6, $9, $1 - $3 - $4 - $9 }' <<<"$1"
 }
 row() { printf '%-48s %-44s %s\n' "$1" "$2" "${3:-}"; }
 echo
@@ -116,6 +118,8 @@ row "bare runc loop, 2 at a time" "$RUNC_P2_RATE containers/s ($RUNC_CPU_MS ms C
 row "bare runc loop, 4 at a time" "$RUNC_P4_RATE containers/s"
 row "runc loop, Gantry's OCI config, 1 at a time" "$RUNCG_SEQ_MS_EACH ms each"
 row "runc loop, Gantry's OCI config, 2 at a time" "$RUNCG_P2_RATE containers/s ($RUNCG_CPU_MS ms CPU each)"
+row "  the same without its seccomp filter" "$RUNCG_NOSEC_RATE containers/s ($RUNCG_NOSEC_CPU_MS ms CPU each)"
+row "  the same without tini as init" "$RUNCG_NOINIT_RATE containers/s ($RUNCG_NOINIT_CPU_MS ms CPU each)"
 for c in $CPUS; do
   tgt=""
   [ "$c" = 2 ] && tgt=">= 20 jobs/s"
@@ -124,7 +128,7 @@ for c in $CPUS; do
     "${RATE[$c]} jobs/s = $(pct "${RATE[$c]}" "$RUNC_P2_RATE")% of runc x2, $(pct "${RATE[$c]}" "$RUNC_P4_RATE")% of x4" "$tgt"
 done
 row "Gantry one job, submit -> FINISHED (server)" "median $LAT_SMED ms, p90 $LAT_SP90 ms" "<= 150 ms median"
-row "Gantry one job, submit -> FINISHED (client)" "median $LAT_MED ms, p90 $LAT_P90 ms (polls every 20 ms)"
+row "Gantry one job, submit -> FINISHED (client)" "median $LAT_MED ms, p90 $LAT_P90 ms (POST sent -> FINISHED seen; 5 ms polls)"
 row "Gantry first job, with pull and unpack" "$WARM_MS ms"
 echo
 echo "Where the time goes (medians, ms):"
@@ -141,12 +145,14 @@ for c in $CPUS; do
 done
 echo "  bare runc: $RUNC_CPU_MS ms; runc with Gantry's OCI config: $RUNCG_CPU_MS ms"
 if [ "$PERF_DONE" = 1 ]; then
-  echo "perf, --cpus $(set -- $CPUS; echo "$1") array, CPU by process name (% of samples):"
-  perf report -i "$WORK/perf.data" --no-children --sort comm --stdio -g none 2>/dev/null |
-    grep '%' | head -12 | sed 's/^/  /'
-  echo "perf, the agent's own threads (tokio-rt-worker), top symbols:"
-  perf report -i "$WORK/perf.data" --no-children --comm tokio-rt-worker --sort dso,sym --stdio -g none 2>/dev/null |
-    grep '%' | head -12 | sed 's/^/  /'
+  echo "perf during the --cpus $PERF_CPUS array (% of all samples on the machine; other people's processes are in the total):"
+  echo "  the agent process (pid $PERF_AGENT), top symbols:"
+  perf report -i "$WORK/perf.data" --no-children --pid "$PERF_AGENT" --sort dso,sym --stdio -g none 2>/dev/null |
+    grep '%' | head -14 | sed 's/^/  /'
+  echo "  the server process (pid $GSERVER_PID), top symbols:"
+  perf report -i "$WORK/perf.data" --no-children --pid "$GSERVER_PID" --sort dso,sym --stdio -g none 2>/dev/null |
+    grep '%' | head -10 | sed 's/^/  /'
 fi
+[ -n "${GANTRY_FAILED:-}" ] && echo "WARNING: Gantry tasks that did not finish (array:count):$GANTRY_FAILED; their reasons are in the log"
 [ -n "${BENCH_NOISY:-}" ] && echo "WARNING: other work kept the machine busy during some phases:$BENCH_NOISY"
 echo "total run time: $(($(date +%s) - T_START)) s"
