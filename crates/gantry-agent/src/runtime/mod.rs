@@ -793,6 +793,13 @@ impl Runtime {
         if read_pid(&dir.join(files::SHIM_PID)).is_some_and(|p| self.shim_alive(p, id)) {
             return ContainerState::Running;
         }
+        // The shim may have written its record and exited since we looked.
+        if let Some(rec) = read_exit(&dir) {
+            return ContainerState::Exited {
+                exit_code: rec.exit_code,
+                signal: rec.signal,
+            };
+        }
         // The shim is gone without a record: the container may still run, orphaned.
         match self.runc_status(id).as_deref() {
             Some("running" | "created" | "paused" | "pausing") => ContainerState::Running,

@@ -150,23 +150,13 @@ fn cgroup_roots() -> Vec<PathBuf> {
 
 /// Removes `<root>/<parent>/<id>` in every hierarchy, then each parent that is left empty.
 /// A cgroup directory with live processes cannot be removed (EBUSY) and is left alone.
+/// Removes the container's own cgroup directories that runc leaves behind. Only its own: the
+/// shared parents (`gantry/<agent>`) may look empty for a moment while runc is making the next
+/// container under them, and removing them then fails that start ("mkdir ...: no such file").
 pub fn remove_cgroups(parent: &str, id: &str) {
-    let parts: Vec<&str> = parent.split('/').filter(|s| !s.is_empty()).collect();
+    let parent: std::path::PathBuf = parent.split('/').filter(|s| !s.is_empty()).collect();
     for root in cgroup_roots() {
-        let mut dirs = Vec::new();
-        let mut p = root.clone();
-        for part in &parts {
-            p.push(part);
-            dirs.push(p.clone());
-        }
-        dirs.push(p.join(id));
-        for d in dirs.iter().rev() {
-            match fs::remove_dir(d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(_) => break,
-            }
-        }
+        let _ = fs::remove_dir(root.join(&parent).join(id));
     }
 }
 
