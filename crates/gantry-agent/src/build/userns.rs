@@ -163,6 +163,24 @@ impl UserNs {
 /// an overlay over it, tried in `scratch` (an empty directory on the filesystem the layers
 /// live on). Leaves nothing mounted.
 pub fn probe(map: IdMap, scratch: &Path) -> Result<(), String> {
+    // The mapped root is an unprivileged host uid: it must be able to pass through every
+    // directory above the build's files, or runc fails later with a bare "permission denied"
+    // (a state dir under a 0700 home or `mktemp -d`).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for dir in scratch.ancestors().skip(1) {
+            if let Ok(m) = fs::metadata(dir) {
+                if m.permissions().mode() & 0o001 == 0 {
+                    return Err(format!(
+                        "{} (mode {:o}) cannot be entered by the build's unprivileged user; \
+                         `chmod o+x` it to build in a user namespace",
+                        dir.display(),
+                        m.permissions().mode() & 0o7777
+                    ));
+                }
+            }
+        }
+    }
     let ns = UserNs::new(map).map_err(|e| format!("user namespace: {e}"))?;
     let (src, lower, upper, work, merged) = (
         scratch.join("src"),
