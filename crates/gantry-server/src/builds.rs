@@ -239,6 +239,12 @@ pub async fn fill_cached(st: &AppState, asg: &mut gantry_api::agent::Assignment)
     let Some(spec) = asg.build.as_mut() else {
         return;
     };
+    // The administrator's network policy for builds, as it is when the build is sent.
+    if let Ok(Some(net)) = st.store.setting("builds.network").await {
+        if net == "bridge" || net == "none" {
+            spec.network = net;
+        }
+    }
     let Some((scope, owner, name)) = repo_parts(&spec.repository) else {
         return;
     };

@@ -16,6 +16,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "whether workflows may build images (true|false)",
     ),
     (
+        "builds.network",
+        "none",
+        "the network of image build steps: none (only lo) or bridge (NAT'd on the node's bridge; never the host's)",
+    ),
+    (
         crate::registry::CACHE_BYTES_KEY,
         "10737418240",
         "the object cache's size limit in bytes; least recently used images are evicted beyond it",
@@ -123,6 +128,12 @@ pub async fn set_setting(
         return Err(ApiError::BadRequest(format!(
             "the body names {:?} but the URL names {key:?}",
             body.key
+        )));
+    }
+    if *k == "builds.network" && !matches!(body.value.as_str(), "none" | "bridge") {
+        return Err(ApiError::BadRequest(format!(
+            "builds.network must be none or bridge ({help}), not {:?}",
+            body.value
         )));
     }
     if k.ends_with(".enabled") && !matches!(body.value.as_str(), "true" | "false") {

@@ -84,8 +84,13 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
             after = after.max(e.seq);
             say(&bar, event_line(e));
         }
-        if stream_logs {
-            for t in &d.tasks {
+        {
+            // `--watch` follows image builds' progress; `gantry run` every step's output.
+            for t in d
+                .tasks
+                .iter()
+                .filter(|t| stream_logs || t.job.starts_with("build:"))
+            {
                 let Some(a) = t.attempts.last() else { continue };
                 if !following.insert(a.id) {
                     continue;
