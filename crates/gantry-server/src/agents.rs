@@ -189,10 +189,8 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
     match msg {
         AgentMessage::Hello { .. } => anyhow::bail!("hello sent twice"),
         AgentMessage::Heartbeat => st.store.node_seen(node, now_ms()).await?,
-        AgentMessage::Status(report) => {
-            st.store.node_seen(node, now_ms()).await?;
-            status(st, node, report).await?;
-        }
+        // Heartbeats keep `last_seen`: a status report does not pay for another fsynced write.
+        AgentMessage::Status(report) => status(st, node, report).await?,
         AgentMessage::Log(chunk) => {
             let (stdout, stderr) = crate::logs::append(st, &chunk).await?;
             st.hub.send(
