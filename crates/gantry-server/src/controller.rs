@@ -127,11 +127,13 @@ struct Placing<'a> {
 }
 
 async fn tick(st: &AppState) -> anyhow::Result<()> {
-    let now = now_ms();
-    lose_silent_nodes(st, now).await?;
+    lose_silent_nodes(st, now_ms()).await?;
 
     let active = st.store.active().await?;
     let nodes = st.store.nodes().await?;
+    // Read after the snapshot: a placement is stamped no earlier than the ends it saw, so
+    // attempts' times never show more in flight than there were.
+    let now = now_ms();
     let mut plans = Vec::with_capacity(active.len());
     for aw in &active {
         plans.push(serde_json::from_str::<WorkflowPlan>(&aw.workflow.plan)?);
