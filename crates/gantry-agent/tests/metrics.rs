@@ -5,6 +5,8 @@
 //! scraping it. The only stand-in is a fake GPU source: no GPU exists on the machines these
 //! tests run on.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::SocketAddr;
@@ -18,7 +20,7 @@ use gantry_agent::image::{ImageStore, PullConfig};
 use gantry_agent::metrics::gpu::{self, GpuReading, GpuSource, RemappedRows, Throttle};
 use gantry_agent::metrics::health::{self, CHECK_CONTAINER};
 use gantry_agent::metrics::{self, HealthConfig, Metrics, CONTENT_TYPE_OPENMETRICS};
-use gantry_agent::runtime::{shim_main, Runtime, RuntimeConfig};
+use gantry_agent::runtime::{Runtime, RuntimeConfig};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -616,29 +618,11 @@ const TESTS: &[Test] = &[
 ];
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("shim") {
-        std::process::exit(shim_main(&args[2..]));
-    }
+    let Some(selected) = common::select(TESTS) else {
+        return;
+    };
     // reqwest is built without a bundled crypto provider, even for plain HTTP.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    // libtest-compatible enough for `cargo test NAME` and `--list`.
-    let filters: Vec<&str> = args[1..]
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if args.iter().any(|a| a == "--list") {
-        for (name, _) in TESTS {
-            println!("{name}: test");
-        }
-        return;
-    }
-    let selected: Vec<&Test> = TESTS
-        .iter()
-        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f)))
-        .collect();
-    println!("\nrunning {} tests", selected.len());
     let started = Instant::now();
     let (mut passed, mut failed) = (0, Vec::new());
     for (name, test) in &selected {

@@ -26,9 +26,7 @@ use gantry_agent::image::{ImageStore, PullConfig};
 use gantry_agent::net::{self, NetConfig, NetError, Network, Subnet};
 use gantry_agent::node::{self, AgentConfig};
 use gantry_agent::probe::{self, Readiness, Target};
-use gantry_agent::runtime::{
-    shim_main, ContainerSpec, ContainerState, Runtime, RuntimeConfig, StartOptions,
-};
+use gantry_agent::runtime::{ContainerSpec, ContainerState, Runtime, RuntimeConfig, StartOptions};
 use gantry_api::agent::{
     AgentMessage, Assignment, AttemptPhase, Capacity, HostEntry, ImageSource, Probe, ProbeCheck,
     ServerMessage,
@@ -1067,30 +1065,9 @@ fn make_node(dir: &Path, name: &str, subnet: &str, exe: &Path) -> Node {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("shim") {
-        std::process::exit(shim_main(&args[2..]));
-    }
-    let filters: Vec<&str> = args[1..]
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if args.iter().any(|a| a == "--list") {
-        for (name, _) in TESTS {
-            println!("{name}: test");
-        }
+    let Some(selected) = common::select(TESTS) else {
         return;
-    }
-    let selected: Vec<&Test> = TESTS
-        .iter()
-        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f)))
-        .collect();
-    println!("\nrunning {} tests", selected.len());
-    if selected.is_empty() {
-        println!("\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
-        return;
-    }
+    };
     assert!(
         net::find_plugin_dir().is_some(),
         "no CNI plugins: apt-get install containernetworking-plugins"

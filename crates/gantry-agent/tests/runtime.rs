@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use gantry_agent::image::{ImageStore, PullConfig};
 use gantry_agent::runtime::{
-    shim_main, Bind, ContainerSpec, ContainerState, Runtime, RuntimeConfig, RuntimeError,
+    Bind, ContainerSpec, ContainerState, Runtime, RuntimeConfig, RuntimeError,
 };
 use gantry_api::agent::ImageSource;
 
@@ -395,31 +395,9 @@ fn image_source(uri: &str) -> ImageSource {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("shim") {
-        std::process::exit(shim_main(&args[2..]));
-    }
-    // libtest-compatible enough for `cargo test NAME` and `--list`.
-    let filters: Vec<&str> = args[1..]
-        .iter()
-        .map(String::as_str)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if args.iter().any(|a| a == "--list") {
-        for (name, _) in TESTS {
-            println!("{name}: test");
-        }
+    let Some(selected) = common::select(TESTS) else {
         return;
-    }
-    let selected: Vec<&Test> = TESTS
-        .iter()
-        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f)))
-        .collect();
-    println!("\nrunning {} tests", selected.len());
-    if selected.is_empty() {
-        println!("\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
-        return;
-    }
+    };
 
     let env = common::env();
     let base = env.dir.join("agent-runtime");

@@ -121,3 +121,35 @@ pub fn pid_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
+
+/// How every `harness = false` test binary here starts: act as the shim when started as one
+/// (the runtime starts `current_exe() shim ...`), answer `--list`, and pick the tests named on
+/// the command line, libtest-style enough for `cargo test NAME`. `None`: nothing to run (the
+/// empty result line is printed).
+pub fn select<T>(tests: &'static [(&'static str, T)]) -> Option<Vec<&'static (&'static str, T)>> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("shim") {
+        std::process::exit(gantry_agent::runtime::shim_main(&args[2..]));
+    }
+    if args.iter().any(|a| a == "--list") {
+        for (name, _) in tests {
+            println!("{name}: test");
+        }
+        return None;
+    }
+    let filters: Vec<&str> = args[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected: Vec<_> = tests
+        .iter()
+        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f)))
+        .collect();
+    println!("\nrunning {} tests", selected.len());
+    if selected.is_empty() {
+        println!("\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
+        return None;
+    }
+    Some(selected)
+}
