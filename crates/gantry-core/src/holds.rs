@@ -14,7 +14,7 @@
 //!   the hold stays until an administrator releases it. A deferred hold is dropped on resolve
 //!   either way: it never took effect. Monitoring never releases an administrator's hold.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HoldType {
@@ -211,15 +211,6 @@ pub fn held_nodes<'a>(holds: impl IntoIterator<Item = &'a Hold>) -> BTreeSet<Str
         .filter(|h| h.state == HoldState::Active)
         .map(|h| h.node.clone())
         .collect()
-}
-
-/// Groups holds by node.
-pub fn by_node(holds: &[Hold]) -> BTreeMap<&str, Vec<&Hold>> {
-    let mut m: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
-    for h in holds {
-        m.entry(h.node.as_str()).or_default().push(h);
-    }
-    m
 }
 
 #[cfg(test)]

@@ -110,7 +110,6 @@ pub trait Store: Send + Sync + 'static {
     /// Holds on `node` (every node when `None`); released ones only when asked.
     async fn holds(&self, node: Option<&str>, include_released: bool) -> Result<Vec<HoldRow>>;
     async fn hold(&self, id: Uuid) -> Result<HoldRow>;
-    async fn episode_ended(&self, fingerprint: &str, episode: &str) -> Result<bool>;
     /// The ended episodes (fingerprint, startsAt) of these fingerprints.
     async fn ended_episodes(
         &self,

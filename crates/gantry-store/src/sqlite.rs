@@ -1302,17 +1302,6 @@ impl Store for SqliteStore {
         hold_row(&r)
     }
 
-    async fn episode_ended(&self, fingerprint: &str, episode: &str) -> Result<bool> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM alert_episodes WHERE fingerprint = ? AND episode = ?",
-        )
-        .bind(fingerprint)
-        .bind(episode)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(n > 0)
-    }
-
     async fn ended_episodes(
         &self,
         fingerprints: &[String],
