@@ -15,6 +15,7 @@
 //! restarted agent reports it lost (the server may retry it).
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,12 +28,15 @@ use gantry_api::agent::{
     ServerMessage, Stream,
 };
 use gantry_api::EndCause;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 use uuid::Uuid;
 
 use crate::build::{self, BuildEnv, Builder, StopSignal};
 use crate::image::{ImageStore, PullConfig};
+use crate::lock;
 use crate::metrics::{self, HealthConfig, Metrics};
 use crate::net::{self, NetConfig, Network};
 use crate::probe;
@@ -43,6 +47,9 @@ const SUBNET_WAIT: Duration = Duration::from_secs(10);
 /// Written in a service's container directory once its readiness probe has passed, so a
 /// restarted agent does not probe it again.
 const READY_MARKER: &str = "ready";
+/// How often (ms) a monitor looks at a running attempt: new output is shipped at this pace.
+/// Ends and readiness wake it at once.
+const MONITOR_BEAT: u64 = 200;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -108,6 +115,8 @@ struct Tracked {
     ready: bool,
     /// Set for an image build run by this process: how to stop it.
     build: Option<StopSignal>,
+    /// Wakes the attempt's monitor when something it reports changed (ready, ended).
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl Tracked {
@@ -123,6 +132,7 @@ impl Tracked {
             address: None,
             ready: false,
             build: None,
+            wake: Arc::new(tokio::sync::Notify::new()),
         }
     }
 }
@@ -142,10 +152,6 @@ struct Agent {
     metrics: Metrics,
     /// Where metrics are served, once bound.
     metrics_addr: Option<std::net::SocketAddr>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Agent {
@@ -310,6 +316,7 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
             tracing::info!(attempt = %id, "readiness probe passed");
             if let Some(t) = lock(&agent.tracked).get_mut(&id) {
                 t.ready = true;
+                t.wake.notify_one();
             }
         }
     });
@@ -366,6 +373,9 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
         t.final_sent = false;
     }
     *lock(&agent.out) = Some(tx.clone());
+    for t in lock(&agent.tracked).values() {
+        t.wake.notify_one();
+    }
     agent.metrics.set_connected(true);
     tracing::info!(server = %agent.config.server, "connected");
 
@@ -653,6 +663,9 @@ async fn run_build(agent: Agent, asg: Assignment) {
             }
             let code = prepared.run(stop).await;
             tracing::info!(attempt = %id, task = %asg.task, "build ended with {code}");
+            if let Some(t) = lock(&agent.tracked).get(&id) {
+                t.wake.notify_one();
+            }
             if !lock(&agent.tracked).contains_key(&id) {
                 // Forgotten before it ended (it was stopped then): nobody else will remove
                 // its record.
@@ -812,6 +825,13 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
     tokio::spawn(async move {
         let cid = id.to_string();
         let (out_path, err_path) = agent.runtime.log_paths(&cid);
+        let Some(wake) = lock(&agent.tracked).get(&id).map(|t| t.wake.clone()) else {
+            return;
+        };
+        // Readable when the shim exits: the end is reported at once instead of at the next
+        // look. Taken once; `None` after it fired (or for a task, which has no shim).
+        let mut exit_fd: Option<AsyncFd<OwnedFd>> = None;
+        let mut exit_fd_taken = false;
         loop {
             let state = {
                 let rt = agent.runtime.clone();
@@ -895,8 +915,30 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
                     }
                 }
             }
-            let pause = if caught_up { 100 } else { 10 };
-            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let running = state == ContainerState::Running;
+            if running && !exit_fd_taken {
+                exit_fd_taken = true;
+                exit_fd = agent
+                    .runtime
+                    .exit_fd(&cid)
+                    // SAFETY: the AsyncFd owns the descriptor and nothing else closes it.
+                    .and_then(|fd| unsafe {
+                        AsyncFd::register_with_interest(fd, Interest::READABLE).ok()
+                    });
+            }
+            // Output is shipped on this beat while the process runs; the end needs no beat.
+            let pause = if caught_up { MONITOR_BEAT } else { 10 };
+            let exited = async {
+                match exit_fd.as_ref().filter(|_| running) {
+                    Some(fd) => drop(fd.readable().await),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = exited => exit_fd = None,
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(pause)) => {}
+            }
         }
     });
 }

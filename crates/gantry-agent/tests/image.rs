@@ -117,6 +117,15 @@ async fn basic_auth_credentials() {
     );
     let img = s.prepare(&right).await.unwrap();
     assert_eq!(img.manifest_digest, env.busybox_digest);
+
+    // The resolution just made is reused only by callers with that same credential: the image
+    // is in the node's cache now, and it must still not reach anyone the registry refuses.
+    let err = s.prepare(&src(&uri)).await.unwrap_err();
+    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    let err = s.prepare(&wrong).await.unwrap_err();
+    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    let again = s.prepare(&right).await.unwrap();
+    assert_eq!(again, img);
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use gantry_api::agent::{ImageSource, RegistryCredential};
@@ -34,6 +34,8 @@ use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
+
+use crate::lock;
 
 pub use reference::{parse_source, Source};
 
@@ -133,6 +135,42 @@ pub struct ImageStore {
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
     fetches: AtomicU64,
     tmp_seq: AtomicU64,
+    /// Registry clients by credential, reused across pulls: building one loads every root
+    /// certificate of the host (~8 ms of CPU), and it keeps the registry's bearer tokens.
+    clients: Mutex<HashMap<CredentialKey, Client>>,
+    /// Recently resolved registry images, so a task array resolves its tag once rather than
+    /// once per task (see [`RESOLVED_TTL`]).
+    resolved: Mutex<HashMap<(String, CredentialKey), (Instant, PreparedImage)>>,
+}
+
+/// How long a resolved tag is trusted before the registry is asked again. Short, so a tag
+/// pushed anew is seen within seconds; long enough that a burst of tasks with one image asks
+/// the registry once. Keyed by the exact credential, so a cached answer is only ever handed to
+/// a caller who presented the credential the registry accepted.
+const RESOLVED_TTL: Duration = Duration::from_secs(5);
+/// Bounds both maps (entries are small; this only stops unbounded growth with many users).
+const CACHE_ENTRIES: usize = 256;
+
+/// A credential's fingerprint (never the secret itself) as a map key; `None` is anonymous.
+type CredentialKey = Option<[u8; 32]>;
+
+fn credential_key(c: Option<&RegistryCredential>) -> CredentialKey {
+    c.map(|c| {
+        let mut h = Sha256::new();
+        match c {
+            RegistryCredential::Basic { username, password } => {
+                h.update(b"basic\0");
+                h.update(username.as_bytes());
+                h.update(b"\0");
+                h.update(password.as_bytes());
+            }
+            RegistryCredential::Bearer { token } => {
+                h.update(b"bearer\0");
+                h.update(token.as_bytes());
+            }
+        }
+        h.finalize().into()
+    })
 }
 
 impl ImageStore {
@@ -158,6 +196,8 @@ impl ImageStore {
             locks: Mutex::new(HashMap::new()),
             fetches: AtomicU64::new(0),
             tmp_seq: AtomicU64::new(0),
+            clients: Mutex::new(HashMap::new()),
+            resolved: Mutex::new(HashMap::new()),
         };
         store.clean_stale_tmp();
         Ok(store)
@@ -193,9 +233,10 @@ impl ImageStore {
 
     /// Resolves, downloads (what is not cached) and unpacks an image.
     ///
-    /// A `docker://` image's manifest is always asked of the registry, even when every blob is
+    /// A `docker://` image's manifest is asked of the registry, even when every blob is
     /// cached: a tag may have moved, and it is the registry that checks this caller's
-    /// credential, so one user's cached private image is never handed to another.
+    /// credential, so one user's cached private image is never handed to another. The answer
+    /// is reused for [`RESOLVED_TTL`] by callers presenting the same credential.
     pub async fn prepare(&self, src: &ImageSource) -> Result<PreparedImage> {
         match parse_source(&src.uri)? {
             Source::Registry(reference) => {
@@ -217,15 +258,33 @@ impl ImageStore {
         let registry = target.resolve_registry().to_owned();
         let mut plain: Vec<String> = self.config.insecure_hosts.clone();
         plain.extend(plain_http);
-        // One client per pull: oci-client caches credentials per registry inside a client, and
-        // two assignments may pull from the same registry as different users.
-        let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(plain.clone()),
-            platform_resolver: Some(Box::new(linux_amd64_resolver)),
-            connect_timeout: Some(Duration::from_secs(30)),
-            read_timeout: Some(Duration::from_secs(120)),
-            ..Default::default()
-        });
+        let key = credential_key(credential);
+        let cache_key = (target.whole(), key);
+        if let Some((at, image)) = lock(&self.resolved).get(&cache_key) {
+            if at.elapsed() < RESOLVED_TTL {
+                return Ok(image.clone());
+            }
+        }
+        // One client per credential: oci-client keeps the tokens a registry grants inside its
+        // client, and two assignments may pull from the same registry as different users.
+        let client = {
+            let mut clients = lock(&self.clients);
+            if clients.len() >= CACHE_ENTRIES {
+                clients.clear();
+            }
+            clients
+                .entry(key)
+                .or_insert_with(|| {
+                    Client::new(ClientConfig {
+                        protocol: ClientProtocol::HttpsExcept(plain.clone()),
+                        platform_resolver: Some(Box::new(linux_amd64_resolver)),
+                        connect_timeout: Some(Duration::from_secs(30)),
+                        read_timeout: Some(Duration::from_secs(120)),
+                        ..Default::default()
+                    })
+                })
+                .clone()
+        };
         let auth = match credential {
             None => RegistryAuth::Anonymous,
             Some(RegistryCredential::Basic { username, password }) => {
@@ -247,7 +306,15 @@ impl ImageStore {
             .map_err(|e| ctx.error(e))?;
         check_digest(&digest)?;
         let source = BlobSource::Registry(&ctx);
-        self.finish(&source, display, digest, &manifest).await
+        let image = self.finish(&source, display, digest, &manifest).await?;
+        let mut resolved = lock(&self.resolved);
+        if resolved.len() >= CACHE_ENTRIES {
+            resolved.retain(|_, (at, _)| at.elapsed() < RESOLVED_TTL);
+        }
+        if resolved.len() < CACHE_ENTRIES {
+            resolved.insert(cache_key, (Instant::now(), image.clone()));
+        }
+        Ok(image)
     }
 
     async fn prepare_layout(&self, path: &Path, tag: Option<&str>) -> Result<PreparedImage> {

@@ -32,7 +32,6 @@ pub(crate) mod sys;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -667,21 +666,8 @@ impl Runtime {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        // SAFETY: only async-signal-safe calls between fork and exec. The shim gets its own
-        // session (no terminal signals), and the extra fork makes it an orphan adopted by init,
-        // so the agent never has to reap it and it outlives the agent.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::setsid() < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                match libc::fork() {
-                    -1 => Err(io::Error::last_os_error()),
-                    0 => Ok(()),
-                    _ => libc::_exit(0),
-                }
-            });
-        }
+        // The shim detaches itself (own session, reparented to init: see `shim::detach`); what
+        // runs here exits as soon as it has.
         let status = cmd
             .status()
             .map_err(io_err(format!("starting shim {}", self.cfg.shim_argv[0])))?;
@@ -697,6 +683,9 @@ impl Runtime {
     fn wait_started(&self, id: &str) -> Result<()> {
         let dir = self.container_dir(id);
         let deadline = Instant::now() + START_TIMEOUT;
+        // runc's pid file and the shim's exit record both appear by rename: wake on them
+        // rather than sleeping. The timeout still notices a shim that died silently.
+        let watch = sys::DirWatch::new(&dir).ok();
         loop {
             if let Some(rec) = read_exit(&dir) {
                 return match rec.start_error {
@@ -725,8 +714,25 @@ impl Runtime {
                     secs: START_TIMEOUT.as_secs(),
                 });
             }
-            std::thread::sleep(Duration::from_millis(20));
+            match &watch {
+                Some(w) => w.wait(POLL),
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
         }
+    }
+
+    /// A descriptor that becomes readable when the container's shim exits (it has written
+    /// `exit.json` by then), so a monitor can wake on the end instead of polling for it.
+    /// `None` for a task, or when the shim is already gone.
+    pub fn exit_fd(&self, id: &str) -> Option<std::os::fd::OwnedFd> {
+        if !valid_id(id) {
+            return None;
+        }
+        let pid = read_pid(&self.container_dir(id).join(files::SHIM_PID))?;
+        let fd = sys::pidfd_open(pid).ok()?;
+        // Checked after opening, so the descriptor is known to be this container's shim and
+        // not a process that reused its pid.
+        self.shim_alive(pid, id).then_some(fd)
     }
 
     /// Whether `pid` is still this container's shim (guarding against pid reuse).
@@ -1100,12 +1106,16 @@ impl Runtime {
     }
 
     fn remove_blocking(&self, id: &str) -> Result<()> {
-        let _ = self
-            .runc()
-            .args(["delete", "--force", id])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        // Usually `runc run` has already deleted its state; a runc process start-up costs
+        // ~4 ms of CPU, so only ask it when runc still holds something.
+        if self.cfg.runc_root.join(id).exists() {
+            let _ = self
+                .runc()
+                .args(["delete", "--force", id])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
         let dir = self.container_dir(id);
         let mut mounts = sys::mounts_under(&dir);
         mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));

@@ -66,11 +66,41 @@ pub fn shim_main(args: &[String]) -> i32 {
             return 2;
         }
     };
+    match detach() {
+        Ok(true) => {}
+        Ok(false) => return 0,
+        Err(e) => {
+            eprintln!("gantry shim {}: detaching: {e}", a.id);
+            return 1;
+        }
+    }
     match run(&a) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("gantry shim {}: {e}", a.id);
             1
+        }
+    }
+}
+
+/// Gives the shim its own session (no terminal signals) and makes it an orphan adopted by
+/// init, so the agent never reaps it and it outlives the agent. Returns true in the shim,
+/// false in the launcher, which exits at once: the agent waits for that exit.
+///
+/// Done here rather than in a `pre_exec` hook of the agent's `Command` because such a hook
+/// forces a real fork of the agent (a large multi-threaded process: page tables copied per
+/// container); without one the agent starts us with `posix_spawn`.
+fn detach() -> std::io::Result<bool> {
+    // SAFETY: called before the shim starts any thread, so forking is sound; setsid has no
+    // memory effects.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        match libc::fork() {
+            -1 => Err(std::io::Error::last_os_error()),
+            0 => Ok(true),
+            _ => Ok(false),
         }
     }
 }
@@ -141,17 +171,11 @@ fn run(a: &ShimArgs) -> Result<(), String> {
     // Recorded before the cleanup below, so a crash there never loses the status.
     write_atomic(&dir.join(files::EXIT), &json).map_err(|e| format!("writing exit.json: {e}"))?;
 
+    // No `runc delete` here: `runc run` without `--keep` has destroyed the container when it
+    // returns, and a runc that was killed leaves state the agent's `remove` deletes.
     if let Err(e) = sys::unmount_all(&dir.join(files::ROOTFS)) {
         eprintln!("gantry shim {}: unmounting rootfs: {e}", a.id);
     }
-    let _ = Command::new(&a.runc)
-        .arg("--root")
-        .arg(&a.runc_root)
-        .args(["delete", "--force", &a.id])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
     Ok(())
 }
 

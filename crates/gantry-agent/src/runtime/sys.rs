@@ -1,8 +1,10 @@
-//! Thin wrappers over the few Linux calls the runtime needs: mounts and cgroup directories.
+//! Thin wrappers over the few Linux calls the runtime needs: mounts, cgroup directories, and
+//! waiting for a process to end (pidfd) or a file to appear (inotify) without polling.
 
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -148,8 +150,6 @@ fn cgroup_roots() -> Vec<PathBuf> {
         .collect()
 }
 
-/// Removes `<root>/<parent>/<id>` in every hierarchy, then each parent that is left empty.
-/// A cgroup directory with live processes cannot be removed (EBUSY) and is left alone.
 /// Removes the container's own cgroup directories that runc leaves behind. Only its own: the
 /// shared parents (`gantry/<agent>`) may look empty for a moment while runc is making the next
 /// container under them, and removing them then fails that start ("mkdir ...: no such file").
@@ -160,9 +160,116 @@ pub fn remove_cgroups(parent: &str, id: &str) {
     }
 }
 
+/// A file descriptor that becomes readable when process `pid` ends; it works for processes
+/// that are not our children (a shim is adopted by init), unlike `waitpid`.
+pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments; a non-negative result is a new fd we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Wakes when an entry is created in, or renamed into, one directory. Files written with a
+/// rename (runc's pid file, the shim's `exit.json`) appear whole when it fires. Written here
+/// over libc because it is two calls and a poll; a crate would bring an async layer we do
+/// not need in this blocking code.
+pub struct DirWatch(OwnedFd);
+
+impl DirWatch {
+    pub fn new(dir: &Path) -> io::Result<DirWatch> {
+        // SAFETY: plain syscall; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: as above.
+        let watch = DirWatch(unsafe { OwnedFd::from_raw_fd(fd) });
+        let d = cstr(dir)?;
+        let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE;
+        // SAFETY: valid fd and NUL-terminated path.
+        if unsafe { libc::inotify_add_watch(fd, d.as_ptr(), mask) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(watch)
+    }
+
+    /// Waits until something happened in the directory or `timeout` passed, then forgets
+    /// the events (the caller looks at the files themselves).
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let fd = self.0.as_raw_fd();
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
+            let mut buf = [0u8; 4096];
+            // SAFETY: reads into a buffer we own; non-blocking, so it stops when drained.
+            while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pidfd_becomes_readable_when_the_process_ends() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        let fd = pidfd_open(child.id() as i32).unwrap();
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        assert_eq!(
+            unsafe { libc::poll(&mut pfd, 1, 0) },
+            0,
+            "readable while running"
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { libc::poll(&mut pfd, 1, 5000) },
+            1,
+            "never readable"
+        );
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn dir_watch_wakes_on_a_rename_into_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let watch = DirWatch::new(dir.path()).unwrap();
+        let tmp = dir.path().join(".x");
+        fs::write(&tmp, b"1").unwrap();
+        watch.wait(std::time::Duration::from_millis(1));
+        let path = dir.path().join("x");
+        let writer = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                fs::rename(tmp, path).unwrap();
+            })
+        };
+        let begun = std::time::Instant::now();
+        while !path.exists() {
+            watch.wait(std::time::Duration::from_secs(10));
+            assert!(begun.elapsed() < std::time::Duration::from_secs(10));
+        }
+        // Woken by the rename, not by the 10 s timeout.
+        assert!(begun.elapsed() < std::time::Duration::from_secs(5));
+        writer.join().unwrap();
+    }
 
     #[test]
     fn mountinfo_escapes() {
