@@ -126,7 +126,7 @@ struct Placing<'a> {
     task: &'a TaskRow,
 }
 
-async fn tick(st: &AppState) -> anyhow::Result<()> {
+pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     lose_silent_nodes(st, now_ms()).await?;
 
     let active = st.store.active().await?;

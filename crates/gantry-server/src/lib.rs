@@ -28,6 +28,13 @@ use gantry_store::{SqliteStore, Store};
 
 pub use state::AppState;
 
+/// One controller tick, as the server's loop runs it. For `benches/controller.rs` only: a
+/// server runs its own loop from [`Server::start`].
+#[doc(hidden)]
+pub async fn controller_tick(st: &AppState) -> anyhow::Result<()> {
+    controller::tick(st).await
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
