@@ -575,7 +575,7 @@ gantry_array() {
   GANTRY_WALL_MS=$((t1 - t0))
   # CPU ms per job: 1 machine busy, 2 machine iowait, 3 ours (but the containers), 4 Gantry's
   # containers, 5 server, 6 agent's cgroup (agent, shims, runc run), 7 agent process,
-  # 8 its waited-for children (runc state/delete), 9 registry
+  # 8 its waited-for children (shim launchers, runc state/delete/kill), 9 registry
   GANTRY_CPU=$(cpu_since array "$n" "${items[@]}")
   if [ "$st" != FINISHED ]; then
     fin=$(api "/workflows/$id" | jq '[.tasks[] | select(.status == "FINISHED")] | length')

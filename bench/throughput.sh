@@ -106,7 +106,7 @@ done
 # ---- report (pipes into head below end early: no pipefail from here)
 set +o pipefail
 cpu_line() { # the 9 fields of GANTRY_CPU (ms per job), see gantry_array in lib.sh
-  awk '{ printf "Gantry %.0f = server %.1f + agent %.1f + its runc state/delete calls %.1f + shims and runc run %.1f + in containers %.1f; this script %.1f, registry %.1f, other load on the machine %.0f",
+  awk '{ printf "Gantry %.0f = server %.1f + agent %.1f + its waited-for children (shim launchers, runc calls) %.1f + shims and runc run %.1f + in containers %.1f; this script %.1f, registry %.1f, other load on the machine %.0f",
     $3 + $4 - ($3 - $5 - $6), $5, $7, $8, $6 - $7 - $8, $4, $3 - $5 - $6, $9, $1 - $3 - $4 - $9 }' <<<"$1"
 }
 row() { printf '%-48s %-44s %s\n' "$1" "$2" "${3:-}"; }
