@@ -48,6 +48,20 @@ impl Caller {
         self.is_admin() || self.user.name == owner || self.user.group == group
     }
 
+    /// Agent and monitoring tokens exist for one purpose each; they get nothing else (the user
+    /// API, the web UI).
+    pub fn user_only(self) -> Result<Caller, ApiError> {
+        match self.role {
+            Role::Agent => Err(ApiError::Forbidden(
+                "an agent token cannot use the user API".into(),
+            )),
+            Role::Monitoring => Err(ApiError::Forbidden(
+                "a monitoring token cannot use the user API".into(),
+            )),
+            Role::User | Role::Admin => Ok(self),
+        }
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
         if self.is_admin() {
             Ok(())
@@ -75,9 +89,14 @@ pub async fn authenticate(state: &AppState, header: Option<&str>) -> Result<Call
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized)?;
+    caller_by_hash(state, &hash_token(token)).await
+}
+
+/// The caller a token's hash names (the web UI's session keeps the hash, never the token).
+pub async fn caller_by_hash(state: &AppState, token_hash: &str) -> Result<Caller, ApiError> {
     let user = state
         .store
-        .user_by_token(&hash_token(token), now_ms())
+        .user_by_token(token_hash, now_ms())
         .await?
         .ok_or(ApiError::Unauthorized)?;
     let role = parse_role(&user.role);
@@ -101,21 +120,7 @@ impl FromRequestParts<AppState> for UserCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = caller_of(parts, state).await?;
-        // Agent and monitoring tokens exist for one purpose each; they get nothing else.
-        match caller.role {
-            Role::Agent => {
-                return Err(ApiError::Forbidden(
-                    "an agent token cannot use the user API".into(),
-                ))
-            }
-            Role::Monitoring => {
-                return Err(ApiError::Forbidden(
-                    "a monitoring token cannot use the user API".into(),
-                ))
-            }
-            Role::User | Role::Admin => {}
-        }
-        Ok(UserCaller(caller))
+        Ok(UserCaller(caller.user_only()?))
     }
 }
 
