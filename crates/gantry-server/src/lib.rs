@@ -17,6 +17,7 @@ pub mod proxy;
 mod registry;
 mod secrets;
 mod state;
+mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

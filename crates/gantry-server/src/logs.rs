@@ -72,20 +72,23 @@ pub async fn append(st: &AppState, chunk: &LogChunk) -> anyhow::Result<(u64, u64
     ))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 pub struct LogQuery {
     /// Task-array index.
     #[serde(default)]
-    task: Option<u32>,
+    pub(crate) task: Option<u32>,
     /// Attempt number; the latest by default.
     #[serde(default)]
-    attempt: Option<u32>,
+    pub(crate) attempt: Option<u32>,
     #[serde(default)]
-    stream: Option<String>,
+    pub(crate) stream: Option<String>,
     #[serde(default)]
-    offset: u64,
+    pub(crate) offset: u64,
     #[serde(default)]
-    follow: bool,
+    pub(crate) follow: bool,
+    /// At most this many bytes without `follow` (at most [`READ_LIMIT`]): a page.
+    #[serde(default)]
+    pub(crate) limit: Option<u64>,
 }
 
 /// Largest reply without `follow`; the `x-gantry-next-offset` header says where to go on.
@@ -157,11 +160,11 @@ pub async fn read(
     let file = path(&st, attempt.id, &stream);
     if !q.follow {
         let offset = q.offset;
-        let (bytes, next) =
-            tokio::task::spawn_blocking(move || read_range(&file, offset, READ_LIMIT))
-                .await
-                .map_err(|e| ApiError::Internal(e.to_string()))?
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
+        let limit = q.limit.unwrap_or(READ_LIMIT).min(READ_LIMIT);
+        let (bytes, next) = tokio::task::spawn_blocking(move || read_range(&file, offset, limit))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
         return Response::builder()
             .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
             .header("x-gantry-next-offset", next.to_string())

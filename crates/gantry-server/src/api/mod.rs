@@ -2,8 +2,8 @@
 //! answers 404, never 403, so ids of other people's work do not leak.
 
 mod admin;
-mod nodes;
-mod workflows;
+pub(crate) mod nodes;
+pub(crate) mod workflows;
 pub use workflows::{ts, visible_workflow};
 
 use axum::http::StatusCode;
@@ -62,6 +62,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::monitoring::metrics))
         .nest("/api/v1", api)
+        // The web UI at `/` (its Images page lists the object cache).
+        .merge(crate::web::routes(&state, images.clone()))
         // The object cache's OCI registry.
         .merge(crate::registry::v2_routes(images))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

@@ -208,7 +208,7 @@ async fn summary(st: &AppState, w: WorkflowRow) -> Result<WorkflowSummary, ApiEr
 #[derive(Deserialize)]
 pub struct ListQuery {
     #[serde(default)]
-    status: Option<String>,
+    pub(crate) status: Option<String>,
 }
 
 pub async fn list(
@@ -290,7 +290,7 @@ pub fn event(e: EventRow) -> Event {
 #[derive(Deserialize)]
 pub struct EventsQuery {
     #[serde(default)]
-    after: i64,
+    pub(crate) after: i64,
 }
 
 pub async fn events(

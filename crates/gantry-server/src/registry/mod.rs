@@ -15,7 +15,7 @@
 //!   upload, a manifest push, a deletion, the collection), so a manifest's check that its
 //!   blobs exist cannot interleave with their deletion.
 
-mod api;
+pub(crate) mod api;
 mod errors;
 mod gc;
 mod manifest;

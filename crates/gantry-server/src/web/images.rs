@@ -1,0 +1,125 @@
+//! Images: what the object cache holds that the user may see, by scope, with size and last
+//! use; and the image builds of their recent workflows, with links to the builds' logs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::response::Response;
+use axum::{Extension, Json};
+
+use super::session::Web;
+use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
+use crate::api::workflows::{self as wf_api, ListQuery};
+use crate::auth::UserCaller;
+use crate::registry::api::ImageInfo;
+use crate::registry::Registry;
+use crate::state::AppState;
+
+/// Builds are looked for in this many of the newest workflows.
+const RECENT: usize = 50;
+
+pub struct ImageRow {
+    pub reference: String,
+    pub digest: String,
+    pub size: String,
+    pub created: When,
+    pub last_used: When,
+}
+
+pub struct Scope {
+    /// `user/alice` or `group/physics`.
+    pub name: String,
+    pub images: Vec<ImageRow>,
+    pub total: String,
+}
+
+pub struct BuildRow {
+    pub image: String,
+    pub workflow: String,
+    pub workflow_url: String,
+    pub status: String,
+    pub node: String,
+    pub reason: String,
+    pub log: String,
+    pub when: When,
+}
+
+#[derive(askama::Template)]
+#[template(path = "web/images.html")]
+struct ImagesPage {
+    ctx: Ctx,
+    scopes: Vec<Scope>,
+    builds: Vec<BuildRow>,
+}
+
+fn image_row(i: &ImageInfo) -> ImageRow {
+    ImageRow {
+        reference: match &i.tag {
+            Some(t) => format!("{}:{t}", i.name),
+            None => format!("{}@{}", i.name, i.digest),
+        },
+        digest: i.digest.clone(),
+        size: bytes(i.size.max(0) as u64),
+        created: when(i.created_at),
+        last_used: when(i.last_used_at),
+    }
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    Extension(reg): Extension<Arc<Registry>>,
+    web: Web,
+) -> Result<Response, WebError> {
+    let user = || UserCaller(web.caller.clone());
+    let Json(images) = crate::registry::api::list(Extension(reg), user()).await?;
+    let mut by_scope: BTreeMap<String, Vec<&ImageInfo>> = BTreeMap::new();
+    for i in &images {
+        by_scope
+            .entry(format!("{}/{}", i.scope, i.owner))
+            .or_default()
+            .push(i);
+    }
+    let scopes = by_scope
+        .into_iter()
+        .map(|(name, mut imgs)| {
+            imgs.sort_by_key(|i| std::cmp::Reverse(i.last_used_at));
+            Scope {
+                total: bytes(imgs.iter().map(|i| i.size.max(0) as u64).sum()),
+                images: imgs.into_iter().map(image_row).collect(),
+                name,
+            }
+        })
+        .collect();
+
+    let Json(mut workflows) =
+        wf_api::list(State(st.clone()), user(), Query(ListQuery { status: None })).await?;
+    workflows.sort_by_key(|w| std::cmp::Reverse(w.created_at));
+    let mut builds = vec![];
+    // A build is a task named as builds name them: `build:IMAGE`.
+    let prefix = crate::builds::task_name("");
+    for w in workflows.iter().take(RECENT) {
+        let Json(d) = wf_api::detail(State(st.clone()), user(), Path(w.id.to_string())).await?;
+        for t in &d.tasks {
+            let Some(image) = t.job.strip_prefix(&prefix) else {
+                continue;
+            };
+            let started = t.attempts.last().map(|a| a.created_at);
+            builds.push(BuildRow {
+                image: image.to_string(),
+                workflow: format!("{} ({})", w.name, short(&w.id)),
+                workflow_url: format!("/workflows/{}", w.id),
+                status: t.status.to_string(),
+                node: t.node.clone().unwrap_or_default(),
+                reason: t.reason.clone().unwrap_or_default(),
+                log: format!("/workflows/{}/logs/{}", w.id, segment(&t.job)),
+                when: when(started.unwrap_or(w.created_at)),
+            });
+        }
+    }
+    Ok(ok_page(&ImagesPage {
+        ctx: web.ctx("images"),
+        scopes,
+        builds,
+    }))
+}

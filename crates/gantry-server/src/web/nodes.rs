@@ -1,0 +1,259 @@
+//! Nodes: every pool and node with its state, resources in use and holds; administrators
+//! place and release holds here, through the same functions as `gantry node hold|release`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Json;
+use gantry_api::agent::Capacity;
+use gantry_api::v1::{HoldInfo, NodeInfo, PlaceHold, ReleaseHolds};
+use serde::Deserialize;
+
+use super::session::{Web, WebForm};
+use super::{bytes, ok_page, segment, short, when, Ctx, Done, WebError, When};
+use crate::api::nodes as api;
+use crate::api::{ApiError, JsonBody};
+use crate::auth::UserCaller;
+use crate::state::AppState;
+
+pub struct HoldRow {
+    pub id: String,
+    pub short: String,
+    pub kind: String,
+    pub state: String,
+    /// "monitoring (AlertName)" or "administrator".
+    pub source: String,
+    pub reason: String,
+    pub who: String,
+    pub placed: When,
+    pub released: Option<String>,
+}
+
+fn hold_row(h: &HoldInfo) -> HoldRow {
+    HoldRow {
+        id: h.id.to_string(),
+        short: short(&h.id),
+        kind: h.kind.clone(),
+        state: h.state.clone(),
+        source: match &h.alertname {
+            Some(a) if h.source == "monitoring" => format!("monitoring ({a})"),
+            _ if h.source == "admin" => "administrator".into(),
+            _ => h.source.clone(),
+        },
+        reason: h.reason.clone(),
+        who: h.created_by.clone(),
+        placed: when(h.created_at),
+        released: h.released_at.map(|t| {
+            format!(
+                "{} by {}{}",
+                when(t).ago,
+                h.released_by.as_deref().unwrap_or("?"),
+                h.release_reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            )
+        }),
+    }
+}
+
+pub struct NodeRow {
+    pub name: String,
+    pub url: String,
+    pub anchor: String,
+    pub state: String,
+    pub connected: bool,
+    pub cpus: String,
+    pub memory: String,
+    pub devices: String,
+    pub running: u32,
+    pub last_seen: Option<When>,
+    pub holds: Vec<HoldRow>,
+}
+
+fn devices(used: &Capacity, total: &Capacity) -> String {
+    total
+        .devices
+        .iter()
+        .map(|(d, n)| format!("{d}: {} / {n}", used.devices.get(d).unwrap_or(&0)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn node_row(n: &NodeInfo) -> NodeRow {
+    NodeRow {
+        url: format!("/nodes/{}", segment(&n.name)),
+        anchor: format!("node-{}", segment(&n.name).replace('%', "_")),
+        name: n.name.clone(),
+        state: n.state.to_string(),
+        connected: n.connected,
+        cpus: format!("{} / {} cores", n.allocated.cpus, n.capacity.cpus),
+        memory: format!(
+            "{} / {}",
+            bytes(n.allocated.memory_bytes),
+            bytes(n.capacity.memory_bytes)
+        ),
+        devices: devices(&n.allocated, &n.capacity),
+        running: n.running,
+        last_seen: n.last_seen.map(when),
+        holds: n.holds.iter().map(hold_row).collect(),
+    }
+}
+
+pub struct Pool {
+    pub name: String,
+    pub nodes: Vec<NodeRow>,
+    pub held: usize,
+}
+
+#[derive(askama::Template)]
+#[template(path = "web/nodes.html")]
+struct ListPage {
+    ctx: Ctx,
+    pools: Vec<Pool>,
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    web: Web,
+    Query(done): Query<Done>,
+) -> Result<Response, WebError> {
+    let Json(nodes) = api::list(State(st), UserCaller(web.caller.clone())).await?;
+    let mut pools: BTreeMap<String, Vec<NodeRow>> = BTreeMap::new();
+    for n in &nodes {
+        pools.entry(n.pool.clone()).or_default().push(node_row(n));
+    }
+    let pools = pools
+        .into_iter()
+        .map(|(name, mut nodes)| {
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            Pool {
+                held: nodes.iter().filter(|n| !n.holds.is_empty()).count(),
+                name,
+                nodes,
+            }
+        })
+        .collect();
+    Ok(ok_page(&ListPage {
+        ctx: web.ctx("nodes").with_notice(done.done()),
+        pools,
+    }))
+}
+
+pub struct EventRow {
+    pub time: When,
+    pub kind: String,
+    pub message: String,
+}
+
+#[derive(askama::Template)]
+#[template(path = "web/node.html")]
+struct ShowPage {
+    ctx: Ctx,
+    pool: String,
+    node: NodeRow,
+    history: Vec<HoldRow>,
+    events: Vec<EventRow>,
+}
+
+pub async fn show(
+    State(st): State<AppState>,
+    web: Web,
+    Path(name): Path<String>,
+    Query(done): Query<Done>,
+) -> Result<Response, WebError> {
+    let Json(d) = api::show(State(st), UserCaller(web.caller.clone()), Path(name)).await?;
+    let mut events: Vec<EventRow> = d
+        .events
+        .iter()
+        .map(|e| EventRow {
+            time: when(e.time),
+            kind: e.kind.clone(),
+            message: e.message.clone(),
+        })
+        .collect();
+    events.reverse();
+    events.truncate(100);
+    Ok(ok_page(&ShowPage {
+        ctx: web.ctx("nodes").with_notice(done.done()),
+        pool: d.node.pool.clone(),
+        history: d.hold_history.iter().rev().map(hold_row).collect(),
+        node: node_row(&d.node),
+        events,
+    }))
+}
+
+#[derive(Deserialize)]
+pub struct HoldForm {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    reason: String,
+    /// Where the form was: the node's page or the list.
+    #[serde(default)]
+    back: Option<String>,
+}
+
+/// Back to the page the form was on.
+fn back(name: &str, to: Option<&str>, done: &str) -> Response {
+    let url = match to {
+        Some("node") => format!("/nodes/{}?done={done}", segment(name)),
+        _ => format!(
+            "/nodes?done={done}#node-{}",
+            segment(name).replace('%', "_")
+        ),
+    };
+    Redirect::to(&url).into_response()
+}
+
+pub async fn hold(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    WebForm { web, form }: WebForm<HoldForm>,
+) -> Result<Response, WebError> {
+    let Json(_) = crate::holds::place(
+        State(st),
+        UserCaller(web.caller),
+        Path(name.clone()),
+        JsonBody(PlaceHold {
+            kind: form.kind,
+            reason: form.reason,
+        }),
+    )
+    .await?;
+    Ok(back(&name, form.back.as_deref(), "held"))
+}
+
+#[derive(Deserialize)]
+pub struct ReleaseForm {
+    /// One hold's id; every hold of the node when empty.
+    #[serde(default)]
+    hold: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    back: Option<String>,
+}
+
+pub async fn release(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    WebForm { web, form }: WebForm<ReleaseForm>,
+) -> Result<Response, WebError> {
+    // The CLI's reason is optional; here a person is at the keyboard, so ask for one.
+    if form.reason.trim().is_empty() {
+        return Err(ApiError::BadRequest("say why the node is released (a reason)".into()).into());
+    }
+    let Json(_) = crate::holds::release(
+        State(st),
+        UserCaller(web.caller),
+        Path(name.clone()),
+        JsonBody(ReleaseHolds {
+            hold: (!form.hold.is_empty()).then_some(form.hold),
+            reason: Some(form.reason.trim().to_string()),
+        }),
+    )
+    .await?;
+    Ok(back(&name, form.back.as_deref(), "released"))
+}
