@@ -23,10 +23,26 @@ have iptables || need="$need iptables"
 [ -x /usr/bin/prometheus ] || need="$need prometheus"
 [ -x /usr/bin/prometheus-alertmanager ] || need="$need prometheus-alertmanager"
 [ -x /usr/bin/prometheus-node-exporter ] || need="$need prometheus-node-exporter"
+# The web UI's browser tests (crates/gantry/tests/web.rs): headless chromium driven by node.
+[ -x /usr/bin/chromium ] || need="$need chromium"
+have node || need="$need nodejs"
+have npm || need="$need npm"
 if [ -n "$need" ]; then
   echo "install-deps: installing$need"
   export DEBIAN_FRONTEND=noninteractive
   apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null || true
   # shellcheck disable=SC2086
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $need >/dev/null
+fi
+# The browser tests' driver: playwright-core from npm, at the version their lockfile pins, in
+# target/web-node (it drives Debian's chromium; it downloads no browser).
+web_root=$(cd "$(dirname "$0")/.." && pwd)
+web_src=$web_root/crates/gantry/tests/web
+web_node=$web_root/target/web-node
+if ! cmp -s "$web_src/package-lock.json" "$web_node/package-lock.json" ||
+  [ ! -d "$web_node/node_modules/playwright-core" ]; then
+  echo "install-deps: playwright-core in $web_node"
+  mkdir -p "$web_node"
+  cp "$web_src/package.json" "$web_src/package-lock.json" "$web_node/"
+  (cd "$web_node" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi

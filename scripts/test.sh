@@ -37,4 +37,5 @@ set -e
 # One closing line for the whole run: cargo prints a result per test binary, the last of
 # which is often a crate's empty doc-test run.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' target/test.log
+[ -d target/web-artifacts ] && echo "screenshots of the web UI's browser test: target/web-artifacts/"
 exit "$status"

@@ -1,0 +1,179 @@
+//! The web UI in a real browser: a real cluster (`gantry up`, runc, a local registry) and
+//! Debian's headless chromium driven by playwright-core (`tests/web/ui.mjs`). The script signs
+//! in, watches a workflow finish and a log stream, stops one, holds and releases a node as an
+//! administrator, creates endpoints and approves a takeover an MCP client asked for, deletes
+//! one with its typed confirmation, finds a built image and its build log, and checks keyboard
+//! access and text contrast on the main pages. Screenshots go to `target/web-artifacts/`.
+//!
+//! `scripts/install-deps.sh` installs chromium, node and playwright-core (into
+//! `target/web-node`).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{repo_root, Cluster};
+
+fn token_of(c: &Cluster, name: &str, group: &str) -> String {
+    c.json(&["admin", "user", "create", name, "--group", group])["token"]
+        .as_str()
+        .expect("a token")
+        .to_string()
+}
+
+fn admin_token(c: &Cluster) -> String {
+    let ctx = std::fs::read_to_string(c.data_dir().join("context.toml")).expect("context.toml");
+    ctx.lines()
+        .find_map(|l| l.strip_prefix("token = "))
+        .expect("a token in context.toml")
+        .trim_matches('"')
+        .to_string()
+}
+
+/// A job that runs a little while, so the page is open before it ends, and writes lines one
+/// by one, so its log is seen growing.
+const PIPELINE: &str = r#"version: v4
+jobs:
+  prepare:
+    image: { uri: docker://busybox:1 }
+    script: |
+      #!/bin/sh
+      echo "preparing"
+      sleep 2
+  count:
+    image: { uri: docker://busybox:1 }
+    depends-on: [ { name: prepare } ]
+    script: |
+      #!/bin/sh
+      for i in 1 2 3 4 5 6; do echo "tick $i"; sleep 1; done
+  square:
+    image: { uri: docker://busybox:1 }
+    depends-on: [ { name: prepare } ]
+    task-array: { start: 1, end: 2, concurrency: 2 }
+    script: |
+      #!/bin/sh
+      echo "square of $FB_TASK_ID is $((FB_TASK_ID * FB_TASK_ID))"
+  report:
+    image: { uri: docker://busybox:1 }
+    depends-on: [ { name: count }, { name: square } ]
+    script: |
+      #!/bin/sh
+      echo "all done"
+"#;
+
+const LONG: &str = r#"version: v4
+jobs:
+  forever:
+    image: { uri: docker://busybox:1 }
+    command: [ sleep, "600" ]
+"#;
+
+/// busybox httpd as a model server that answers its version; attaches to endpoint `chat`.
+fn model(version: &str) -> String {
+    format!(
+        r#"version: v4
+services:
+  llm:
+    image: {{ uri: docker://busybox:1 }}
+    persist: true
+    script: |
+      #!/bin/sh
+      mkdir -p /www && echo {version} > /www/index.html
+      exec httpd -f -p 8080 -h /www
+    network:
+      ports: [ {{ name: http, port: 8080 }} ]
+      endpoints:
+        - {{ name: api, port-name: http, protocol: http, attach: chat }}
+    readiness-probe:
+      http-get: {{ path: /, port: 8080 }}
+      period-seconds: 1
+"#
+    )
+}
+
+const BUILD: &str = r#"version: v4
+images:
+  tool:
+    from: docker://busybox:1
+    run:
+      - "echo built by the web test > /built.txt"
+jobs:
+  use-it:
+    image: { build: tool }
+    command: [ cat, /built.txt ]
+"#;
+
+fn need(what: &str, ok: bool) {
+    assert!(
+        ok,
+        "{what} is missing: run scripts/install-deps.sh (as root) first"
+    );
+}
+
+#[test]
+fn the_web_ui_works_in_a_real_browser() {
+    let root = repo_root();
+    let node_dir = root.join("target/web-node");
+    let chromium = PathBuf::from(std::env::var("CHROMIUM").unwrap_or("/usr/bin/chromium".into()));
+    need("chromium", chromium.exists());
+    need(
+        "node",
+        Command::new("node").arg("--version").output().is_ok(),
+    );
+    need(
+        "playwright-core (in target/web-node)",
+        node_dir.join("node_modules/playwright-core").exists(),
+    );
+    let artifacts = root.join("target/web-artifacts");
+    let _ = std::fs::remove_dir_all(&artifacts);
+    std::fs::create_dir_all(&artifacts).unwrap();
+
+    let c = Cluster::up(2);
+    let admin = admin_token(&c);
+    let alice = token_of(&c, "alice", "physics");
+    let bob = token_of(&c, "bob", "chem");
+    let files = [
+        ("WF_PIPELINE", c.write("pipeline.yaml", PIPELINE)),
+        ("WF_LONG", c.write("long.yaml", LONG)),
+        ("WF_MODEL_V1", c.write("v1.yaml", &model("v1"))),
+        ("WF_MODEL_V2", c.write("v2.yaml", &model("v2"))),
+        ("WF_BUILD", c.write("build.yaml", BUILD)),
+    ];
+    let out = Command::new("node")
+        .arg(root.join("crates/gantry/tests/web/ui.mjs"))
+        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+        .env("GANTRY_ADMIN_TOKEN", &admin)
+        .env("GANTRY_ALICE_TOKEN", &alice)
+        .env("GANTRY_BOB_TOKEN", &bob)
+        .env("WEB_NODE_DIR", &node_dir)
+        .env("WEB_ARTIFACTS", &artifacts)
+        .env("CHROMIUM", &chromium)
+        .envs(files.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .output()
+        .expect("running node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the browser test failed ({}):\n{stdout}\n{stderr}\nscreenshots: {}\nserver log:\n{}",
+        out.status,
+        artifacts.display(),
+        c.log()
+    );
+
+    // What the browser did is what the API sees.
+    let nodes = c.json(&["node", "list"]);
+    for n in nodes.as_array().unwrap() {
+        assert_eq!(n["state"], "READY", "released from the web page: {n:#}");
+    }
+    let history = c.json(&["endpoint", "history", "chat"]);
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["phase"], "DONE", "{history:#}");
+    assert_eq!(last["channel"], "mcp", "{last:#}");
+    assert_eq!(last["confirmed_by"], "alice", "{last:#}");
+    assert_eq!(last["confirmed_via"], "web", "{last:#}");
+    let shots = std::fs::read_dir(&artifacts).unwrap().count();
+    assert!(shots >= 10, "only {shots} screenshots in {artifacts:?}");
+}

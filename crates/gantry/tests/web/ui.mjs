@@ -1,0 +1,407 @@
+// Gantry's web UI in headless chromium, driven by playwright-core. Started by
+// crates/gantry/tests/web.rs against a real cluster; every input comes from the environment.
+// Exits non-zero at the first failed check, with a screenshot of the page as it was.
+
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+
+const env = process.env;
+const require = createRequire(path.join(env.WEB_NODE_DIR, 'package.json'));
+const { chromium } = require('playwright-core');
+
+const BASE = env.GANTRY_URL;
+const ART = env.WEB_ARTIFACTS;
+const TOKENS = { admin: env.GANTRY_ADMIN_TOKEN, alice: env.GANTRY_ALICE_TOKEN, bob: env.GANTRY_BOB_TOKEN };
+// Generous: containers start on a 2-core machine. Never a measurement.
+const PATIENCE = 120_000;
+
+// The API, for what the UI does not do (submitting workflows) and to cross-check the UI.
+async function api(who, method, p, body, headers = {}) {
+  const r = await fetch(BASE + '/api/v1' + p, {
+    method,
+    headers: { authorization: 'Bearer ' + TOKENS[who], 'content-type': 'application/json', ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`${method} ${p} as ${who}: ${r.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+async function submit(who, file, channel) {
+  const headers = channel ? { 'x-gantry-channel': channel } : {};
+  const r = await api(who, 'POST', '/workflows', { spec: fs.readFileSync(file, 'utf8') }, headers);
+  return r.id;
+}
+
+async function until(what, fn, ms = PATIENCE) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error('timed out waiting for ' + what);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+let shots = 0;
+async function shot(page, name) {
+  shots += 1;
+  const file = path.join(ART, `${String(shots).padStart(2, '0')}-${name}.png`);
+  await page.screenshot({ path: file, fullPage: true });
+}
+
+let current = null; // the page to photograph if a step fails
+async function step(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    console.log(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  } catch (e) {
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+    if (current) await current.screenshot({ path: path.join(ART, `FAILED-${name.replace(/\W+/g, '-')}.png`), fullPage: true }).catch(() => {});
+    throw e;
+  }
+}
+
+// Text contrast (WCAG 2): every visible element with its own text, against the first opaque
+// background behind it. Returns the failures.
+async function contrastFailures(page) {
+  return page.evaluate(() => {
+    const parse = (c) => {
+      const m = c.match(/rgba?\(([^)]+)\)/);
+      if (!m) return null;
+      const [r, g, b, a = 1] = m[1].split(/[ ,/]+/).filter(Boolean).map(Number);
+      return { r, g, b, a };
+    };
+    const lum = ({ r, g, b }) => {
+      const ch = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * ch(r) + 0.7152 * ch(g) + 0.0722 * ch(b);
+    };
+    const background = (el) => {
+      for (let e = el; e; e = e.parentElement) {
+        const c = parse(getComputedStyle(e).backgroundColor);
+        if (c && c.a > 0.9) return c;
+      }
+      return { r: 255, g: 255, b: 255, a: 1 };
+    };
+    const fails = [];
+    let checked = 0;
+    for (const el of document.querySelectorAll('body *')) {
+      if (el.closest('svg')) continue; // the graph is checked on its own
+      const own = Array.from(el.childNodes).some((n) => n.nodeType === 3 && n.textContent.trim());
+      if (!own) continue;
+      const r = el.getBoundingClientRect();
+      const st = getComputedStyle(el);
+      if (r.width < 2 || r.height < 2 || st.visibility === 'hidden' || st.display === 'none') continue;
+      if (el.closest('[hidden], .visually-hidden')) continue;
+      const fg = parse(st.color);
+      const bg = background(el);
+      const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+      const ratio = (a + 0.05) / (b + 0.05);
+      checked += 1;
+      if (ratio < 4.5) fails.push(`${ratio.toFixed(2)}:1 "${el.textContent.trim().slice(0, 40)}" (${st.color} on rgb(${bg.r}, ${bg.g}, ${bg.b}))`);
+    }
+    // The job graph: each box's text against its box.
+    for (const g of document.querySelectorAll('svg g.job')) {
+      const fill = parse(getComputedStyle(g.querySelector('rect')).fill);
+      for (const t of g.querySelectorAll('text')) {
+        const fg = parse(getComputedStyle(t).fill);
+        const [a, b] = [lum(fg), lum(fill)].sort((x, y) => y - x);
+        checked += 1;
+        if ((a + 0.05) / (b + 0.05) < 4.5) fails.push(`graph text "${t.textContent.trim()}"`);
+      }
+    }
+    return { fails, checked };
+  });
+}
+
+async function checkContrast(page, what) {
+  const { fails, checked } = await contrastFailures(page);
+  assert.ok(checked > 5, `${what}: only ${checked} text elements checked`);
+  assert.deepEqual(fails, [], `${what}: text below 4.5:1 contrast`);
+}
+
+// What has keyboard focus now, and whether its focus is visible (an outline or a shadow).
+async function focused(page) {
+  return page.evaluate(() => {
+    const el = document.activeElement;
+    if (!el || el === document.body) return null;
+    const st = getComputedStyle(el);
+    const r = el.getBoundingClientRect();
+    return {
+      tag: el.tagName.toLowerCase(),
+      text: (el.innerText || el.value || el.getAttribute('aria-label') || '').trim().slice(0, 60),
+      id: el.id,
+      visible: (st.outlineStyle !== 'none' && parseFloat(st.outlineWidth) >= 2) || st.boxShadow !== 'none',
+      onScreen: r.width > 0 && r.height > 0 && r.bottom > 0 && r.top < window.innerHeight + 2000,
+    };
+  });
+}
+
+// Loads the page afresh and presses Tab until `want` (a predicate on what is focused) holds.
+// The first stop must be the skip link (unless a field has autofocus); every stop must show
+// its focus.
+async function tabTo(page, what, want, max = 80) {
+  await page.reload();
+  if (!(await focused(page))) {
+    await page.keyboard.press('Tab');
+    const first = await focused(page);
+    assert.equal(first && first.text, 'Skip to content', `${what}: the first Tab stop is the skip link`);
+  }
+  for (let i = 0; i < max; i += 1) {
+    const f = await focused(page);
+    assert.ok(f, `${what}: focus left the page after ${i} Tab presses`);
+    assert.ok(f.visible, `${what}: focus on ${f.tag} "${f.text}" is not visible`);
+    assert.ok(f.onScreen, `${what}: focus on ${f.tag} "${f.text}" is off screen`);
+    if (want(f)) return i;
+    await page.keyboard.press('Tab');
+  }
+  throw new Error(`${what}: not reached in ${max} Tab presses`);
+}
+
+async function signIn(page, who) {
+  await page.goto(BASE + '/signin');
+  await page.fill('#token', TOKENS[who]);
+  await page.click('button:has-text("Sign in")');
+  await page.waitForURL((u) => !u.pathname.startsWith('/signin'));
+}
+
+const browser = await chromium.launch({
+  executablePath: env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu'],
+});
+const newPage = async (perms = []) => {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  if (perms.length) await context.grantPermissions(perms, { origin: BASE });
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.log('page error:', e.message));
+  page.on('console', (m) => { if (m.type() === 'error') console.log('console error:', m.text()); });
+  current = page;
+  return page;
+};
+
+try {
+  const page = await newPage(['clipboard-read', 'clipboard-write']);
+
+  await step('unauthenticated visitors are sent to sign in, and come back after', async () => {
+    const r = await page.goto(BASE + '/nodes');
+    assert.match(page.url(), /\/signin\?next=%2Fnodes$/);
+    assert.equal(r.status(), 200);
+    await checkContrast(page, 'sign-in page');
+    await tabTo(page, 'sign-in page', (f) => f.id === 'token');
+    await page.keyboard.type('gantry_not-a-token');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#signin-error');
+    assert.match(await page.textContent('#signin-error'), /not valid/);
+    await shot(page, 'signin-refused');
+    await page.fill('#token', TOKENS.alice);
+    await page.click('button:has-text("Sign in")');
+    await page.waitForURL(BASE + '/nodes');
+    const cookies = await page.context().cookies();
+    const session = cookies.find((c) => c.name === 'gantry_session');
+    assert.ok(session, 'a session cookie');
+    assert.equal(session.httpOnly, true);
+    assert.equal(session.sameSite, 'Lax');
+    assert.equal(await page.locator('details.manage').count(), 0, 'a user gets no hold forms');
+  });
+
+  let wf;
+  await step('a workflow is watched to the end, live', async () => {
+    wf = await submit('alice', env.WF_PIPELINE);
+    await page.goto(BASE + '/workflows');
+    await page.waitForSelector(`a[href="/workflows/${wf}"]`);
+    await checkContrast(page, 'workflows page');
+    await tabTo(page, 'workflows page', (f) => f.tag === 'button' && f.text === 'Filter');
+    await page.fill('#f-q', 'no-such-workflow');
+    await page.click('button:has-text("Filter")');
+    await page.waitForSelector('text=No workflow matches these filters.');
+    await page.fill('#f-q', wf.slice(0, 8));
+    await page.click('button:has-text("Filter")');
+    assert.equal(await page.locator('tbody tr').count(), 1);
+    await shot(page, 'workflows');
+    await page.click(`a[href="/workflows/${wf}"]`);
+    await page.waitForSelector('[data-wf-status]');
+    const before = await page.textContent('[data-wf-status]');
+    assert.notEqual(before, 'FINISHED', 'the page opened before the workflow ended');
+    await shot(page, 'workflow-running');
+    await page.waitForFunction(() => document.querySelector('[data-wf-status]').textContent === 'FINISHED', null, { timeout: PATIENCE });
+    assert.ok(await page.locator('#events li.new').count() > 0, 'events arrived live');
+    assert.equal(await page.locator('g.job.s-FINISHED').count(), 4, 'every job of the graph FINISHED');
+    assert.equal(await page.locator('form[action$="/stop"]').count(), 0, 'no stop button once ended');
+    await checkContrast(page, 'workflow page');
+    await shot(page, 'workflow-finished');
+  });
+
+  await step('a log is followed live', async () => {
+    const other = await submit('alice', env.WF_PIPELINE);
+    await page.goto(`${BASE}/workflows/${other}/logs/count`);
+    await page.waitForFunction(() => document.querySelector('#log').textContent.includes('tick 6'), null, { timeout: PATIENCE });
+    await page.waitForSelector('text=End of output');
+    assert.equal((await page.textContent('#log')).match(/tick \d/g).length, 6, 'every line once');
+    await checkContrast(page, 'log page');
+    await shot(page, 'log');
+    await page.goto(`${BASE}/workflows/${wf}/logs/square?task=2`);
+    assert.match(await page.textContent('#log'), /square of 2 is 4/);
+  });
+
+  await step('a workflow is stopped from its page', async () => {
+    const long = await submit('alice', env.WF_LONG);
+    await page.goto(`${BASE}/workflows/${long}`);
+    await tabTo(page, 'workflow page', (f) => f.tag === 'button' && f.text === 'Stop workflow');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('text=Stop requested');
+    await page.waitForFunction(() => document.querySelector('[data-wf-status]').textContent === 'STOPPED', null, { timeout: PATIENCE });
+    await shot(page, 'workflow-stopped');
+  });
+
+  await step("another group's user sees none of it (404)", async () => {
+    const bob = await newPage();
+    await signIn(bob, 'bob');
+    const r = await bob.goto(`${BASE}/workflows/${wf}`);
+    assert.equal(r.status(), 404);
+    assert.equal(await bob.textContent('h1'), 'Not found');
+    await bob.goto(BASE + '/workflows');
+    assert.equal(await bob.locator(`a[href="/workflows/${wf}"]`).count(), 0);
+    const live = await bob.request.get(`${BASE}/workflows/${wf}/logs/count`);
+    assert.equal(live.status(), 404);
+    await shot(bob, 'other-user-404');
+    await bob.context().close();
+    current = page;
+  });
+
+  await step('an administrator holds and releases a node, by keyboard', async () => {
+    const admin = await newPage();
+    await signIn(admin, 'admin');
+    await admin.goto(BASE + '/nodes');
+    await checkContrast(admin, 'nodes page');
+    const node = (await api('admin', 'GET', '/nodes')).map((n) => n.name).sort()[0];
+    await tabTo(admin, 'nodes page', (f) => f.tag === 'summary' && f.text === `Hold or release ${node}`);
+    await admin.keyboard.press('Enter'); // opens the disclosure
+    await admin.keyboard.press('Tab');
+    let f = await focused(admin);
+    assert.equal(f.tag, 'select', 'the hold type comes next');
+    await admin.keyboard.press('Tab');
+    await admin.keyboard.type('web test: DIMM replacement');
+    await admin.keyboard.press('Tab');
+    f = await focused(admin);
+    assert.equal(f.text, 'Place hold');
+    await admin.keyboard.press('Enter');
+    await admin.waitForSelector('text=Hold placed.');
+    const row = admin.locator(`tr:has(a:text-is("${node}"))`);
+    assert.equal(await row.locator('[data-node-state]').textContent(), 'CORDONED');
+    assert.match(await row.textContent(), /web test: DIMM replacement/);
+    assert.match(await row.textContent(), /administrator, placed by admin/);
+    assert.equal((await api('admin', 'GET', `/nodes/${node}`)).state, 'CORDONED');
+    await shot(admin, 'node-held');
+    await row.locator('summary').click();
+    await row.locator('input[name="reason"]').nth(1).fill('web test: DIMM replaced');
+    await row.locator('button:has-text("Release")').click();
+    await admin.waitForSelector('text=Holds released.');
+    assert.equal(await admin.locator(`tr:has(a:text-is("${node}")) [data-node-state]`).textContent(), 'READY');
+    await admin.click(`a:text-is("${node}")`);
+    await admin.waitForSelector('h1');
+    assert.match(await admin.textContent('main'), /released .* by admin: web test: DIMM replaced/);
+    await checkContrast(admin, 'node page');
+    await shot(admin, 'node-released');
+    await admin.context().close();
+    current = page;
+  });
+
+  await step('an endpoint is created and its URL copied', async () => {
+    await page.goto(BASE + '/endpoints');
+    await checkContrast(page, 'endpoints page');
+    await tabTo(page, 'endpoints page', (f) => f.id === 'ep-name');
+    await page.keyboard.type('chat');
+    await page.selectOption('#ep-scope', 'public');
+    await page.click('button:has-text("Create endpoint")');
+    await page.waitForURL(`${BASE}/endpoints/chat?done=created`);
+    await page.waitForSelector('text=Endpoint created.');
+    assert.equal(await page.textContent('[data-endpoint-status]'), 'no backend');
+    await page.click('button.copy');
+    await page.waitForSelector('button.copy:has-text("Copied")');
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), `${BASE}/e/chat/`);
+    await shot(page, 'endpoint-created');
+  });
+
+  await step('a takeover an MCP client asked for waits for approval on the page', async () => {
+    const v1 = await submit('alice', env.WF_MODEL_V1, 'cli');
+    // The page refreshes itself: no reloads from here on.
+    await page.waitForFunction((id) => {
+      const s = document.querySelector('[data-endpoint-serving]');
+      return document.querySelector('[data-endpoint-status]').textContent === 'serving' && s && s.textContent.includes(id.slice(0, 8));
+    }, v1, { timeout: PATIENCE });
+    await shot(page, 'endpoint-serving-v1');
+    const v2 = await submit('alice', env.WF_MODEL_V2, 'mcp');
+    await page.waitForSelector('button:has-text("Approve takeover of chat")', { timeout: PATIENCE });
+    const pending = await page.textContent('[data-takeover]');
+    assert.match(pending, /AWAITING_CONFIRMATION/);
+    assert.match(pending, /asked by alice's MCP client \(an agent\)/);
+    assert.match(pending, new RegExp(v2.slice(0, 8)));
+    assert.equal(await (await fetch(`${BASE}/e/chat/`)).text(), 'v1\n', 'nothing switches before approval');
+    await checkContrast(page, 'endpoint page');
+    await shot(page, 'takeover-awaiting-approval');
+    await page.click('button:has-text("Approve takeover of chat")');
+    await page.waitForSelector('text=Takeover approved');
+    await page.waitForFunction((id) => {
+      const s = document.querySelector('[data-endpoint-serving]');
+      return document.querySelector('[data-endpoint-status]').textContent === 'serving' && s.textContent.includes(id.slice(0, 8))
+        && document.querySelector('[data-history]') && document.querySelector('[data-history]').textContent.includes('DONE');
+    }, v2, { timeout: PATIENCE });
+    assert.match(await page.textContent('[data-history]'), /alice via web/);
+    assert.equal(await (await fetch(`${BASE}/e/chat/`)).text(), 'v2\n');
+    await until('v1 to stop', async () => (await api('alice', 'GET', `/workflows/${v1}`)).status === 'STOPPED');
+    await shot(page, 'takeover-done');
+  });
+
+  await step('deleting an endpoint needs its name typed', async () => {
+    await page.goto(BASE + '/endpoints');
+    await page.fill('#ep-name', 'scratch');
+    await page.click('button:has-text("Create endpoint")');
+    await page.waitForURL(/\/endpoints\/scratch/);
+    const del = page.locator('button:has-text("Delete scratch")');
+    assert.equal(await del.isDisabled(), true);
+    await page.fill('#delete-confirm', 'scratc');
+    assert.equal(await del.isDisabled(), true);
+    await page.fill('#delete-confirm', 'scratch');
+    assert.equal(await del.isDisabled(), false);
+    await shot(page, 'endpoint-delete-confirm');
+    await del.click();
+    await page.waitForURL(`${BASE}/endpoints?done=deleted`);
+    assert.equal(await page.locator('tr[data-endpoint="scratch"]').count(), 0);
+    assert.equal(await page.locator('tr[data-endpoint="chat"]').count(), 1);
+    await shot(page, 'endpoints');
+  });
+
+  await step('a built image and its build log are on the Images page', async () => {
+    const b = await submit('alice', env.WF_BUILD);
+    await until('the build workflow to finish', async () => {
+      const s = (await api('alice', 'GET', `/workflows/${b}`)).status;
+      if (s === 'FAILED' || s === 'STOPPED') throw new Error('the build workflow ended ' + s);
+      return s === 'FINISHED';
+    });
+    await page.goto(BASE + '/images');
+    await page.waitForSelector('h3:has-text("user/alice")');
+    assert.match(await page.textContent('main'), /tool:/);
+    await checkContrast(page, 'images page');
+    await tabTo(page, 'images page', (f) => f.tag === 'a' && f.text.startsWith('Build log'));
+    await shot(page, 'images');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#log');
+    await page.waitForSelector('text=End of output');
+    assert.ok((await page.textContent('#log')).length > 0, 'the build log has text');
+    await shot(page, 'build-log');
+  });
+
+  await step('signing out ends the session', async () => {
+    await page.goto(BASE + '/workflows');
+    await page.click('button:has-text("Sign out")');
+    await page.waitForURL(BASE + '/signin');
+    await page.goto(BASE + '/workflows');
+    assert.match(page.url(), /\/signin\?next=/);
+  });
+} finally {
+  await browser.close();
+}
+console.log(`${shots} screenshots in ${ART}`);
