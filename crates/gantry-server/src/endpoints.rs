@@ -116,6 +116,24 @@ async fn visible(st: &AppState, c: &Caller, name: &str) -> Result<EndpointRow, A
     Ok(e)
 }
 
+/// An endpoint the caller may manage; `what` they want to do names the refusal. One they may
+/// not even see is 404.
+pub(crate) async fn managed(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+    what: &str,
+) -> Result<EndpointRow, ApiError> {
+    let e = visible(st, c, name).await?;
+    if !may_manage(&e, c) {
+        return Err(ApiError::Forbidden(format!(
+            "only {}'s owner, its group (when group-scoped) or an administrator may {what}",
+            e.name
+        )));
+    }
+    Ok(e)
+}
+
 pub async fn create(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
@@ -199,16 +217,14 @@ pub async fn delete(
     UserCaller(c): UserCaller,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    let e = visible(&st, &c, &name).await?;
-    if !may_manage(&e, &c) {
-        return Err(ApiError::Forbidden(format!(
-            "only {}'s owner, its group (when group-scoped) or an administrator may delete it",
-            e.name
-        )));
-    }
+    let e = managed(&st, &c, &name, "delete it").await?;
     st.store
         .delete_endpoint(&e.name, &c.user.name, now_ms())
         .await?;
+    // Its URL ends now, not at the controller's next tick: whoever deleted it may call it next.
+    if let Err(err) = crate::gateway::sync(&st).await {
+        tracing::warn!("routes after deleting endpoint {}: {err:#}", e.name);
+    }
     st.wake_controller();
     Ok(StatusCode::NO_CONTENT)
 }
@@ -219,13 +235,7 @@ pub async fn token(
     Path(name): Path<String>,
     JsonBody(req): JsonBody<CreateEndpointToken>,
 ) -> Result<Json<EndpointToken>, ApiError> {
-    let e = visible(&st, &c, &name).await?;
-    if !may_manage(&e, &c) {
-        return Err(ApiError::Forbidden(format!(
-            "only {}'s owner, its group (when group-scoped) or an administrator may make tokens for it",
-            e.name
-        )));
-    }
+    let e = managed(&st, &c, &name, "make tokens for it").await?;
     let expires_at = match &req.expires {
         Some(d) => Some(
             now_ms()
@@ -253,13 +263,7 @@ pub async fn token(
 }
 
 async fn pending(st: &AppState, c: &Caller, name: &str) -> Result<TakeoverRow, ApiError> {
-    let e = visible(st, c, name).await?;
-    if !may_manage(&e, c) {
-        return Err(ApiError::Forbidden(format!(
-            "only {}'s owner, its group (when group-scoped) or an administrator may decide its takeovers",
-            e.name
-        )));
-    }
+    let e = managed(st, c, name, "decide its takeovers").await?;
     st.store
         .takeovers(Some(&e.name), true)
         .await?
@@ -281,26 +285,48 @@ pub async fn approve_as(
 ) -> Result<TakeoverInfo, ApiError> {
     let t = pending(st, c, name).await?;
     st.store
-        .apply_endpoints(
-            &[
-                EndpointChange::Confirm {
-                    id: t.id,
-                    by: c.user.name.clone(),
-                    via: via.into(),
-                },
-                EndpointChange::Event(NewEvent {
-                    workflow_id: Some(t.to_workflow),
-                    node: None,
-                    task: Some(t.to_service.clone()),
-                    kind: "endpoint.approved".into(),
-                    message: format!("takeover of {name} approved by {} via {via}", c.user.name),
-                }),
-            ],
-            now_ms(),
-        )
+        .apply_endpoints(&confirm_changes(&t, c, via, "approved"), now_ms())
         .await?;
     st.wake_controller();
     Ok(takeover_info(st.store.takeover(t.id).await?))
+}
+
+/// Records that the submitter confirmed a takeover before it began (an MCP client asked the
+/// person first), so it does not wait in AWAITING_CONFIRMATION. Written right after the
+/// takeover itself: should the server die in between, the takeover waits for `approve`, the
+/// safe side.
+pub async fn preconfirm(
+    st: &AppState,
+    c: &Caller,
+    t: &TakeoverRow,
+    via: &str,
+) -> Result<(), ApiError> {
+    st.store
+        .apply_endpoints(&confirm_changes(t, c, via, "confirmed"), now_ms())
+        .await?;
+    Ok(())
+}
+
+/// Who confirmed a takeover and through which channel, on the takeover and in the new
+/// workflow's events.
+fn confirm_changes(t: &TakeoverRow, c: &Caller, via: &str, verb: &str) -> [EndpointChange; 2] {
+    [
+        EndpointChange::Confirm {
+            id: t.id,
+            by: c.user.name.clone(),
+            via: via.into(),
+        },
+        EndpointChange::Event(NewEvent {
+            workflow_id: Some(t.to_workflow),
+            node: None,
+            task: Some(t.to_service.clone()),
+            kind: "endpoint.approved".into(),
+            message: format!(
+                "takeover of {} {verb} by {} via {via}",
+                t.endpoint, c.user.name
+            ),
+        }),
+    ]
 }
 
 pub async fn reject_as(
@@ -332,17 +358,21 @@ pub async fn reject_as(
 pub async fn approve(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
+    headers: axum::http::HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<TakeoverInfo>, ApiError> {
-    Ok(Json(approve_as(&st, &c, &name, "api").await?))
+    let via = crate::api::channel_of(&headers);
+    Ok(Json(approve_as(&st, &c, &name, via).await?))
 }
 
 pub async fn reject(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
+    headers: axum::http::HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<TakeoverInfo>, ApiError> {
-    Ok(Json(reject_as(&st, &c, &name, "api").await?))
+    let via = crate::api::channel_of(&headers);
+    Ok(Json(reject_as(&st, &c, &name, via).await?))
 }
 
 /// At submit: every `attach:` must name an endpoint the submitter may take over, with no other

@@ -59,29 +59,8 @@ fn endpoint(c: &Cluster, name: &str) -> serde_json::Value {
     c.json(&["endpoint", "show", name])
 }
 
-fn wait_endpoint(
-    c: &Cluster,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let e = endpoint(c, name);
-        if pred(&e) {
-            return e;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {e:#}\n{}",
-            c.log()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn serving(c: &Cluster, name: &str, wf: &str) {
-    wait_endpoint(c, name, &format!("{name} served by {wf}"), |e| {
+    c.wait_endpoint(name, &format!("{name} served by {wf}"), |e| {
         e["status"] == "SERVING" && e["workflow_id"] == wf && e["takeover"].is_null()
     });
 }
@@ -221,9 +200,7 @@ fn a_new_service_that_never_becomes_ready_leaves_the_old_one_serving() {
     assert_eq!(e["takeover"]["phase"], "WAITING_READY");
     assert_eq!(curl(&[&url(&c, "/e/steady/")]).1, "v1\n");
     c.ok(&["workflow", "stop", &v2]);
-    wait_endpoint(&c, "steady", "the takeover failed", |e| {
-        e["takeover"].is_null()
-    });
+    c.wait_endpoint("steady", "the takeover failed", |e| e["takeover"].is_null());
     let last = c.json(&["endpoint", "history", "steady"]);
     let last = last.as_array().unwrap().last().unwrap();
     assert_eq!(last["phase"], "FAILED");
@@ -249,7 +226,7 @@ fn takeovers_can_wait_for_a_person() {
     let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "careful", 0, 8080)));
     serving(&c, "careful", &v1);
     let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "careful", 0, 8080)));
-    wait_endpoint(&c, "careful", "awaiting confirmation", |e| {
+    c.wait_endpoint("careful", "awaiting confirmation", |e| {
         e["takeover"]["phase"] == "AWAITING_CONFIRMATION"
     });
     assert_eq!(
@@ -259,13 +236,16 @@ fn takeovers_can_wait_for_a_person() {
     );
     let t = c.json(&["endpoint", "approve", "careful"]);
     assert_eq!(t["confirmed_by"], "admin");
-    assert_eq!(t["confirmed_via"], "api");
+    assert_eq!(
+        t["confirmed_via"], "cli",
+        "the CLI says so in x-gantry-channel"
+    );
     serving(&c, "careful", &v2);
     assert_eq!(curl(&[&url(&c, "/e/careful/")]).1, "v2\n");
 
     // A rejected takeover changes nothing and its workflow stops.
     let v3 = c.start_workflow(&c.write("v3.yaml", &model("v3", "careful", 0, 8080)));
-    wait_endpoint(&c, "careful", "awaiting confirmation", |e| {
+    c.wait_endpoint("careful", "awaiting confirmation", |e| {
         e["takeover"]["phase"] == "AWAITING_CONFIRMATION"
     });
     c.ok(&["endpoint", "reject", "careful"]);
@@ -347,7 +327,7 @@ fn scopes_and_tokens_are_enforced_and_tokens_never_reach_the_backend() {
 
     // No backend: a clear 503.
     c.ok(&["workflow", "stop", &v1]);
-    wait_endpoint(&c, "private", "idle", |e| e["status"] == "IDLE");
+    c.wait_endpoint("private", "idle", |e| e["status"] == "IDLE");
     let (code, body) = get(Some(&admin));
     assert_eq!(code, 503);
     assert!(body.contains("no backend"), "{body}");

@@ -4,7 +4,7 @@
 mod admin;
 pub(crate) mod nodes;
 pub(crate) mod workflows;
-pub use workflows::{ts, visible_workflow};
+pub use workflows::{channel_of, ts, visible_workflow};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -71,7 +71,39 @@ pub async fn submit(
     headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<SubmitWorkflow>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
-    let wf = parse(&req.spec)?;
+    let prepared = prepare(&st, &c, &req.spec, channel_of(&headers)).await?;
+    Ok(Json(commit(&st, &c, prepared, req, None).await?))
+}
+
+/// Which client asked (`x-gantry-channel`): recorded on takeovers and their confirmations.
+pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
+    match headers
+        .get("x-gantry-channel")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some("cli") => "cli",
+        Some("mcp") => "mcp",
+        Some("web") => "web",
+        _ => "api",
+    }
+}
+
+/// A submit checked and compiled, with nothing stored yet: what it would do (the takeovers
+/// among it) can be shown to a person before [`commit`] (the MCP server asks first).
+pub struct Prepared {
+    id: Uuid,
+    compiled: plan::WorkflowPlan,
+    warnings: Vec<String>,
+    pub takeovers: Vec<gantry_store::TakeoverRow>,
+}
+
+pub async fn prepare(
+    st: &AppState,
+    c: &Caller,
+    spec: &str,
+    channel: &str,
+) -> Result<Prepared, ApiError> {
+    let wf = parse(spec)?;
     let support = plan::support(&wf);
     if !support.unsupported.is_empty() {
         return Err(ApiError::BadRequest(format!(
@@ -89,22 +121,36 @@ pub async fn submit(
                     .into(),
             ));
         }
-        let builds = crate::builds::plan(&st, &wf, &c.user.name, &c.user.group).await?;
+        let builds = crate::builds::plan(st, &wf, &c.user.name, &c.user.group).await?;
         crate::builds::attach(&mut compiled, builds, &st.registry_host());
     }
-    crate::builds::check_image_access(&compiled, &st.registry_host(), &c)?;
-    crate::secrets::check_refs(&st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
+    crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
+    crate::secrets::check_refs(st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
     let id = Uuid::new_v4();
-    let channel = match headers
-        .get("x-gantry-channel")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some("cli") => "cli",
-        Some("mcp") => "mcp",
-        Some("web") => "web",
-        _ => "api",
-    };
-    let takeovers = crate::endpoints::check_attach(&st, &c, &compiled, id, channel).await?;
+    let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
+    Ok(Prepared {
+        id,
+        compiled,
+        warnings: support.ignored,
+        takeovers,
+    })
+}
+
+/// Stores a prepared workflow. `confirmed_via` says that the submitter confirmed its takeovers
+/// already (and through which channel), so they do not wait for `endpoint approve`.
+pub async fn commit(
+    st: &AppState,
+    c: &Caller,
+    prepared: Prepared,
+    req: SubmitWorkflow,
+    confirmed_via: Option<&str>,
+) -> Result<WorkflowCreated, ApiError> {
+    let Prepared {
+        id,
+        compiled,
+        warnings,
+        takeovers,
+    } = prepared;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
         match job.task_array {
@@ -142,11 +188,14 @@ pub async fn submit(
     st.store.create_workflow(&new, now_ms()).await?;
     for t in &takeovers {
         st.store.create_takeover(t, now_ms()).await?;
+        if let Some(via) = confirmed_via {
+            crate::endpoints::preconfirm(st, c, t, via).await?;
+        }
     }
     // A build whose result the object cache holds already does not run at all.
     let mut hits = vec![];
     for b in &compiled.builds {
-        if let Some(digest) = crate::builds::cached(&st, b).await? {
+        if let Some(digest) = crate::builds::cached(st, b).await? {
             if let Some(t) = new.tasks.iter().find(|t| t.job == b.task_name()) {
                 hits.push(gantry_store::Change::EndTask {
                     task_id: t.id,
@@ -163,10 +212,7 @@ pub async fn submit(
     }
     st.store.apply(&hits, now_ms()).await?;
     st.wake_controller();
-    Ok(Json(WorkflowCreated {
-        id,
-        warnings: support.ignored,
-    }))
+    Ok(WorkflowCreated { id, warnings })
 }
 
 /// Finds a workflow the caller may see, by id or unique prefix; anything else is 404.

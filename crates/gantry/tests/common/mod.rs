@@ -217,6 +217,28 @@ impl Cluster {
         }
     }
 
+    /// Waits (generously) until `pred` holds for the persistent endpoint `name`.
+    pub fn wait_endpoint(
+        &self,
+        name: &str,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let e = self.json(&["endpoint", "show", name]);
+            if pred(&e) {
+                return e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {e:#}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     pub fn wait_status(&self, id: &str, status: &str) -> serde_json::Value {
         self.wait_for(id, status, |d| d["status"] == status)
     }
