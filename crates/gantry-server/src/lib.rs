@@ -11,6 +11,7 @@ pub mod endpoints;
 mod gateway;
 mod holds;
 mod logs;
+pub mod mcp;
 mod monitoring;
 pub mod plan;
 pub mod proxy;
@@ -52,6 +53,8 @@ pub struct ServerConfig {
     /// How the server reaches registries (to pin build bases to digests): the agents' mirrors
     /// and plain-HTTP hosts.
     pub pull: gantry_agent::image::PullConfig,
+    /// The MCP server at `/mcp`: read-only mode, allowed browser origins.
+    pub mcp: mcp::McpConfig,
 }
 
 impl ServerConfig {
@@ -65,6 +68,7 @@ impl ServerConfig {
             public_url: None,
             endpoint_domain: "endpoints.localhost".into(),
             pull: Default::default(),
+            mcp: Default::default(),
         }
     }
 }

@@ -128,6 +128,13 @@ impl Client {
             .bearer_auth(&self.token)
     }
 
+    /// A request to a path of the server outside `/api/v1` (`/mcp`), with the token.
+    pub fn at(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+    }
+
     pub async fn send<T: DeserializeOwned>(
         &self,
         req: reqwest::RequestBuilder,

@@ -85,6 +85,9 @@ enum Command {
     /// Users, tokens and cluster settings (administrators).
     #[command(subcommand)]
     Admin(cmd::admin::AdminCmd),
+    /// The MCP server over stdio, for AI clients that start a command: relays to the server's
+    /// /mcp as the user of this context.
+    Mcp,
 }
 
 fn main() -> ExitCode {
@@ -143,6 +146,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Secret(c) => cmd::secret::run(c, &conn).await,
         Command::Endpoint(c) => cmd::endpoint::run(c, &conn).await,
         Command::Image(c) => cmd::image::run(c, &conn).await,
+        Command::Mcp => cmd::mcp::run(&conn).await,
     }
 }
 

@@ -66,6 +66,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::web::routes(&state, images.clone()))
         // The object cache's OCI registry.
         .merge(crate::registry::v2_routes(images))
+        .merge(crate::mcp::routes(state.clone()))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state.clone())
         .layer(axum::middleware::from_fn_with_state(

@@ -1,6 +1,7 @@
 pub mod admin;
 pub mod endpoint;
 pub mod image;
+pub mod mcp;
 pub mod monitoring;
 pub mod node;
 pub mod secret;

@@ -50,6 +50,27 @@ impl RegistryArgs {
     }
 }
 
+/// The MCP server at `/mcp`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct McpArgs {
+    /// MCP clients may only read: tools that change anything are refused.
+    #[arg(long)]
+    mcp_read_only: bool,
+    /// A browser origin allowed to use /mcp besides the server's own URL, e.g.
+    /// https://chat.example.com (repeatable). Clients that send no Origin are not affected.
+    #[arg(long = "mcp-allow-origin", value_name = "ORIGIN")]
+    mcp_allow_origins: Vec<String>,
+}
+
+impl McpArgs {
+    fn config(&self) -> gantry_server::mcp::McpConfig {
+        gantry_server::mcp::McpConfig {
+            read_only: self.mcp_read_only,
+            allowed_origins: self.mcp_allow_origins.clone(),
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct UpArgs {
     /// Where the store, logs, volumes and agent state live.
@@ -76,6 +97,8 @@ pub struct UpArgs {
     monitoring_rules: Vec<PathBuf>,
     #[command(flatten)]
     registry: RegistryArgs,
+    #[command(flatten)]
+    mcp: McpArgs,
 }
 
 #[derive(Args, Debug)]
@@ -111,6 +134,8 @@ pub struct ServerArgs {
     /// How the server reaches registries (to pin image-build bases to digests).
     #[command(flatten)]
     registry: RegistryArgs,
+    #[command(flatten)]
+    mcp: McpArgs,
 }
 
 #[derive(Args, Debug)]
@@ -190,6 +215,7 @@ async fn embedded(
     registry: &RegistryArgs,
     write_user_context: bool,
     monitoring: Option<&MonitoringOptions>,
+    mcp: &McpArgs,
 ) -> anyhow::Result<(Server, Client, Option<Stack>)> {
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
@@ -202,6 +228,7 @@ async fn embedded(
     config.pull = pull.clone();
     config.heartbeat_interval = Duration::from_secs(2);
     config.heartbeat_timeout = Duration::from_secs(15);
+    config.mcp = mcp.config();
     let server = Server::start(config).await?;
     let url = format!("http://{}", server.addr);
     let ctx_path = data_dir.join("context.toml");
@@ -317,6 +344,7 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
         &args.registry,
         true,
         args.monitoring.then_some(&opts),
+        &args.mcp,
     )
     .await?;
     println!("Gantry is up at {}", client.base);
@@ -348,8 +376,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let listen: SocketAddr = "127.0.0.1:0".parse()?;
-    let (_server, client, _) =
-        embedded(&data_dir, listen, args.agents, &args.registry, false, None).await?;
+    let (_server, client, _) = embedded(
+        &data_dir,
+        listen,
+        args.agents,
+        &args.registry,
+        false,
+        None,
+        &McpArgs::default(),
+    )
+    .await?;
     let conn = Conn {
         url: Some(client.base.clone()),
         token: None,
@@ -376,6 +412,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     config.public_url = args.public_url;
     config.endpoint_domain = args.endpoint_domain;
     config.pull = args.registry.pull_config()?;
+    config.mcp = args.mcp.config();
     let server = Server::start(config).await?;
     let url = format!("http://{}", server.addr);
     if !server.has_users().await? {

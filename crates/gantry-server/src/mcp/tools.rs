@@ -1,0 +1,802 @@
+//! The tools. Each calls the API's own handler with the authenticated caller, so what an agent
+//! may see and do is exactly its user's; the tools add only bounded output and, for what needs
+//! it, the person's confirmation ([`super::confirm`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use gantry_api::v1::{CreateEndpoint, SubmitWorkflow, ValidateWorkflow};
+use gantry_store::{EndpointChange, NewEvent};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, JsonObject,
+    Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::confirm::Action;
+use super::Shared;
+use crate::api::{self, ApiError, JsonBody};
+use crate::auth::{Caller, UserCaller};
+use crate::state::now_ms;
+
+pub(crate) struct ToolDef {
+    pub name: &'static str,
+    title: &'static str,
+    description: &'static str,
+    /// Changes nothing. In read-only mode only these may be called.
+    pub read_only: bool,
+    /// May end or remove something (meaningful when not read-only).
+    destructive: bool,
+    /// Calling again with the same arguments changes nothing more.
+    idempotent: bool,
+    schema: fn() -> Arc<JsonObject>,
+}
+
+impl ToolDef {
+    pub fn tool(&self) -> Tool {
+        let mut notes = ToolAnnotations::with_title(self.title)
+            .read_only(self.read_only)
+            .idempotent(self.idempotent)
+            // Everything it touches is this cluster.
+            .open_world(false);
+        if !self.read_only {
+            notes = notes.destructive(self.destructive);
+        }
+        Tool::new(self.name, self.description, (self.schema)())
+            .with_title(self.title)
+            .annotate(notes)
+    }
+}
+
+fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    rmcp::handler::server::common::schema_for_type::<T>()
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ListWorkflows {
+    /// Only workflows with this status: PENDING, RUNNING, FINISHED, FAILED or STOPPED.
+    #[serde(default)]
+    status: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WorkflowId {
+    /// The workflow's id, or a unique prefix of 8 or more characters.
+    id: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WorkflowEvents {
+    /// The workflow's id, or a unique prefix of 8 or more characters.
+    id: String,
+    /// Only events after this sequence number (the `next_after` of the previous page).
+    #[serde(default)]
+    after: i64,
+    /// At most this many events (default 100, at most 500).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct JobLogs {
+    /// The workflow's id, or a unique prefix of 8 or more characters.
+    workflow: String,
+    /// The job (or service, or `build:NAME`) whose output to read.
+    job: String,
+    /// For a task array: which task (its FB_TASK_ID).
+    #[serde(default)]
+    task: Option<u32>,
+    /// Which attempt (default: the latest).
+    #[serde(default)]
+    attempt: Option<u32>,
+    /// stdout (default) or stderr.
+    #[serde(default)]
+    stream: Option<String>,
+    /// Byte offset to read from (the `next_offset` of the previous page; default 0).
+    #[serde(default)]
+    offset: u64,
+    /// At most this many bytes (default 16384, at most 262144).
+    #[serde(default)]
+    max_bytes: Option<u64>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Spec {
+    /// The workflow file's YAML text (Fuzzfile v4: `version: v4`, `jobs`, ...).
+    spec: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StartWorkflow {
+    /// The workflow file's YAML text (Fuzzfile v4: `version: v4`, `jobs`, ...).
+    spec: String,
+    /// A name for listings (default: workflow-<id prefix>).
+    #[serde(default)]
+    name: Option<String>,
+    /// From an earlier refusal, once the person agreed to the takeover it named.
+    #[serde(default)]
+    confirmation_token: Option<String>,
+    /// Start now and let each endpoint takeover wait, once the new service is ready, for the
+    /// person to run `gantry endpoint approve NAME` (or reject it), instead of asking first.
+    #[serde(default)]
+    await_approval: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StopWorkflow {
+    /// The workflow's id, or a unique prefix of 8 or more characters.
+    id: String,
+    /// From an earlier refusal, once the person agreed to stop it.
+    #[serde(default)]
+    confirmation_token: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct EndpointName {
+    /// The endpoint's name.
+    name: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NewEndpoint {
+    /// 1-63 lower-case letters, digits or '-' (it becomes a host name).
+    name: String,
+    /// Who may call it: user (default), group, organization or public.
+    #[serde(default)]
+    scope: Option<String>,
+    /// Takeovers: when-ready (default; the old workflow serves until the new one is ready) or
+    /// stop-first (for sites without room for two copies).
+    #[serde(default)]
+    mode: Option<String>,
+    /// How long requests in flight may finish on the old backend after a switch (e.g. 5m).
+    #[serde(default)]
+    drain_timeout: Option<String>,
+    /// Every takeover waits for a person's `gantry endpoint approve`.
+    #[serde(default)]
+    confirm: bool,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DeleteEndpoint {
+    /// The endpoint's name.
+    name: String,
+    /// From an earlier refusal, once the person agreed to delete it.
+    #[serde(default)]
+    confirmation_token: Option<String>,
+}
+
+const fn read(
+    name: &'static str,
+    title: &'static str,
+    description: &'static str,
+    schema: fn() -> Arc<JsonObject>,
+) -> ToolDef {
+    ToolDef {
+        name,
+        title,
+        description,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+        schema,
+    }
+}
+
+pub(crate) static TOOLS: &[ToolDef] = &[
+    read(
+        "list_workflows",
+        "List workflows",
+        "Workflows you may see (your own and your group's), newest last, each with its status \
+         and its tasks counted by status.",
+        schema::<ListWorkflows>,
+    ),
+    read(
+        "get_workflow",
+        "Get a workflow",
+        "One workflow in full: its status and every task with its status, node, reason and \
+         attempts (each attempt's end cause and exit code).",
+        schema::<WorkflowId>,
+    ),
+    read(
+        "workflow_status",
+        "Workflow status",
+        "A workflow's status (PENDING, RUNNING, FINISHED, FAILED or STOPPED), why, and its \
+         tasks counted by status; `done` is true once it has ended. Poll this to follow a \
+         workflow.",
+        schema::<WorkflowId>,
+    ),
+    read(
+        "workflow_events",
+        "Workflow events",
+        "What happened to a workflow, in order: placements, starts, exits and their causes, \
+         retries, stops, endpoint takeovers. Paged: pass `next_after` as `after` for more.",
+        schema::<WorkflowEvents>,
+    ),
+    read(
+        "job_logs",
+        "Job logs",
+        "A job's output (stdout or stderr) from a byte offset, at most max_bytes at a time. \
+         `more` says whether to call again with `offset` = `next_offset`.",
+        schema::<JobLogs>,
+    ),
+    read(
+        "validate_workflow",
+        "Validate a workflow file",
+        "Checks a workflow file without running it: every problem with its line and column, \
+         and what Gantry would refuse to run or ignore. Read gantry://docs/workflow-file first.",
+        schema::<Spec>,
+    ),
+    ToolDef {
+        name: "start_workflow",
+        title: "Start a workflow",
+        description: "Submits a workflow file; returns its id. If one of its services attaches \
+             to a persistent endpoint that another workflow serves, starting it takes the \
+             endpoint over (the other workflow is stopped once the new one is ready): the person \
+             is asked to confirm first, through your client when it can ask them; otherwise the \
+             call is refused with a confirmation_token to call again with once they agreed, or \
+             start it with await_approval to let the takeover wait for their \
+             `gantry endpoint approve`.",
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+        schema: schema::<StartWorkflow>,
+    },
+    ToolDef {
+        name: "stop_workflow",
+        title: "Stop a workflow",
+        description: "Stops a workflow: its running steps get SIGTERM, then SIGKILL after the \
+             grace period; it ends STOPPED. Stopping one that serves a persistent endpoint (which \
+             then answers 503) needs the person's confirmation, asked as for start_workflow.",
+        read_only: false,
+        destructive: true,
+        idempotent: true,
+        schema: schema::<StopWorkflow>,
+    },
+    read(
+        "list_nodes",
+        "List nodes",
+        "The cluster's nodes: state (READY, CORDONED, EVICTING, DOWN), pool, capacity and what \
+         is allocated, running steps, and holds (who took the node out of service, why, since \
+         when; DEFERRED ones too).",
+        schema::<Empty>,
+    ),
+    read(
+        "list_endpoints",
+        "List endpoints",
+        "Persistent endpoints you may call or manage: URL, scope, status (SERVING, SWITCHING, \
+         DRAINING, IDLE, FAILED), the workflow serving each and any takeover in progress.",
+        schema::<Empty>,
+    ),
+    read(
+        "get_endpoint",
+        "Get an endpoint",
+        "One persistent endpoint: URL and Host, scope, takeover mode, status, the workflow and \
+         service serving it, and any takeover in progress.",
+        schema::<EndpointName>,
+    ),
+    ToolDef {
+        name: "create_endpoint",
+        title: "Create an endpoint",
+        description: "Creates a persistent endpoint: a URL (/e/NAME/ and Host NAME.<domain>) \
+             that outlives workflows. A service attaches with \
+             `network.endpoints: [{name, port-name, protocol: http, attach: NAME}]`.",
+        read_only: false,
+        destructive: false,
+        idempotent: false,
+        schema: schema::<NewEndpoint>,
+    },
+    read(
+        "endpoint_history",
+        "Endpoint history",
+        "Every takeover of an endpoint: from which workflow to which, who asked and through \
+         which channel, who confirmed it and how, its phase, when, and why it ended so.",
+        schema::<EndpointName>,
+    ),
+    ToolDef {
+        name: "delete_endpoint",
+        title: "Delete an endpoint",
+        description: "Deletes a persistent endpoint (its URL stops answering; the workflow \
+             serving it keeps running). Needs the person's confirmation, asked as for \
+             start_workflow.",
+        read_only: false,
+        destructive: true,
+        idempotent: true,
+        schema: schema::<DeleteEndpoint>,
+    },
+];
+
+/// A tool's result for the agent: the value as structured content and as JSON text.
+fn ok(value: impl serde::Serialize) -> Result<CallToolResponse, ErrorData> {
+    let value =
+        serde_json::to_value(value).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    Ok(CallToolResult::structured(value).into())
+}
+
+/// A refusal or failure the agent should read (not a protocol error, which clients hide).
+fn fail(text: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
+    Ok(CallToolResult::error(vec![ContentBlock::text(text.into())]).into())
+}
+
+fn api_error(e: ApiError) -> Result<CallToolResponse, ErrorData> {
+    match e {
+        ApiError::Invalid {
+            message,
+            diagnostics,
+        } => {
+            let lines: Vec<String> = diagnostics
+                .iter()
+                .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+                .collect();
+            fail(format!("{message}:\n{}", lines.join("\n")))
+        }
+        other => fail(other.to_string()),
+    }
+}
+
+/// Unwraps an API call's result, or returns its error to the agent.
+macro_rules! api {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return api_error(e),
+        }
+    };
+}
+
+fn args<T: DeserializeOwned>(request: &CallToolRequestParams) -> Result<T, String> {
+    let v = Value::Object(request.arguments.clone().unwrap_or_default());
+    serde_json::from_value(v).map_err(|e| format!("bad arguments for {}: {e}", request.name))
+}
+
+pub(crate) async fn call(
+    shared: &Shared,
+    def: &ToolDef,
+    c: &Caller,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+) -> Result<CallToolResponse, ErrorData> {
+    macro_rules! parse {
+        () => {
+            match args(request) {
+                Ok(a) => a,
+                Err(e) => return fail(e),
+            }
+        };
+    }
+    let st = &shared.st;
+    let user = || UserCaller(c.clone());
+    match def.name {
+        "list_workflows" => {
+            let a: ListWorkflows = parse!();
+            let q = api::workflows::ListQuery { status: a.status };
+            let Json(list) = api!(api::workflows::list(State(st.clone()), user(), Query(q)).await);
+            ok(json!({ "workflows": list }))
+        }
+        "get_workflow" => {
+            let a: WorkflowId = parse!();
+            let Json(d) = api!(api::workflows::detail(State(st.clone()), user(), Path(a.id)).await);
+            ok(d)
+        }
+        "workflow_status" => {
+            let a: WorkflowId = parse!();
+            let Json(d) = api!(api::workflows::detail(State(st.clone()), user(), Path(a.id)).await);
+            let mut v = serde_json::to_value(&d.summary).unwrap_or_default();
+            v["done"] = json!(d.summary.status.is_terminal());
+            ok(v)
+        }
+        "workflow_events" => {
+            let a: WorkflowEvents = parse!();
+            let limit = a.limit.unwrap_or(100).clamp(1, 500);
+            let q = api::workflows::EventsQuery { after: a.after };
+            let Json(mut events) =
+                api!(api::workflows::events(State(st.clone()), user(), Path(a.id), Query(q)).await);
+            let more = events.len() > limit;
+            events.truncate(limit);
+            let next_after = events.last().map(|e| e.seq).unwrap_or(a.after);
+            ok(json!({ "events": events, "next_after": next_after, "more": more }))
+        }
+        "job_logs" => job_logs(shared, c, parse!()).await,
+        "validate_workflow" => {
+            let a: Spec = parse!();
+            let body = ValidateWorkflow {
+                spec: a.spec.clone(),
+            };
+            let Json(v) = api!(api::workflows::validate(user(), JsonBody(body)).await);
+            let mut out = serde_json::to_value(&v).unwrap_or_default();
+            if let Ok(wf) = gantry_spec::parse(&a.spec) {
+                // What start_workflow would refuse, and what it accepts but does not act on.
+                let support = crate::plan::support(&wf);
+                out["unsupported"] = json!(support.unsupported);
+                out["warnings"] = json!(support.ignored);
+            } else {
+                out["errors"] = json!(v
+                    .diagnostics
+                    .iter()
+                    .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+                    .collect::<Vec<_>>());
+            }
+            ok(out)
+        }
+        "start_workflow" => start_workflow(shared, c, request, ctx, parse!()).await,
+        "stop_workflow" => stop_workflow(shared, c, request, ctx, parse!()).await,
+        "list_nodes" => {
+            let _: Empty = parse!();
+            let Json(nodes) = api!(api::nodes::list(State(st.clone()), user()).await);
+            ok(json!({ "nodes": nodes }))
+        }
+        "list_endpoints" => {
+            let _: Empty = parse!();
+            let Json(list) = api!(crate::endpoints::list(State(st.clone()), user()).await);
+            ok(json!({ "endpoints": list }))
+        }
+        "get_endpoint" => {
+            let a: EndpointName = parse!();
+            let Json(e) =
+                api!(crate::endpoints::show(State(st.clone()), user(), Path(a.name)).await);
+            ok(e)
+        }
+        "create_endpoint" => {
+            let a: NewEndpoint = parse!();
+            let body = CreateEndpoint {
+                name: a.name,
+                scope: a.scope,
+                mode: a.mode,
+                drain_timeout: a.drain_timeout,
+                confirm: a.confirm,
+            };
+            let Json(e) =
+                api!(crate::endpoints::create(State(st.clone()), user(), JsonBody(body)).await);
+            ok(e)
+        }
+        "endpoint_history" => {
+            let a: EndpointName = parse!();
+            let Json(h) =
+                api!(crate::endpoints::history(State(st.clone()), user(), Path(a.name)).await);
+            ok(json!({ "takeovers": h }))
+        }
+        "delete_endpoint" => delete_endpoint(shared, c, request, ctx, parse!()).await,
+        other => Err(ErrorData::invalid_params(
+            format!("no tool {other:?}"),
+            None,
+        )),
+    }
+}
+
+async fn job_logs(shared: &Shared, c: &Caller, a: JobLogs) -> Result<CallToolResponse, ErrorData> {
+    let limit = a.max_bytes.unwrap_or(16 << 10).clamp(1, 256 << 10);
+    let q = crate::logs::LogQuery {
+        task: a.task,
+        attempt: a.attempt,
+        stream: a.stream,
+        offset: a.offset,
+        follow: false,
+        limit: Some(limit),
+    };
+    let resp = api!(
+        crate::logs::read(
+            State(shared.st.clone()),
+            UserCaller(c.clone()),
+            Path((a.workflow, a.job)),
+            Query(q),
+        )
+        .await
+    );
+    let attempt = resp
+        .headers()
+        .get("x-gantry-attempt")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let bytes = axum::body::to_bytes(resp.into_body(), (limit as usize) + 1)
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    let more = bytes.len() as u64 >= limit;
+    // A page never ends inside a character: the rest of it starts the next page.
+    let whole = match std::str::from_utf8(&bytes) {
+        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+        _ => bytes.len(),
+    };
+    let text = String::from_utf8_lossy(&bytes[..whole]).into_owned();
+    ok(json!({
+        "text": text,
+        "offset": a.offset,
+        "next_offset": a.offset + whole as u64,
+        "more": more,
+        "attempt": attempt,
+    }))
+}
+
+/// What the person is asked before a workflow takes endpoints over, bound to exactly this file
+/// and these endpoints' current workflows.
+fn takeover_action(
+    spec: &str,
+    name: Option<&str>,
+    user: &str,
+    asks: &[(String, uuid::Uuid, String)],
+) -> Action {
+    let mut facts = vec![
+        "start".to_string(),
+        spec.to_string(),
+        name.unwrap_or("").into(),
+    ];
+    let mut what = vec![];
+    for (endpoint, from, owner) in asks {
+        facts.push(format!("{endpoint}={from}"));
+        what.push(format!(
+            "endpoint {endpoint} (served now by workflow {} of {owner})",
+            &from.to_string()[..8]
+        ));
+    }
+    let facts: Vec<&str> = facts.iter().map(String::as_str).collect();
+    Action::new(
+        &facts,
+        format!(
+            "Let an AI agent acting as {user} start a workflow that takes over {}? The old \
+             workflow is stopped once the new one is ready.",
+            what.join(" and ")
+        ),
+        "started",
+    )
+}
+
+/// The takeovers a prepared submit would make that need the person first: endpoints another
+/// workflow serves now, unless the endpoint asks for `approve` at switch time anyway.
+async fn takeovers_to_confirm(
+    shared: &Shared,
+    prepared: &api::workflows::Prepared,
+) -> Result<Vec<(String, uuid::Uuid, String)>, ApiError> {
+    let mut out = vec![];
+    for t in &prepared.takeovers {
+        let Some(from) = t.from_workflow else {
+            continue;
+        };
+        let e = shared.st.store.endpoint(&t.endpoint).await?;
+        if e.confirm {
+            continue;
+        }
+        let owner = shared
+            .st
+            .store
+            .workflow(from)
+            .await
+            .map(|w| w.owner)
+            .unwrap_or_else(|_| "someone".into());
+        out.push((t.endpoint.clone(), from, owner));
+    }
+    Ok(out)
+}
+
+async fn start_workflow(
+    shared: &Shared,
+    c: &Caller,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    a: StartWorkflow,
+) -> Result<CallToolResponse, ErrorData> {
+    use api::workflows::{commit, prepare};
+    let st = &shared.st;
+    // Everything that would refuse the workflow is checked before anyone is asked.
+    let mut prepared = api!(prepare(st, c, &a.spec, "mcp").await);
+    let asks = api!(takeovers_to_confirm(shared, &prepared).await);
+    let mut via = None;
+    if !asks.is_empty() && !a.await_approval {
+        let action = takeover_action(&a.spec, a.name.as_deref(), &c.user.name, &asks);
+        let yes = match shared
+            .confirmations
+            .confirm(
+                ctx,
+                request,
+                c.user.id,
+                &action,
+                a.confirmation_token.as_deref(),
+            )
+            .await
+        {
+            Ok(yes) => yes,
+            Err(r) => return Ok(r),
+        };
+        if yes.waited {
+            // The person may have taken a while: check again, and only go ahead if
+            // the endpoints are still served by what they were asked about.
+            prepared = api!(prepare(st, c, &a.spec, "mcp").await);
+            let now = api!(takeovers_to_confirm(shared, &prepared).await);
+            if now != asks {
+                return fail(
+                    "Nothing was started: the endpoints changed hands while the person \
+                         was asked; call again to ask about the new situation.",
+                );
+            }
+        }
+        via = Some(yes.via);
+    }
+    let takeovers: Vec<_> = prepared
+        .takeovers
+        .iter()
+        .map(|t| (t.endpoint.clone(), t.from_workflow))
+        .collect();
+    let req = SubmitWorkflow {
+        spec: a.spec,
+        name: a.name,
+    };
+    let created = api!(commit(st, c, prepared, req, via).await);
+    let mut notes = vec![];
+    for (endpoint, from) in &takeovers {
+        let waits = from.is_some() && via.is_none();
+        notes.push(json!({
+            "endpoint": endpoint,
+            "from_workflow": from,
+            "confirmed_via": via,
+            "note": if waits {
+                format!("the takeover of {endpoint} waits, once the new service is ready, for the person to run `gantry endpoint approve {endpoint}`")
+            } else {
+                format!("the new service takes {endpoint} over once it is ready")
+            },
+        }));
+    }
+    ok(json!({
+        "id": created.id,
+        "warnings": created.warnings,
+        "takeovers": notes,
+    }))
+}
+
+async fn stop_workflow(
+    shared: &Shared,
+    c: &Caller,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    a: StopWorkflow,
+) -> Result<CallToolResponse, ErrorData> {
+    let st = &shared.st;
+    let w = api!(api::visible_workflow(st, c, &a.id).await);
+    let serving: Vec<String> = api!(st.store.endpoints().await.map_err(ApiError::from))
+        .into_iter()
+        .filter(|e| e.workflow_id == Some(w.id))
+        .map(|e| e.name)
+        .collect();
+    let mut via = None;
+    if !serving.is_empty() && !w.status.is_terminal() {
+        let action = Action::new(
+            &["stop", &w.id.to_string()],
+            format!(
+                "Let an AI agent acting as {} stop workflow {} ({}), which serves endpoint {}? \
+                 It answers 503 until another workflow takes it over.",
+                c.user.name,
+                &w.id.to_string()[..8],
+                w.name,
+                serving.join(", ")
+            ),
+            "stopped",
+        );
+        match shared
+            .confirmations
+            .confirm(
+                ctx,
+                request,
+                c.user.id,
+                &action,
+                a.confirmation_token.as_deref(),
+            )
+            .await
+        {
+            Ok(yes) => via = Some(yes.via),
+            Err(r) => return Ok(r),
+        }
+    }
+    let Json(summary) = api!(
+        api::workflows::stop(
+            State(st.clone()),
+            UserCaller(c.clone()),
+            Path(w.id.to_string())
+        )
+        .await
+    );
+    if let Some(via) = via {
+        record(
+            shared,
+            Some(w.id),
+            format!(
+                "stopping workflow {}, which served endpoint {}, confirmed by {} via {via}",
+                w.id,
+                serving.join(", "),
+                c.user.name
+            ),
+        )
+        .await;
+    }
+    ok(summary)
+}
+
+async fn delete_endpoint(
+    shared: &Shared,
+    c: &Caller,
+    request: &CallToolRequestParams,
+    ctx: &RequestContext<RoleServer>,
+    a: DeleteEndpoint,
+) -> Result<CallToolResponse, ErrorData> {
+    let st = &shared.st;
+    let e = api!(crate::endpoints::managed(st, c, &a.name, "delete it").await);
+    let serving = match e.workflow_id {
+        Some(w) => format!(
+            "; workflow {} serving it keeps running",
+            &w.to_string()[..8]
+        ),
+        None => String::new(),
+    };
+    let action = Action::new(
+        &["delete", &e.name, &e.created_at.to_string()],
+        format!(
+            "Let an AI agent acting as {} delete endpoint {}? Its URL stops answering and its \
+             tokens stop working{serving}.",
+            c.user.name, e.name
+        ),
+        "deleted",
+    );
+    let via = match shared
+        .confirmations
+        .confirm(
+            ctx,
+            request,
+            c.user.id,
+            &action,
+            a.confirmation_token.as_deref(),
+        )
+        .await
+    {
+        Ok(yes) => yes.via,
+        Err(r) => return Ok(r),
+    };
+    api!(
+        crate::endpoints::delete(
+            State(st.clone()),
+            UserCaller(c.clone()),
+            Path(e.name.clone())
+        )
+        .await
+    );
+    record(
+        shared,
+        e.workflow_id,
+        format!(
+            "deleting endpoint {} confirmed by {} via {via}",
+            e.name, c.user.name
+        ),
+    )
+    .await;
+    ok(json!({ "deleted": e.name, "confirmed_via": via }))
+}
+
+/// Who confirmed a stop or a delete, and how, in the events. Done already by then: a failure
+/// to record is logged, not reported as the action failing.
+async fn record(shared: &Shared, workflow: Option<uuid::Uuid>, message: String) {
+    let change = EndpointChange::Event(NewEvent {
+        workflow_id: workflow,
+        node: None,
+        task: None,
+        kind: "mcp.confirmed".into(),
+        message,
+    });
+    if let Err(e) = shared.st.store.apply_endpoints(&[change], now_ms()).await {
+        tracing::error!("recording an MCP confirmation: {e}");
+    }
+}
