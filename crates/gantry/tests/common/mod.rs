@@ -289,6 +289,20 @@ impl Drop for Cluster {
                 }
             }
         }
+        // A killed agent leaves its container bridge, with its /24, behind; a later cluster
+        // given the same /24 would route its containers' traffic to the dead bridge. The agent
+        // names it `gtr` + sha256("<name>@<state dir>") (gantry_agent::net::bridge_name).
+        if let Ok(agents) = std::fs::read_dir(self.dir.path().join("agents")) {
+            use sha2::Digest;
+            for a in agents.flatten() {
+                let id = format!("{}@{}", a.file_name().to_string_lossy(), a.path().display());
+                let bridge = format!("gtr{}", &hex::encode(sha2::Sha256::digest(id))[..8]);
+                let _ = Command::new("ip")
+                    .args(["link", "del", &bridge])
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
         // Unmount anything left under the data dir, deepest first.
         if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
             let prefix = self.dir.path().to_string_lossy().into_owned();
