@@ -34,6 +34,18 @@ if [ -n "$need" ]; then
   # shellcheck disable=SC2086
   apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $need >/dev/null
 fi
+# The MCP tests' clients: the official Python MCP SDK from PyPI, in a venv of its own
+# (crates/gantry/tests/mcp.rs runs it; GANTRY_MCP_PYTHON points elsewhere).
+mcp_venv=${GANTRY_MCP_VENV:-/opt/gantry-venv}
+if ! "$mcp_venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
+  echo "install-deps: the Python MCP SDK in $mcp_venv"
+  if ! python3 -m venv "$mcp_venv" >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends python3-venv >/dev/null
+    /usr/bin/python3 -m venv "$mcp_venv"
+  fi
+  "$mcp_venv/bin/pip" install -q --disable-pip-version-check 'mcp==2.3.0'
+fi
 # The browser tests' driver: playwright-core from npm, at the version their lockfile pins, in
 # target/web-node (it drives Debian's chromium; it downloads no browser).
 web_root=$(cd "$(dirname "$0")/.." && pwd)
