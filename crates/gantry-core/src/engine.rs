@@ -58,7 +58,36 @@ pub struct JobView {
     pub attempts: u32,
     pub retry_on: RetryOn,
     pub timeout_ms: Option<u64>,
+    /// The tasks still in play, and any ended ones the caller chose to list.
     pub tasks: Vec<TaskView>,
+    /// Ended tasks not in `tasks`, counted. An ended task takes no action of its own and only
+    /// counts towards its job's status, so a caller may count a big array's finished members
+    /// instead of listing them: the decisions are the same either way.
+    pub ended: Ended,
+}
+
+/// How many of a job's ended tasks ended each way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ended {
+    pub finished: u32,
+    pub failed: u32,
+    pub stopped: u32,
+}
+
+impl Ended {
+    /// Counts `n` tasks that ended `status`; a status that is not an end is ignored.
+    pub fn add(&mut self, status: TaskStatus, n: u32) {
+        match status {
+            TaskStatus::Finished => self.finished += n,
+            TaskStatus::Failed => self.failed += n,
+            TaskStatus::Stopped => self.stopped += n,
+            TaskStatus::Pending | TaskStatus::Started | TaskStatus::Running => {}
+        }
+    }
+
+    pub fn total(&self) -> u32 {
+        self.finished + self.failed + self.stopped
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -105,10 +134,13 @@ pub enum Action {
 
 /// What a job as a whole looks like, from its tasks.
 pub fn job_status(job: &JobView) -> TaskStatus {
-    let mut all_finished = true;
+    let ended = job.ended;
+    let mut all_finished = ended.failed == 0 && ended.stopped == 0;
+    let mut all_terminal = true;
+    let mut any_terminal = ended.total() > 0;
     let mut any_active = false;
-    let mut any_failed = false;
-    let mut any_stopped = false;
+    let mut any_failed = ended.failed > 0;
+    let mut any_stopped = ended.stopped > 0;
     let mut any_running = false;
     for t in &job.tasks {
         match t.status {
@@ -122,8 +154,12 @@ pub fn job_status(job: &JobView) -> TaskStatus {
         if t.status != TaskStatus::Finished {
             all_finished = false;
         }
+        if t.status.is_terminal() {
+            any_terminal = true;
+        } else {
+            all_terminal = false;
+        }
     }
-    let all_terminal = job.tasks.iter().all(|t| t.status.is_terminal());
     if all_finished {
         TaskStatus::Finished
     } else if all_terminal && any_failed {
@@ -132,7 +168,7 @@ pub fn job_status(job: &JobView) -> TaskStatus {
         TaskStatus::Stopped
     } else if any_running {
         TaskStatus::Running
-    } else if any_active || job.tasks.iter().any(|t| t.status.is_terminal()) {
+    } else if any_active || any_terminal {
         TaskStatus::Started
     } else {
         TaskStatus::Pending
@@ -269,15 +305,18 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
     let status_of = |t: &TaskView| ended.get(&t.id).copied().unwrap_or(t.status);
     let tasks = || wf.jobs.iter().flat_map(|j| j.tasks.iter());
     let all_terminal = tasks().all(|t| status_of(t).is_terminal());
+    let job_failed = |j: &JobView| {
+        j.ended.failed > 0 || j.tasks.iter().any(|t| status_of(t) == TaskStatus::Failed)
+    };
     let next = if all_terminal {
         // Services stopped because the jobs were done ended STOPPED: only a failure fails.
-        if !tasks().any(|t| status_of(t) == TaskStatus::Failed) {
+        if !wf.jobs.iter().any(job_failed) {
             Some((WorkflowStatus::Finished, None))
         } else {
             let failed: Vec<String> = wf
                 .jobs
                 .iter()
-                .filter(|j| j.tasks.iter().any(|t| status_of(t) == TaskStatus::Failed))
+                .filter(|j| job_failed(j))
                 .map(|j| j.name.clone())
                 .collect();
             Some((
@@ -286,7 +325,8 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
             ))
         }
     } else if wf.status == WorkflowStatus::Pending
-        && tasks().any(|t| status_of(t) != TaskStatus::Pending)
+        && (wf.jobs.iter().any(|j| j.ended.total() > 0)
+            || tasks().any(|t| status_of(t) != TaskStatus::Pending))
     {
         Some((WorkflowStatus::Running, None))
     } else {

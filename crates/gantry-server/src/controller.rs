@@ -57,6 +57,7 @@ pub fn job_view_of(j: &JobPlan) -> JobView {
         },
         timeout_ms: j.timeout_ms,
         tasks: vec![],
+        ended: Default::default(),
     }
 }
 

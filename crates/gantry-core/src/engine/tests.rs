@@ -40,6 +40,7 @@ fn job(name: &str, deps: &[&str], tasks: Vec<TaskView>) -> JobView {
         },
         timeout_ms: None,
         tasks,
+        ended: Ended::default(),
     }
 }
 
@@ -421,4 +422,125 @@ fn a_persistent_service_keeps_the_workflow_running() {
         ],
     );
     assert!(reconcile(&w, 0).is_empty());
+}
+
+mod counted {
+    //! A controller may count ended tasks instead of listing them ([`JobView::ended`]): any
+    //! workflow, with any of its ended tasks counted, must decide exactly as when listed.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const STATUSES: [TaskStatus; 6] = [
+        TaskStatus::Pending,
+        TaskStatus::Started,
+        TaskStatus::Running,
+        TaskStatus::Finished,
+        TaskStatus::Failed,
+        TaskStatus::Stopped,
+    ];
+
+    /// (status, has a live attempt, running since, stop sent, counted if it ended)
+    type TaskSeed = (usize, bool, Option<i64>, bool, bool);
+
+    fn arb_task() -> impl Strategy<Value = TaskSeed> {
+        (
+            0..STATUSES.len(),
+            any::<bool>(),
+            prop::option::of(0i64..100),
+            prop_oneof![3 => Just(false), 1 => Just(true)],
+            any::<bool>(),
+        )
+    }
+
+    /// (depends on earlier jobs (bits), on them running, service, persist, concurrency,
+    /// timeout, tasks)
+    type JobSeed = (
+        u8,
+        bool,
+        bool,
+        bool,
+        Option<u32>,
+        Option<u64>,
+        Vec<TaskSeed>,
+    );
+
+    fn arb_job() -> impl Strategy<Value = JobSeed> {
+        (
+            any::<u8>(),
+            any::<bool>(),
+            prop_oneof![4 => Just(false), 1 => Just(true)],
+            any::<bool>(),
+            prop::option::of(1u32..3),
+            prop::option::of(1u64..80),
+            prop::collection::vec(arb_task(), 0..6),
+        )
+    }
+
+    fn build(seeds: &[JobSeed]) -> (Vec<JobView>, Vec<JobView>) {
+        let mut listed = Vec::new();
+        let mut counted = Vec::new();
+        let mut n = 0u128;
+        for (i, (deps, dep_running, svc, persist, conc, timeout, tasks)) in seeds.iter().enumerate()
+        {
+            let mut j = job(&format!("j{i}"), &[], vec![]);
+            j.depends_on = (0..i)
+                .filter(|d| deps & (1 << d) != 0)
+                .map(|d| Dependency {
+                    name: format!("j{d}"),
+                    running: *dep_running,
+                })
+                .collect();
+            j.service = svc.then_some(ServiceView { persist: *persist });
+            j.concurrency = *conc;
+            j.timeout_ms = *timeout;
+            let mut c = j.clone();
+            for &(s, has_live, since, stop, fold) in tasks {
+                n += 1;
+                let status = STATUSES[s];
+                // As in the store: only a task in play has a live attempt.
+                let live = (has_live
+                    && matches!(status, TaskStatus::Started | TaskStatus::Running))
+                .then(|| LiveAttempt {
+                    id: id(1000 + n),
+                    status,
+                    running_since: since,
+                    stop_sent: stop.then_some(EndCause::Stopped),
+                });
+                let t = TaskView {
+                    id: id(n),
+                    status,
+                    attempts_made: 1,
+                    live,
+                };
+                if status.is_terminal() && fold {
+                    c.ended.add(status, 1);
+                } else {
+                    c.tasks.push(t.clone());
+                }
+                j.tasks.push(t);
+            }
+            listed.push(j);
+            counted.push(c);
+        }
+        (listed, counted)
+    }
+
+    proptest! {
+        #[test]
+        fn counting_ended_tasks_decides_as_listing_them(
+            jobs in prop::collection::vec(arb_job(), 1..5),
+            running in any::<bool>(),
+            stop in prop_oneof![5 => Just(false), 1 => Just(true)],
+            now in 0i64..200,
+        ) {
+            let (listed, counted) = build(&jobs);
+            for (l, c) in listed.iter().zip(&counted) {
+                prop_assert_eq!(job_status(l), job_status(c));
+            }
+            let status = if running { WorkflowStatus::Running } else { WorkflowStatus::Pending };
+            let view = |jobs: Vec<JobView>| WorkflowView { status, stop_requested: stop, jobs };
+            prop_assert_eq!(reconcile(&view(listed), now), reconcile(&view(counted), now));
+        }
+    }
 }
