@@ -11,7 +11,9 @@ use gantry_api::agent::{
     ServerMessage, ServiceSpec, VolumeMount,
 };
 use gantry_api::{EndCause, NodeState};
-use gantry_core::engine::{self, Action, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView};
+use gantry_core::engine::{
+    self, Action, Ended, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView,
+};
 use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
 use gantry_store::{ActiveWorkflow, Change, ChoreRow, TaskRow};
 use uuid::Uuid;
@@ -71,15 +73,27 @@ fn task_label(t: &TaskRow) -> String {
 fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
     let live: HashMap<Uuid, &gantry_store::AttemptRow> =
         aw.live.iter().map(|a| (a.id, a)).collect();
+    let mut by_job: HashMap<&str, Vec<&TaskRow>> = HashMap::new();
+    for t in &aw.tasks {
+        by_job.entry(t.job.as_str()).or_default().push(t);
+    }
+    let mut ended: HashMap<&str, Ended> = HashMap::new();
+    for c in &aw.ended {
+        ended
+            .entry(c.job.as_str())
+            .or_default()
+            .add(c.status, c.count);
+    }
     let jobs = plan
         .jobs
         .iter()
         .map(|jp| {
             let mut jv = job_view_of(jp);
-            jv.tasks = aw
-                .tasks
-                .iter()
-                .filter(|t| t.job == jp.name)
+            jv.ended = ended.get(jp.name.as_str()).copied().unwrap_or_default();
+            jv.tasks = by_job
+                .remove(jp.name.as_str())
+                .unwrap_or_default()
+                .into_iter()
                 .map(|t| TaskView {
                     id: t.id,
                     status: t.status,

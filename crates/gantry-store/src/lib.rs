@@ -56,7 +56,9 @@ pub trait Store: Send + Sync + 'static {
     async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>>;
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>>;
     async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool>;
-    /// Workflows that are not terminal, with their tasks and live attempts.
+    /// Workflows that are not terminal, with their tasks that have not ended, counts of those
+    /// that have, and their live attempts: one consistent snapshot, whose cost does not grow
+    /// with the tasks that have ended.
     async fn active(&self) -> Result<Vec<ActiveWorkflow>>;
 
     // --- the controller's plans -----------------------------------------------------------

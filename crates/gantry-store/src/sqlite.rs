@@ -554,20 +554,36 @@ impl Store for SqliteStore {
     }
 
     async fn active(&self) -> Result<Vec<ActiveWorkflow>> {
+        // One read transaction: the open tasks, the counts and the live attempts are of the
+        // same moment (a task ending between two reads would be in neither or in both).
+        let mut tx = self.pool.begin().await?;
         let wfs = sqlx::query(
             "SELECT * FROM workflows WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        // The status list must match `tasks_open`'s for SQLite to use that index.
         let tasks = sqlx::query(
-            "SELECT t.* FROM tasks t JOIN workflows w ON w.id = t.workflow_id
-             WHERE w.status IN ('PENDING', 'RUNNING') ORDER BY t.ord, t.idx",
+            "SELECT t.* FROM workflows w JOIN tasks t ON t.workflow_id = w.id
+             WHERE w.status IN ('PENDING', 'RUNNING')
+               AND t.status IN ('PENDING', 'STARTED', 'RUNNING')
+             ORDER BY t.ord, t.idx",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
+        .await?;
+        let ended = sqlx::query(
+            "SELECT c.workflow_id, c.job, c.status, c.n FROM workflows w
+             JOIN task_counts c ON c.workflow_id = w.id
+             WHERE w.status IN ('PENDING', 'RUNNING')
+               AND c.status IN ('FINISHED', 'FAILED', 'STOPPED') AND c.n > 0
+             ORDER BY c.job, c.status",
+        )
+        .fetch_all(&mut *tx)
         .await?;
         let live = sqlx::query("SELECT * FROM attempts WHERE ended_at IS NULL")
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         let mut out: Vec<ActiveWorkflow> = Vec::with_capacity(wfs.len());
         let mut index = std::collections::HashMap::new();
         for r in &wfs {
@@ -576,6 +592,7 @@ impl Store for SqliteStore {
             out.push(ActiveWorkflow {
                 workflow: w,
                 tasks: vec![],
+                ended: vec![],
                 live: vec![],
             });
         }
@@ -583,6 +600,15 @@ impl Store for SqliteStore {
             let t = task_row(r)?;
             if let Some(&i) = index.get(&t.workflow_id) {
                 out[i].tasks.push(t);
+            }
+        }
+        for r in &ended {
+            if let Some(&i) = index.get(&uuid(r.get("workflow_id"))?) {
+                out[i].ended.push(TaskCount {
+                    job: r.get("job"),
+                    status: parse(r.get("status"))?,
+                    count: r.get::<i64, _>("n") as u32,
+                });
             }
         }
         for r in &live {

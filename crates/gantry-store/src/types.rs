@@ -100,9 +100,21 @@ pub struct AttemptRow {
 #[derive(Debug, Clone)]
 pub struct ActiveWorkflow {
     pub workflow: WorkflowRow,
+    /// The tasks that have not ended (PENDING, STARTED, RUNNING), in the workflow's order.
     pub tasks: Vec<TaskRow>,
+    /// The tasks that have ended, counted by job and status (each count above zero). The
+    /// controller needs no more of them, and a big array's finished members are most of it.
+    pub ended: Vec<TaskCount>,
     /// Attempts not yet ended.
     pub live: Vec<AttemptRow>,
+}
+
+/// How many of a job's tasks are in one status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskCount {
+    pub job: String,
+    pub status: TaskStatus,
+    pub count: u32,
 }
 
 /// One step of a controller plan.

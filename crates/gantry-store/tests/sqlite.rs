@@ -79,6 +79,113 @@ async fn workflow_visibility_and_prefix() {
     ));
 }
 
+/// `active()` lists the tasks in play and counts the ended ones, whichever way they ended
+/// and back (a retry), and forgets a workflow once it ends.
+#[tokio::test]
+async fn active_lists_open_tasks_and_counts_ended_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let mut w = workflow("ada", "physics", 0);
+    w.tasks = (0..5)
+        .map(|i| NewTask {
+            id: Uuid::new_v4(),
+            job: "member".into(),
+            index: Some(i),
+            ord: 1,
+        })
+        .chain(std::iter::once(NewTask {
+            id: Uuid::new_v4(),
+            job: "prepare".into(),
+            index: None,
+            ord: 0,
+        }))
+        .collect();
+    s.create_workflow(&w, 1).await.unwrap();
+    let other = workflow("bob", "chem", 2);
+    s.create_workflow(&other, 1).await.unwrap();
+    let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
+    let (a0, a1, a2) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let place = |a: Uuid, task: Uuid| Change::CreateAttempt {
+        attempt_id: a,
+        task_id: task,
+        workflow_id: w.id,
+        node: "n1".into(),
+        assignment: "{}".into(),
+    };
+    s.apply(&[place(a0, t[0]), place(a1, t[1]), place(a2, t[2])], 2)
+        .await
+        .unwrap();
+    let end = |a: Uuid, next: TaskNext| AttemptEnd {
+        attempt_id: a,
+        status: TaskStatus::Finished,
+        cause: EndCause::Exit,
+        exit_code: Some(0),
+        reason: None,
+        task: next,
+    };
+    let finished = TaskNext::Final {
+        status: TaskStatus::Finished,
+        reason: None,
+    };
+    s.end_attempt(&end(a0, finished.clone()), 3).await.unwrap();
+    s.end_attempt(&end(a1, finished), 3).await.unwrap();
+    // A retry takes a task back to PENDING: open again.
+    let retry = TaskNext::Retry {
+        reason: "again".into(),
+    };
+    s.end_attempt(&end(a2, retry), 3).await.unwrap();
+    s.apply(
+        &[Change::EndTask {
+            task_id: t[3],
+            status: TaskStatus::Failed,
+            reason: "dependency failed".into(),
+        }],
+        4,
+    )
+    .await
+    .unwrap();
+
+    let active = s.active().await.unwrap();
+    assert_eq!(active.len(), 2);
+    let aw = active.iter().find(|a| a.workflow.id == w.id).unwrap();
+    let open: Vec<(Uuid, TaskStatus)> = aw.tasks.iter().map(|t| (t.id, t.status)).collect();
+    assert_eq!(
+        open,
+        [
+            (t[5], TaskStatus::Pending),
+            (t[2], TaskStatus::Pending),
+            (t[4], TaskStatus::Pending)
+        ],
+        "the open tasks, in order"
+    );
+    let count = |status, count| TaskCount {
+        job: "member".into(),
+        status,
+        count,
+    };
+    assert_eq!(
+        aw.ended,
+        [count(TaskStatus::Failed, 1), count(TaskStatus::Finished, 2)]
+    );
+    assert!(aw.live.is_empty());
+    let ow = active.iter().find(|a| a.workflow.id == other.id).unwrap();
+    assert_eq!((ow.tasks.len(), ow.ended.len()), (2, 0));
+
+    s.apply(
+        &[Change::SetWorkflow {
+            workflow_id: w.id,
+            status: WorkflowStatus::Failed,
+            reason: None,
+        }],
+        5,
+    )
+    .await
+    .unwrap();
+    let active = s.active().await.unwrap();
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].workflow.id, other.id);
+}
+
 #[tokio::test]
 async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let dir = tempfile::tempdir().unwrap();
