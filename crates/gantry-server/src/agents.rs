@@ -263,7 +263,7 @@ pub async fn end_attempt(
     let attempt = st.store.attempt(attempt_id).await?;
     let task = st.store.task(attempt.task_id).await?;
     let wf = st.store.workflow(attempt.workflow_id).await?;
-    let plan: crate::plan::WorkflowPlan = serde_json::from_str(&wf.plan)?;
+    let plan = st.cache.plan(&wf)?;
     let job = plan
         .job(&task.job)
         .map(controller::job_view_of)

@@ -2,8 +2,13 @@
 //! to do (the workflow state machine, then the scheduler), commits the result as one
 //! transaction, and only then tells agents. A crash between commit and send loses nothing: a
 //! reconnecting agent receives its full desired set.
+//!
+//! A tick's cost follows the work in play, not the workflows' size: the store hands over only
+//! the tasks that have not ended (the rest as counts per job), and what never changes once
+//! written (plans, assignments) is parsed once and kept in [`Cache`].
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gantry_api::agent::{
@@ -15,7 +20,7 @@ use gantry_core::engine::{
     self, Action, Ended, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView,
 };
 use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
-use gantry_store::{ActiveWorkflow, Change, ChoreRow, TaskRow};
+use gantry_store::{ActiveWorkflow, AttemptRow, Change, ChoreRow, TaskRow, WorkflowRow};
 use uuid::Uuid;
 
 use crate::plan::{JobPlan, WorkflowPlan};
@@ -34,6 +39,63 @@ pub fn spawn(st: AppState) {
             }
         }
     });
+}
+
+/// What the controller keeps between ticks: only what never changes once written (a
+/// workflow's plan, an attempt's assignment), parsed. So it cannot go stale, and the store
+/// stays the truth: a restarted server starts with an empty cache and fills it from the store.
+#[derive(Default)]
+pub(crate) struct Cache {
+    plans: Mutex<HashMap<Uuid, Arc<WorkflowPlan>>>,
+    /// What each live attempt takes of its node; `None` when its assignment does not parse.
+    usage: Mutex<HashMap<Uuid, Option<Usage>>>,
+}
+
+#[derive(Clone)]
+struct Usage {
+    res: Res,
+    exclusive: bool,
+}
+
+impl Cache {
+    /// The workflow's compiled plan.
+    pub(crate) fn plan(&self, wf: &WorkflowRow) -> serde_json::Result<Arc<WorkflowPlan>> {
+        if let Some(p) = self.plans.lock().unwrap().get(&wf.id) {
+            return Ok(p.clone());
+        }
+        let plan = Arc::new(serde_json::from_str::<WorkflowPlan>(&wf.plan)?);
+        self.plans.lock().unwrap().insert(wf.id, plan.clone());
+        Ok(plan)
+    }
+
+    fn usage(&self, a: &AttemptRow) -> Option<Usage> {
+        if let Some(u) = self.usage.lock().unwrap().get(&a.id) {
+            return u.clone();
+        }
+        let u = serde_json::from_str::<Assignment>(&a.assignment)
+            .ok()
+            .map(|asg| {
+                let mut res = Res::default();
+                add_used(&mut res, &asg.resources);
+                Usage {
+                    res,
+                    exclusive: asg.resources.devices.contains_key(EXCLUSIVE),
+                }
+            });
+        self.usage.lock().unwrap().insert(a.id, u.clone());
+        u
+    }
+
+    /// Forgets workflows that ended and attempts that are no longer live.
+    fn retain(&self, active: &[ActiveWorkflow]) {
+        let wfs: std::collections::HashSet<Uuid> = active.iter().map(|a| a.workflow.id).collect();
+        let live: std::collections::HashSet<Uuid> = active
+            .iter()
+            .flat_map(|a| a.live.iter().map(|l| l.id))
+            .collect();
+        self.plans.lock().unwrap().retain(|id, _| wfs.contains(id));
+        self.usage.lock().unwrap().retain(|id, _| live.contains(id));
+    }
 }
 
 pub fn job_view_of(j: &JobPlan) -> JobView {
@@ -127,6 +189,14 @@ fn capacity_res(c: &Capacity) -> Res {
     }
 }
 
+fn add_res(used: &mut Res, r: &Res) {
+    used.millicpus += r.millicpus;
+    used.memory_bytes += r.memory_bytes;
+    for (d, n) in &r.devices {
+        *used.devices.entry(d.clone()).or_insert(0) += n;
+    }
+}
+
 fn add_used(used: &mut Res, r: &Resources) {
     used.millicpus += (r.cpus * 1000.0).round() as u64;
     used.memory_bytes += r.memory_bytes.unwrap_or(0);
@@ -142,16 +212,19 @@ struct Placing<'a> {
 }
 
 pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
-    lose_silent_nodes(st, now_ms()).await?;
+    let mut nodes = st.store.nodes().await?;
+    if lose_silent_nodes(st, now_ms(), &nodes).await? {
+        nodes = st.store.nodes().await?;
+    }
 
     let active = st.store.active().await?;
-    let nodes = st.store.nodes().await?;
     // Read after the snapshot: a placement is stamped no earlier than the ends it saw, so
     // attempts' times never show more in flight than there were.
     let now = now_ms();
+    st.cache.retain(&active);
     let mut plans = Vec::with_capacity(active.len());
     for aw in &active {
-        plans.push(serde_json::from_str::<WorkflowPlan>(&aw.workflow.plan)?);
+        plans.push(st.cache.plan(&aw.workflow)?);
     }
 
     let mut changes: Vec<Change> = Vec::new();
@@ -264,11 +337,9 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         for aw in &active {
             for a in &aw.live {
                 let e = used.entry(a.node.as_str()).or_default();
-                if let Ok(asg) = serde_json::from_str::<Assignment>(&a.assignment) {
-                    add_used(&mut e.0, &asg.resources);
-                    if asg.resources.devices.contains_key(EXCLUSIVE) {
-                        e.2 = true;
-                    }
+                if let Some(u) = st.cache.usage(a) {
+                    add_res(&mut e.0, &u.res);
+                    e.2 |= u.exclusive;
                 }
                 e.1 += 1;
             }
@@ -350,12 +421,12 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             }
         }
     }
-    for wf in finished {
+    for &wf in &finished {
         schedule_cleanup(st, wf, now).await?;
     }
     send_chores(st).await?;
     crate::endpoints::drive(st, st.gateway.as_ref()).await?;
-    crate::gateway::sync(st).await?;
+    crate::gateway::sync_from(st, &active, &finished).await?;
     Ok(())
 }
 
@@ -504,13 +575,20 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
 
 /// A node whose agent has been silent past the heartbeat timeout is DOWN; its attempts end
 /// NODE_LOST, and core decides whether each is retried elsewhere.
-async fn lose_silent_nodes(st: &AppState, now: i64) -> anyhow::Result<()> {
+/// Returns whether any node was lost.
+async fn lose_silent_nodes(
+    st: &AppState,
+    now: i64,
+    nodes: &[gantry_store::NodeRow],
+) -> anyhow::Result<bool> {
     let timeout = st.config.heartbeat_timeout.as_millis() as i64;
-    for n in st.store.nodes().await? {
+    let mut lost = false;
+    for n in nodes {
         let silent = n.last_seen.is_none_or(|t| now - t > timeout);
         if !silent || n.state == NodeState::Down.as_str() {
             continue;
         }
+        lost = true;
         let why = format!("no heartbeat for {}s", timeout / 1000);
         st.store
             .set_node_state(&n.name, NodeState::Down.as_str(), &why, now)
@@ -527,7 +605,7 @@ async fn lose_silent_nodes(st: &AppState, now: i64) -> anyhow::Result<()> {
             .await?;
         }
     }
-    Ok(())
+    Ok(lost)
 }
 
 /// Ephemeral volumes are removed when their workflow ends, by a live agent of each pool the

@@ -169,9 +169,21 @@ struct Want {
     target: Option<(Uuid, SocketAddr, String)>,
 }
 
-/// Brings the proxy's routes in line with the store: persistent endpoints and the running
-/// workflows' own endpoints.
+/// Brings the proxy's routes in line with the store now, outside a controller tick.
 pub async fn sync(st: &AppState) -> anyhow::Result<()> {
+    let active = st.store.active().await?;
+    sync_from(st, &active, &[]).await
+}
+
+/// Brings the proxy's routes in line with the store: persistent endpoints and the running
+/// workflows' own endpoints. `active` is the controller's snapshot of this tick and `ended`
+/// the workflows the tick has just ended, whose own endpoints go. What changed after the
+/// snapshot woke the controller, whose next tick brings it here.
+pub async fn sync_from(
+    st: &AppState,
+    active: &[gantry_store::ActiveWorkflow],
+    ended: &[Uuid],
+) -> anyhow::Result<()> {
     let mut want: BTreeMap<String, Want> = BTreeMap::new();
     for e in st.store.endpoints().await? {
         let mut target = None;
@@ -196,8 +208,8 @@ pub async fn sync(st: &AppState) -> anyhow::Result<()> {
             },
         );
     }
-    for aw in st.store.active().await? {
-        let Ok(plan) = serde_json::from_str::<crate::plan::WorkflowPlan>(&aw.workflow.plan) else {
+    for aw in active.iter().filter(|aw| !ended.contains(&aw.workflow.id)) {
+        let Ok(plan) = st.cache.plan(&aw.workflow) else {
             continue;
         };
         for j in &plan.jobs {

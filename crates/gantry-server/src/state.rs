@@ -22,6 +22,8 @@ pub struct AppState {
     pub(crate) gateway: Arc<crate::gateway::Gateway>,
     /// The second octet of this cluster's container subnets.
     pub(crate) subnet_base: u8,
+    /// Parsed plans and live attempts' resources, kept between controller ticks.
+    pub(crate) cache: Arc<crate::controller::Cache>,
 }
 
 impl AppState {
@@ -41,6 +43,7 @@ impl AppState {
             metrics: Arc::default(),
             gateway: Arc::new(crate::gateway::Gateway::new(store.clone())),
             subnet_base,
+            cache: Arc::default(),
         }
     }
 
