@@ -232,7 +232,10 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
             if let Some(addr) = address {
                 st.store.set_attempt_address(id, &addr).await?;
             }
-            if st.store.attempt_running(id, now_ms()).await? {
+            // Only a service's start can change a decision: jobs that wait for it to run, its
+            // routes, a takeover. A job's start changes none (its timeout is served by the
+            // controller's timer), so it costs no tick: the next end report's tick sees it.
+            if st.store.attempt_running(id, now_ms()).await? && is_service(&attempt.assignment) {
                 st.wake_controller();
             }
             return Ok(());
@@ -250,6 +253,17 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
     }
     st.hub.send(node, ServerMessage::Forget { attempt_id: id });
     Ok(())
+}
+
+/// Whether an assignment (JSON) runs a service. When in doubt, yes: a spare tick costs less
+/// than a missed one.
+fn is_service(assignment: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Kind {
+        #[serde(default)]
+        service: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_str::<Kind>(assignment).map_or(true, |k| k.service.is_some())
 }
 
 /// Ends an attempt and moves its task on, as core decides from the attempt's cause.
@@ -355,4 +369,17 @@ pub async fn subnet_base(store: &dyn gantry_store::Store) -> anyhow::Result<u8> 
         .set_setting("network.subnet_base", &base.to_string(), "gantry", now_ms())
         .await?;
     Ok(base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_service;
+
+    #[test]
+    fn only_a_service_start_wakes_the_controller() {
+        assert!(is_service(r#"{"task":"web","service":{"ports":[8080]}}"#));
+        assert!(!is_service(r#"{"task":"member[3]"}"#));
+        assert!(!is_service(r#"{"task":"member[3]","service":null}"#));
+        assert!(is_service("not json"), "in doubt, wake");
+    }
 }
