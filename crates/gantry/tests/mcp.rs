@@ -25,15 +25,6 @@ fn python() -> PathBuf {
     p
 }
 
-fn admin_token(c: &Cluster) -> String {
-    let text = std::fs::read_to_string(c.data_dir().join("context.toml")).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("token = "))
-        .unwrap()
-        .trim_matches('"')
-        .to_string()
-}
-
 /// Runs one scenario of agent.py; returns the JSON it printed.
 fn agent(c: &Cluster, token: &str, scenario: &str, args: &[&str]) -> Value {
     let url = format!("http://127.0.0.1:{}", c.port);
@@ -79,7 +70,7 @@ jobs:
 #[test]
 fn agents_run_workflows_over_http_and_stdio_on_both_protocols() {
     let c = Cluster::up(1);
-    let admin = admin_token(&c);
+    let admin = c.admin_token();
     let spec = c.write("hello.yaml", HELLO);
     let spec = spec.to_str().unwrap();
     let mut ids = vec![];
@@ -173,7 +164,7 @@ fn started(r: &Value) -> String {
 #[test]
 fn endpoint_takeovers_happen_only_with_the_persons_confirmation() {
     let c = Cluster::up(2);
-    let admin = admin_token(&c);
+    let admin = c.admin_token();
     let spec = |v: &str| c.write(&format!("{v}.yaml"), &model(v));
     let takeover = |v: &str, how: &[&str]| {
         let file = spec(v);
@@ -303,7 +294,7 @@ fn endpoint_takeovers_happen_only_with_the_persons_confirmation() {
 #[test]
 fn read_only_mode_is_enforced_where_tools_are_dispatched() {
     let c = Cluster::up_with(1, vec!["--mcp-read-only".into()]);
-    let admin = admin_token(&c);
+    let admin = c.admin_token();
     let spec = c.write("hello.yaml", HELLO);
     for (transport, mode) in [
         ("http", "legacy"),

@@ -526,6 +526,21 @@ async fn job_logs(shared: &Shared, c: &Caller, a: JobLogs) -> Result<CallToolRes
     }))
 }
 
+/// The person's yes for an action (see [`super::confirm`]), or return early with what the client
+/// gets instead: the question, or why nothing was done.
+macro_rules! confirmed {
+    ($shared:expr, $ctx:expr, $request:expr, $c:expr, $action:expr, $token:expr) => {
+        match $shared
+            .confirmations
+            .confirm($ctx, $request, $c.user.id, $action, $token)
+            .await
+        {
+            Ok(yes) => yes,
+            Err(r) => return Ok(r),
+        }
+    };
+}
+
 /// What the person is asked before a workflow takes endpoints over, bound to exactly this file
 /// and these endpoints' current workflows.
 fn takeover_action(
@@ -601,20 +616,8 @@ async fn start_workflow(
     let mut via = None;
     if !asks.is_empty() && !a.await_approval {
         let action = takeover_action(&a.spec, a.name.as_deref(), &c.user.name, &asks);
-        let yes = match shared
-            .confirmations
-            .confirm(
-                ctx,
-                request,
-                c.user.id,
-                &action,
-                a.confirmation_token.as_deref(),
-            )
-            .await
-        {
-            Ok(yes) => yes,
-            Err(r) => return Ok(r),
-        };
+        let token = a.confirmation_token.as_deref();
+        let yes = confirmed!(shared, ctx, request, c, &action, token);
         if yes.waited {
             // The person may have taken a while: check again, and only go ahead if
             // the endpoints are still served by what they were asked about.
@@ -688,20 +691,9 @@ async fn stop_workflow(
             ),
             "stopped",
         );
-        match shared
-            .confirmations
-            .confirm(
-                ctx,
-                request,
-                c.user.id,
-                &action,
-                a.confirmation_token.as_deref(),
-            )
-            .await
-        {
-            Ok(yes) => via = Some(yes.via),
-            Err(r) => return Ok(r),
-        }
+        let token = a.confirmation_token.as_deref();
+        let yes = confirmed!(shared, ctx, request, c, &action, token);
+        via = Some(yes.via);
     }
     let Json(summary) = api!(
         api::workflows::stop(
@@ -752,20 +744,8 @@ async fn delete_endpoint(
         ),
         "deleted",
     );
-    let via = match shared
-        .confirmations
-        .confirm(
-            ctx,
-            request,
-            c.user.id,
-            &action,
-            a.confirmation_token.as_deref(),
-        )
-        .await
-    {
-        Ok(yes) => yes.via,
-        Err(r) => return Ok(r),
-    };
+    let token = a.confirmation_token.as_deref();
+    let via = confirmed!(shared, ctx, request, c, &action, token).via;
     api!(
         crate::endpoints::delete(
             State(st.clone()),

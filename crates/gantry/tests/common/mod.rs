@@ -84,6 +84,16 @@ impl Cluster {
         self.dir.path()
     }
 
+    /// The first administrator's token, from the context `gantry up` wrote.
+    pub fn admin_token(&self) -> String {
+        let text = std::fs::read_to_string(self.data_dir().join("context.toml")).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("token = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_string()
+    }
+
     /// Starts (or restarts) `gantry up` on this data dir and waits for every agent.
     pub fn start(&mut self) {
         let log = std::fs::OpenOptions::new()
@@ -375,15 +385,6 @@ impl Split {
         s
     }
 
-    fn admin_token(&self) -> String {
-        let text = std::fs::read_to_string(self.cluster.data_dir().join("context.toml")).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("token = "))
-            .unwrap()
-            .trim_matches('"')
-            .to_string()
-    }
-
     pub fn start_agent(&mut self) {
         let d = self.cluster.data_dir().to_path_buf();
         let log = self.cluster.log_file();
@@ -395,7 +396,7 @@ impl Split {
             ])
             .args([
                 "--token",
-                &self.admin_token(),
+                &self.cluster.admin_token(),
                 "--pool",
                 "default",
                 "--name",
