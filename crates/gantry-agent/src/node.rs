@@ -167,17 +167,39 @@ impl Agent {
 }
 
 /// Runs the agent until the process is stopped. Reconnects with backoff.
+fn runtime_config(config: &AgentConfig) -> RuntimeConfig {
+    RuntimeConfig::new(
+        config.state_dir.join("runtime"),
+        config.state_dir.join("runc"),
+        format!("gantry/{}", config.name),
+        config.shim_argv.clone(),
+    )
+}
+
+/// For an agent that stopped cleanly: with no container of its own left, its container bridge
+/// goes, and the /24 route with it. Left behind, that route would catch the traffic of a later
+/// cluster on this host given an overlapping subnet (its services would never turn ready).
+/// Containers outlive their agent, so a node that still has some keeps its bridge. Returns
+/// whether the bridge was removed (or there was none).
+pub fn release_if_idle(config: &AgentConfig) -> anyhow::Result<bool> {
+    let runtime = Runtime::new(runtime_config(config))?;
+    if !runtime.list().is_empty() {
+        return Ok(false);
+    }
+    let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))?;
+    if !net.attachments().is_empty() {
+        return Ok(false);
+    }
+    net.remove_bridge()?;
+    Ok(true)
+}
+
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.state_dir)
         .with_context(|| format!("creating {}", config.state_dir.display()))?;
     std::fs::create_dir_all(&config.storage_root)
         .with_context(|| format!("creating {}", config.storage_root.display()))?;
-    let runtime = Runtime::new(RuntimeConfig::new(
-        config.state_dir.join("runtime"),
-        config.state_dir.join("runc"),
-        format!("gantry/{}", config.name),
-        config.shim_argv.clone(),
-    ))?;
+    let runtime = Runtime::new(runtime_config(&config))?;
     // The server's object cache is a registry too: plain HTTP when the server is.
     let mut pull = config.pull.clone();
     if let Some(host) =

@@ -485,3 +485,67 @@ fn stop_first_stops_the_old_workflow_before_the_new_one_takes_over() {
     assert_eq!(curl(&[&url(&c, "/e/tight/")]).0, 404);
     assert!(!c.gantry(&["endpoint", "show", "tight"]).status.success());
 }
+
+#[test]
+fn a_cleanly_stopped_node_gives_back_its_bridge_unless_containers_still_run() {
+    let mut c = Cluster::up(1);
+    let bridge = c.bridges().pop().unwrap();
+    let present = || {
+        std::path::Path::new("/sys/class/net")
+            .join(&bridge)
+            .exists()
+    };
+    let svc = c.write(
+        "svc.yaml",
+        r#"version: v4
+services:
+  web:
+    image: { uri: docker://busybox:1 }
+    persist: true
+    command: ["httpd", "-f", "-p", "8080"]
+    network:
+      ports: [ { name: http, port: 8080 } ]
+"#,
+    );
+    let wf = c.start_workflow(&svc);
+    c.wait_for(&wf, "the service RUNNING", |d| {
+        Cluster::task(d, "web")["status"] == "RUNNING"
+    });
+    assert!(present(), "the service's network made no bridge {bridge}");
+
+    // Containers outlive their agent: stopped while one runs, the node keeps its bridge.
+    assert!(c.interrupt().success(), "{}", c.log());
+    assert!(
+        present(),
+        "bridge {bridge} removed under a running container"
+    );
+
+    c.start();
+    c.ok(&["workflow", "stop", &wf]);
+    c.wait_status(&wf, "STOPPED");
+    let agent = std::fs::read_dir(c.data_dir().join("agents"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // The container, then its network attachment, are removed once the stop is reported.
+    for dir in ["runtime/containers", "net/attachments"] {
+        assert!(agent.join(dir).is_dir(), "no {dir} in {}", agent.display());
+        while std::fs::read_dir(agent.join(dir)).is_ok_and(|mut d| d.next().is_some()) {
+            assert!(
+                Instant::now() < deadline,
+                "the stopped service was never removed"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Nothing left on the node: a clean stop takes the bridge and its /24 route with it.
+    assert!(c.interrupt().success(), "{}", c.log());
+    assert!(
+        !present(),
+        "bridge {bridge} left behind by an idle node: {}",
+        c.log()
+    );
+}

@@ -216,7 +216,7 @@ async fn embedded(
     write_user_context: bool,
     monitoring: Option<&MonitoringOptions>,
     mcp: &McpArgs,
-) -> anyhow::Result<(Server, Client, Option<Stack>)> {
+) -> anyhow::Result<(Server, Client, Option<Stack>, Vec<AgentConfig>)> {
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
     }
@@ -264,6 +264,7 @@ async fn embedded(
     let host = detect_capacity();
     let host_name = hostname();
     let mut exporters = vec![];
+    let mut configs = vec![];
     for i in 1..=agents {
         let name = format!("{host_name}-{i}");
         let node_exporter = match monitoring {
@@ -293,6 +294,7 @@ async fn embedded(
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             node_exporter,
         };
+        configs.push(config.clone());
         tokio::spawn(async move {
             if let Err(e) = gantry_agent::node::run(config).await {
                 tracing::error!(agent = %name, "agent stopped: {e:#}");
@@ -328,7 +330,7 @@ async fn embedded(
         }
         None => None,
     };
-    Ok((server, client, stack))
+    Ok((server, client, stack, configs))
 }
 
 pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
@@ -337,7 +339,7 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
         interval: args.monitoring_interval,
         extra_rules: args.monitoring_rules.clone(),
     };
-    let (server, client, stack) = embedded(
+    let (server, client, stack, agents) = embedded(
         &data_dir,
         args.listen,
         args.agents,
@@ -360,10 +362,37 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     );
     println!("Try: gantry workflow start examples/pipeline.yaml --watch");
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = shutdown_signal() => {}
         _ = server.wait() => {}
     }
+    release_idle(&agents);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C, or SIGTERM from a service manager: both stop cleanly.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// On a clean stop, each agent with no container left gives back its container bridge (see
+/// `gantry_agent::node::release_if_idle`); containers still running keep theirs.
+fn release_idle(agents: &[AgentConfig]) {
+    for a in agents {
+        match gantry_agent::node::release_if_idle(a) {
+            Ok(true) => tracing::info!(agent = %a.name, "removed its container bridge"),
+            Ok(false) => tracing::info!(agent = %a.name, "containers remain: keeping its bridge"),
+            Err(e) => tracing::warn!(agent = %a.name, "leaving its container bridge: {e:#}"),
+        }
+    }
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -376,7 +405,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let listen: SocketAddr = "127.0.0.1:0".parse()?;
-    let (_server, client, _) = embedded(
+    let (_server, client, _, _) = embedded(
         &data_dir,
         listen,
         args.agents,
@@ -431,7 +460,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!("listening on {url}");
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
+        _ = shutdown_signal() => {}
         _ = server.wait() => {}
     }
     Ok(ExitCode::SUCCESS)
@@ -463,8 +492,9 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         metrics_listen: args.metrics_listen.0,
     };
     tokio::select! {
-        r = gantry_agent::node::run(config) => r?,
-        _ = tokio::signal::ctrl_c() => {}
+        r = gantry_agent::node::run(config.clone()) => r?,
+        _ = shutdown_signal() => {}
     }
+    release_idle(std::slice::from_ref(&config));
     Ok(ExitCode::SUCCESS)
 }

@@ -143,6 +143,37 @@ impl Cluster {
         }
     }
 
+    /// Stops `gantry up` as a person would (SIGINT, Ctrl-C) and waits for it to exit.
+    pub fn interrupt(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("gantry up is not running");
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "gantry up ignored SIGINT");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The container bridges of this cluster's agents (`gtr` + sha256("<name>@<state dir>"),
+    /// as gantry_agent::net::bridge_name names them).
+    pub fn bridges(&self) -> Vec<String> {
+        use sha2::Digest;
+        let Ok(agents) = std::fs::read_dir(self.dir.path().join("agents")) else {
+            return vec![];
+        };
+        agents
+            .flatten()
+            .map(|a| {
+                let id = format!("{}@{}", a.file_name().to_string_lossy(), a.path().display());
+                format!("gtr{}", &hex::encode(sha2::Sha256::digest(id))[..8])
+            })
+            .collect()
+    }
+
     /// Kills `gantry up` with SIGKILL: server and agents die at once, containers live on.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -300,18 +331,12 @@ impl Drop for Cluster {
             }
         }
         // A killed agent leaves its container bridge, with its /24, behind; a later cluster
-        // given the same /24 would route its containers' traffic to the dead bridge. The agent
-        // names it `gtr` + sha256("<name>@<state dir>") (gantry_agent::net::bridge_name).
-        if let Ok(agents) = std::fs::read_dir(self.dir.path().join("agents")) {
-            use sha2::Digest;
-            for a in agents.flatten() {
-                let id = format!("{}@{}", a.file_name().to_string_lossy(), a.path().display());
-                let bridge = format!("gtr{}", &hex::encode(sha2::Sha256::digest(id))[..8]);
-                let _ = Command::new("ip")
-                    .args(["link", "del", &bridge])
-                    .stderr(Stdio::null())
-                    .status();
-            }
+        // given the same /24 would route its containers' traffic to the dead bridge.
+        for bridge in self.bridges() {
+            let _ = Command::new("ip")
+                .args(["link", "del", &bridge])
+                .stderr(Stdio::null())
+                .status();
         }
         // Unmount anything left under the data dir, deepest first.
         if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
