@@ -75,14 +75,6 @@ pub struct Confirmed {
     pub waited: bool,
 }
 
-enum Outcome {
-    Confirmed(Confirmed),
-    /// No (or no valid answer): nothing may happen. Says why.
-    Declined(String),
-    /// Return this to the client: a question for it to ask, or a refusal with a token.
-    Ask(CallToolResponse),
-}
-
 struct Pending {
     user: Uuid,
     key: String,
@@ -146,6 +138,15 @@ fn elicitation(action: &Action) -> ElicitRequestParams {
     }
 }
 
+/// What the client gets when the answer is no (or no valid answer): nothing happened, and why.
+fn declined(action: &Action, why: &str) -> CallToolResponse {
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "Nothing was {}: {why}.",
+        action.undone
+    ))])
+    .into()
+}
+
 /// Yes only for an accepted answer whose `confirm` is true.
 fn said_yes(answer: &ElicitResult) -> bool {
     answer.action == ElicitationAction::Accept
@@ -168,29 +169,12 @@ impl Confirmations {
         action: &Action,
         token: Option<&str>,
     ) -> Result<Confirmed, CallToolResponse> {
-        match self.outcome(ctx, request, user, action, token).await {
-            Outcome::Confirmed(c) => Ok(c),
-            Outcome::Ask(r) => Err(r),
-            Outcome::Declined(why) => Err(CallToolResult::error(vec![ContentBlock::text(
-                format!("Nothing was {}: {why}.", action.undone),
-            )])
-            .into()),
-        }
-    }
-
-    async fn outcome(
-        &self,
-        ctx: &RequestContext<RoleServer>,
-        request: &CallToolRequestParams,
-        user: Uuid,
-        action: &Action,
-        token: Option<&str>,
-    ) -> Outcome {
         if let Some(state) = &request.request_state {
             if !take(&self.states, state, user, action) {
-                return Outcome::Declined(
-                    "the question this answers has expired or was about something else".into(),
-                );
+                return Err(declined(
+                    action,
+                    "the question this answers has expired or was about something else",
+                ));
             }
             let answer = request
                 .input_responses
@@ -198,26 +182,29 @@ impl Confirmations {
                 .and_then(|r| r.get(KEY))
                 .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok());
             return match answer {
-                Some(a) if said_yes(&a) => Outcome::Confirmed(Confirmed {
+                Some(a) if said_yes(&a) => Ok(Confirmed {
                     via: VIA_INPUT_REQUIRED,
                     waited: false,
                 }),
-                Some(_) => Outcome::Declined("the person declined".into()),
-                None => Outcome::Declined("the client sent no answer to the question".into()),
+                Some(_) => Err(declined(action, "the person declined")),
+                None => Err(declined(
+                    action,
+                    "the client sent no answer to the question",
+                )),
             };
         }
         if let Some(t) = token {
             if take(&self.tokens, t, user, action) {
-                return Outcome::Confirmed(Confirmed {
+                return Ok(Confirmed {
                     via: VIA_TOKEN,
                     waited: false,
                 });
             }
-            return self.refuse(
+            return Err(self.refuse(
                 user,
                 action,
                 "The confirmation_token given is unknown, expired, used, or for something else. ",
-            );
+            ));
         }
         let modern = ctx
             .protocol_version()
@@ -234,7 +221,7 @@ impl Confirmations {
                     KEY.into(),
                     InputRequest::Elicitation(ElicitRequest::new(elicitation(action))),
                 );
-                return Outcome::Ask(InputRequiredResult::new(Some(asks), Some(state)).into());
+                return Err(InputRequiredResult::new(Some(asks), Some(state)).into());
             }
         } else if ctx
             .peer
@@ -246,20 +233,23 @@ impl Confirmations {
                 .create_elicitation_with_timeout(elicitation(action), Some(TTL))
                 .await;
             return match asked {
-                Ok(a) if said_yes(&a) => Outcome::Confirmed(Confirmed {
+                Ok(a) if said_yes(&a) => Ok(Confirmed {
                     via: VIA_ELICITATION,
                     waited: true,
                 }),
-                Ok(_) => Outcome::Declined("the person declined".into()),
-                Err(e) => Outcome::Declined(format!("no answer from the person ({e})")),
+                Ok(_) => Err(declined(action, "the person declined")),
+                Err(e) => Err(declined(
+                    action,
+                    &format!("no answer from the person ({e})"),
+                )),
             };
         }
-        self.refuse(user, action, "")
+        Err(self.refuse(user, action, ""))
     }
 
     /// For clients that cannot ask: nothing happens, and a token lets the agent call again
     /// once it has asked the person itself.
-    fn refuse(&self, user: Uuid, action: &Action, why: &str) -> Outcome {
+    fn refuse(&self, user: Uuid, action: &Action, why: &str) -> CallToolResponse {
         let token = put(&self.tokens, user, action);
         let text = format!(
             "{why}Nothing was done: this needs the person's confirmation, and this client cannot \
@@ -275,6 +265,6 @@ impl Confirmations {
             "confirmation_token": token,
             "expires_in_seconds": TTL.as_secs(),
         }));
-        Outcome::Ask(result.into())
+        result.into()
     }
 }
