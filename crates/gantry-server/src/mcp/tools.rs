@@ -337,18 +337,20 @@ fn fail(text: impl Into<String>) -> Result<CallToolResponse, ErrorData> {
     Ok(CallToolResult::error(vec![ContentBlock::text(text.into())]).into())
 }
 
+/// A workflow file's problems, one `line:column: message` each.
+fn lines(diagnostics: &[gantry_api::v1::Diagnostic]) -> Vec<String> {
+    diagnostics
+        .iter()
+        .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
+        .collect()
+}
+
 fn api_error(e: ApiError) -> Result<CallToolResponse, ErrorData> {
     match e {
         ApiError::Invalid {
             message,
             diagnostics,
-        } => {
-            let lines: Vec<String> = diagnostics
-                .iter()
-                .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
-                .collect();
-            fail(format!("{message}:\n{}", lines.join("\n")))
-        }
+        } => fail(format!("{message}:\n{}", lines(&diagnostics).join("\n"))),
         other => fail(other.to_string()),
     }
 }
@@ -423,17 +425,20 @@ pub(crate) async fn call(
             };
             let Json(v) = api!(api::workflows::validate(user(), JsonBody(body)).await);
             let mut out = serde_json::to_value(&v).unwrap_or_default();
-            if let Ok(wf) = gantry_spec::parse(&a.spec) {
-                // What start_workflow would refuse, and what it accepts but does not act on.
-                let support = crate::plan::support(&wf);
-                out["unsupported"] = json!(support.unsupported);
-                out["warnings"] = json!(support.ignored);
+            // An invalid file is not parsed again: its problems are in the answer already.
+            let parsed = if v.valid {
+                gantry_spec::parse(&a.spec).ok()
             } else {
-                out["errors"] = json!(v
-                    .diagnostics
-                    .iter()
-                    .map(|d| format!("{}:{}: {}", d.line, d.column, d.message))
-                    .collect::<Vec<_>>());
+                None
+            };
+            match parsed {
+                // What start_workflow would refuse, and what it accepts but does not act on.
+                Some(wf) => {
+                    let support = crate::plan::support(&wf);
+                    out["unsupported"] = json!(support.unsupported);
+                    out["warnings"] = json!(support.ignored);
+                }
+                None => out["errors"] = json!(lines(&v.diagnostics)),
             }
             ok(out)
         }
