@@ -12,7 +12,6 @@ use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -967,7 +966,7 @@ fn main() {
         token: Some("agent-token".into()),
         userns: Some(build::userns::DEFAULT_MAP),
     });
-    let forwarding = fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap_or_default();
+    let forwarding = common::forwarding();
     let ctx = Ctx {
         dir: dir.clone(),
         exe: exe.clone(),
@@ -981,44 +980,19 @@ fn main() {
         tokio: tokio::runtime::Runtime::new().unwrap(),
     };
 
-    let started = Instant::now();
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (name, test) in &selected {
-        let ok = catch_unwind(AssertUnwindSafe(|| test(&ctx))).is_ok();
-        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
-        if ok {
-            passed += 1;
-        } else {
-            failed.push(*name);
-        }
-        for id in ctx.rt.list() {
-            let _ = ctx.rt.remove(&id);
-        }
-        ctx.net.cleanup(&[]);
-    }
+    let tally = common::run_all(
+        TESTS.len(),
+        &selected,
+        |t| t(&ctx),
+        || {
+            for id in ctx.rt.list() {
+                let _ = ctx.rt.remove(&id);
+            }
+            ctx.net.cleanup(&[]);
+        },
+    );
     drop(ctx);
     teardown(&dir, &exe);
-    let bridges_left = fs::read_dir("/sys/class/net")
-        .map(|rd| {
-            rd.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("gtr"))
-        })
-        .unwrap_or(true);
-    if forwarding.trim() == "0" && !bridges_left {
-        let _ = fs::write("/proc/sys/net/ipv4/ip_forward", "0");
-    }
-    let filtered = TESTS.len() - selected.len();
-    let secs = started.elapsed().as_secs_f64();
-    if failed.is_empty() {
-        println!(
-            "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n"
-        );
-    } else {
-        println!("\nfailures:\n    {}", failed.join("\n    "));
-        println!(
-            "\ntest result: FAILED. {passed} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n",
-            failed.len()
-        );
-        std::process::exit(101);
-    }
+    common::restore_forwarding(&forwarding);
+    tally.finish();
 }

@@ -10,7 +10,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::fs;
 use std::net::SocketAddr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -623,29 +622,6 @@ fn main() {
     };
     // reqwest is built without a bundled crypto provider, even for plain HTTP.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let started = Instant::now();
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (name, test) in &selected {
-        let ok = catch_unwind(AssertUnwindSafe(test)).is_ok();
-        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
-        if ok {
-            passed += 1;
-        } else {
-            failed.push(*name);
-        }
-    }
-    let filtered = TESTS.len() - selected.len();
-    let secs = started.elapsed().as_secs_f64();
-    if failed.is_empty() {
-        println!(
-            "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n"
-        );
-    } else {
-        println!("\nfailures:\n    {}", failed.join("\n    "));
-        println!(
-            "\ntest result: FAILED. {passed} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n",
-            failed.len()
-        );
-        std::process::exit(101);
-    }
+    let tally = common::run_all(TESTS.len(), &selected, |t| t(), || {});
+    tally.finish();
 }

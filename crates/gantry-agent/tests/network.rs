@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -958,8 +957,6 @@ const TESTS: &[Test] = &[
     ),
 ];
 
-const FORWARDING: &str = "/proc/sys/net/ipv4/ip_forward";
-
 /// Subnets of 10.231.0.0/16 that the host routes nowhere yet.
 fn free_subnets(n: usize) -> Vec<String> {
     let out = Command::new("ip").args(["-4", "route"]).output().unwrap();
@@ -1084,7 +1081,7 @@ fn main() {
 
     // The bridge plugin turns IPv4 forwarding on (isGateway); put it back if nothing else
     // on this host needs it when we are done.
-    let forwarding = fs::read_to_string(FORWARDING).unwrap_or_default();
+    let forwarding = common::forwarding();
     let subnets = free_subnets(3);
     assert_eq!(subnets.len(), 3, "no free subnets in 10.231.0.0/16");
     let a = make_node(&dir, "a", &subnets[0], &exe);
@@ -1117,42 +1114,17 @@ fn main() {
         tokio,
     };
 
-    let started = Instant::now();
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (name, test) in &selected {
-        let ok = catch_unwind(AssertUnwindSafe(|| test(&ctx))).is_ok();
-        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
-        if ok {
-            passed += 1;
-        } else {
-            failed.push(*name);
-        }
-        clean_between(&ctx);
-    }
+    let tally = common::run_all(
+        TESTS.len(),
+        &selected,
+        |t| t(&ctx),
+        || {
+            clean_between(&ctx);
+        },
+    );
     drop(ctx);
     // Bridges, namespaces, addresses and files: nothing of this run stays.
     teardown(&dir, &exe);
-    let bridges_left = fs::read_dir("/sys/class/net")
-        .map(|rd| {
-            rd.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("gtr"))
-        })
-        .unwrap_or(true);
-    if forwarding.trim() == "0" && !bridges_left {
-        let _ = fs::write(FORWARDING, "0");
-    }
-    let filtered = TESTS.len() - selected.len();
-    let secs = started.elapsed().as_secs_f64();
-    if failed.is_empty() {
-        println!(
-            "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n"
-        );
-    } else {
-        println!("\nfailures:\n    {}", failed.join("\n    "));
-        println!(
-            "\ntest result: FAILED. {passed} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n",
-            failed.len()
-        );
-        std::process::exit(101);
-    }
+    common::restore_forwarding(&forwarding);
+    tally.finish();
 }

@@ -9,7 +9,6 @@
 mod common;
 
 use std::fs;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -436,31 +435,14 @@ fn main() {
         layers: image.layers,
     };
 
-    let started = Instant::now();
-    let (mut passed, mut failed) = (0, Vec::new());
-    for (name, test) in &selected {
-        let ok = catch_unwind(AssertUnwindSafe(|| test(&ctx))).is_ok();
-        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
-        if ok {
-            passed += 1;
-        } else {
-            failed.push(*name);
-        }
-        // Whatever a failed test left running goes before the next one starts.
-        clean_leftovers(&rt, &config);
-    }
-    let filtered = TESTS.len() - selected.len();
-    let secs = started.elapsed().as_secs_f64();
-    if failed.is_empty() {
-        println!(
-            "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n"
-        );
-    } else {
-        println!("\nfailures:\n    {}", failed.join("\n    "));
-        println!(
-            "\ntest result: FAILED. {passed} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n",
-            failed.len()
-        );
-        std::process::exit(101);
-    }
+    let tally = common::run_all(
+        TESTS.len(),
+        &selected,
+        |t| t(&ctx),
+        || {
+            // Whatever a failed test left running goes before the next one starts.
+            clean_leftovers(&rt, &config);
+        },
+    );
+    tally.finish();
 }

@@ -153,3 +153,86 @@ pub fn select<T>(tests: &'static [(&'static str, T)]) -> Option<Vec<&'static (&'
     }
     Some(selected)
 }
+
+/// The tally of a `harness = false` run, printed libtest-style by [`Tally::finish`] (the closing
+/// line is what `make test` sums).
+pub struct Tally {
+    started: std::time::Instant,
+    filtered: usize,
+    passed: usize,
+    failed: Vec<&'static str>,
+}
+
+/// Runs the selected tests in turn (`all`: how many exist), a panic failing only its own test;
+/// `between` cleans up after each, so a failed test's leftovers never reach the next.
+pub fn run_all<T>(
+    all: usize,
+    selected: &[&'static (&'static str, T)],
+    mut run: impl FnMut(&T),
+    mut between: impl FnMut(),
+) -> Tally {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let mut tally = Tally {
+        started: std::time::Instant::now(),
+        filtered: all - selected.len(),
+        passed: 0,
+        failed: Vec::new(),
+    };
+    for (name, test) in selected {
+        let ok = catch_unwind(AssertUnwindSafe(|| run(test))).is_ok();
+        println!("test {name} ... {}", if ok { "ok" } else { "FAILED" });
+        if ok {
+            tally.passed += 1;
+        } else {
+            tally.failed.push(name);
+        }
+        between();
+    }
+    tally
+}
+
+impl Tally {
+    /// Prints the result line; exits with 101, as libtest does, when a test failed.
+    pub fn finish(self) {
+        let Tally {
+            started,
+            filtered,
+            passed,
+            failed,
+        } = self;
+        let secs = started.elapsed().as_secs_f64();
+        if failed.is_empty() {
+            println!(
+                "\ntest result: ok. {passed} passed; 0 failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n"
+            );
+        } else {
+            println!("\nfailures:\n    {}", failed.join("\n    "));
+            println!(
+                "\ntest result: FAILED. {passed} passed; {} failed; 0 ignored; 0 measured; {filtered} filtered out; finished in {secs:.2}s\n",
+                failed.len()
+            );
+            std::process::exit(101);
+        }
+    }
+}
+
+const FORWARDING: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// IPv4 forwarding as it is before a run that makes bridges (the CNI bridge plugin turns it on).
+pub fn forwarding() -> String {
+    std::fs::read_to_string(FORWARDING).unwrap_or_default()
+}
+
+/// Turns forwarding back off if it was off before the run and no `gtr*` bridge is left (another
+/// run's containers may still need it).
+pub fn restore_forwarding(before: &str) {
+    let bridges_left = std::fs::read_dir("/sys/class/net")
+        .map(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("gtr"))
+        })
+        .unwrap_or(true);
+    if before.trim() == "0" && !bridges_left {
+        let _ = std::fs::write(FORWARDING, "0");
+    }
+}
