@@ -47,16 +47,6 @@ fn agent(c: &Cluster, token: &str, scenario: &str, args: &[&str]) -> Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("agent.py printed {stdout:?}: {e}"))
 }
 
-fn create_user(c: &Cluster, name: &str, group: &str) -> String {
-    c.ok(&["admin", "user", "create", name, "--group", group])
-        .trim()
-        .lines()
-        .last()
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
 const HELLO: &str = r#"version: v4
 jobs:
   hello:
@@ -97,7 +87,7 @@ fn agents_run_workflows_over_http_and_stdio_on_both_protocols() {
         }
     }
     // Another user's agent sees none of it: 404's "no workflow", over either transport.
-    let bob = create_user(&c, "bob", "bobs");
+    let bob = c.user_token("bob", "bobs");
     for transport in ["http", "stdio"] {
         agent(
             &c,

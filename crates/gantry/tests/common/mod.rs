@@ -488,3 +488,13 @@ impl Drop for Split {
         }
     }
 }
+
+impl Cluster {
+    /// Creates a user in `group`; returns the token `gantry admin user create` shows once.
+    pub fn user_token(&self, name: &str, group: &str) -> String {
+        self.json(&["admin", "user", "create", name, "--group", group])["token"]
+            .as_str()
+            .expect("a token")
+            .to_string()
+    }
+}
