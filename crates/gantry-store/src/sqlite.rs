@@ -288,6 +288,16 @@ async fn event(tx: &mut Transaction<'_, Sqlite>, ev: &NewEvent, now: Millis) -> 
     Ok(())
 }
 
+/// An event row about no workflow, node or task.
+async fn plain_event(
+    tx: &mut Transaction<'_, Sqlite>,
+    kind: &str,
+    message: String,
+    now: Millis,
+) -> Result<()> {
+    event(tx, &ev(None, None, None, kind, message), now).await
+}
+
 fn ev(
     workflow_id: Option<Uuid>,
     node: Option<&str>,
@@ -352,17 +362,12 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        event(
+        plain_event(
             &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "user.created",
-                format!(
-                    "user {} ({}, group {}) created",
-                    user.name, user.role, user.group
-                ),
+            "user.created",
+            format!(
+                "user {} ({}, group {}) created",
+                user.name, user.role, user.group
             ),
             now,
         )
@@ -1226,17 +1231,12 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        event(
+        plain_event(
             &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "secret.set",
-                format!(
-                    "{by} set secret://{}/{} ({})",
-                    key.scope, key.name, key.owner
-                ),
+            "secret.set",
+            format!(
+                "{by} set secret://{}/{} ({})",
+                key.scope, key.name, key.owner
             ),
             now,
         )
@@ -1287,17 +1287,12 @@ impl Store for SqliteStore {
             .await?
             .rows_affected();
         if n > 0 {
-            event(
+            plain_event(
                 &mut tx,
-                &ev(
-                    None,
-                    None,
-                    None,
-                    "secret.deleted",
-                    format!(
-                        "{by} deleted secret://{}/{} ({})",
-                        key.scope, key.name, key.owner
-                    ),
+                "secret.deleted",
+                format!(
+                    "{by} deleted secret://{}/{} ({})",
+                    key.scope, key.name, key.owner
                 ),
                 now,
             )
@@ -1549,17 +1544,12 @@ impl Store for SqliteStore {
             }
         }
         res?;
-        event(
+        plain_event(
             &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "endpoint.created",
-                format!(
-                    "endpoint {} created by {} ({} scope, {})",
-                    e.name, e.owner, e.scope, e.mode
-                ),
+            "endpoint.created",
+            format!(
+                "endpoint {} created by {} ({} scope, {})",
+                e.name, e.owner, e.scope, e.mode
             ),
             now,
         )
@@ -1609,15 +1599,10 @@ impl Store for SqliteStore {
             .bind(name)
             .execute(&mut *tx)
             .await?;
-        event(
+        plain_event(
             &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "endpoint.deleted",
-                format!("endpoint {name} deleted by {by}"),
-            ),
+            "endpoint.deleted",
+            format!("endpoint {name} deleted by {by}"),
             now,
         )
         .await?;
@@ -1802,15 +1787,10 @@ impl Store for SqliteStore {
                     .await?
                     .rows_affected();
                     if n > 0 {
-                        event(
+                        plain_event(
                             &mut tx,
-                            &ev(
-                                None,
-                                None,
-                                None,
-                                "endpoint.idle",
-                                format!("endpoint {endpoint} has no backend: {reason}"),
-                            ),
+                            "endpoint.idle",
+                            format!("endpoint {endpoint} has no backend: {reason}"),
                             now,
                         )
                         .await?;
@@ -1849,15 +1829,10 @@ impl Store for SqliteStore {
             .bind(expires_at)
             .execute(&mut *tx)
             .await?;
-        event(
+        plain_event(
             &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "endpoint.token",
-                format!("{by} made a token for endpoint {endpoint}"),
-            ),
+            "endpoint.token",
+            format!("{by} made a token for endpoint {endpoint}"),
             now,
         )
         .await?;
@@ -1988,17 +1963,12 @@ impl Store for SqliteStore {
                 .execute(&mut *tx)
                 .await?;
             }
-            event(
+            plain_event(
                 &mut tx,
-                &ev(
-                    None,
-                    None,
-                    None,
-                    "image.pushed",
-                    format!(
-                        "{by} pushed {}/{}/{}:{} ({}, {} bytes)",
-                        k.scope, k.owner, k.name, k.tag, img.digest, img.size
-                    ),
+                "image.pushed",
+                format!(
+                    "{by} pushed {}/{}/{}:{} ({}, {} bytes)",
+                    k.scope, k.owner, k.name, k.tag, img.digest, img.size
                 ),
                 now,
             )
@@ -2141,17 +2111,12 @@ impl Store for SqliteStore {
                 continue;
             }
             removed += n;
-            event(
+            plain_event(
                 &mut tx,
-                &ev(
-                    None,
-                    None,
-                    None,
-                    "image.deleted",
-                    format!(
-                        "{by} removed {}/{}/{}:{} ({why})",
-                        k.scope, k.owner, k.name, k.tag
-                    ),
+                "image.deleted",
+                format!(
+                    "{by} removed {}/{}/{}:{} ({why})",
+                    k.scope, k.owner, k.name, k.tag
                 ),
                 now,
             )
@@ -2181,17 +2146,12 @@ impl Store for SqliteStore {
                 sqlx::query(sql).bind(d).execute(&mut *tx).await?;
             }
         }
-        event(
+        plain_event(
             &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "image.blobs_deleted",
-                format!(
-                    "the object cache deleted {} unreferenced blobs ({bytes} bytes)",
-                    digests.len()
-                ),
+            "image.blobs_deleted",
+            format!(
+                "the object cache deleted {} unreferenced blobs ({bytes} bytes)",
+                digests.len()
             ),
             now,
         )
@@ -2231,18 +2191,7 @@ impl Store for SqliteStore {
             .bind(value)
             .execute(&mut *tx)
             .await?;
-        event(
-            &mut tx,
-            &ev(
-                None,
-                None,
-                None,
-                "settings",
-                format!("{by} set {key}={value}"),
-            ),
-            now,
-        )
-        .await?;
+        plain_event(&mut tx, "settings", format!("{by} set {key}={value}"), now).await?;
         tx.commit().await?;
         Ok(())
     }
