@@ -269,18 +269,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 Action::StopAttempt { attempt, cause } => {
                     stopping.insert(attempt);
                     if let Some(a) = aw.live.iter().find(|a| a.id == attempt) {
-                        changes.push(Change::StopSent {
-                            attempt_id: attempt,
-                            cause,
-                        });
-                        sends.push((
-                            a.node.clone(),
-                            ServerMessage::Stop {
-                                attempt_id: attempt,
-                                grace_ms: grace,
-                                cause,
-                            },
-                        ));
+                        stop(&mut changes, &mut sends, &a.node, attempt, grace, cause);
                     }
                 }
                 Action::SetWorkflow { status, reason } => {
@@ -317,18 +306,14 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 kind: "task.evicting".into(),
                 message: format!("evicting from {}: {}", a.node, crate::holds::describe(h)),
             }));
-            changes.push(Change::StopSent {
-                attempt_id: a.id,
-                cause: EndCause::Evicted,
-            });
-            sends.push((
-                a.node.clone(),
-                ServerMessage::Stop {
-                    attempt_id: a.id,
-                    grace_ms: grace,
-                    cause: EndCause::Evicted,
-                },
-            ));
+            stop(
+                &mut changes,
+                &mut sends,
+                &a.node,
+                a.id,
+                grace,
+                EndCause::Evicted,
+            );
         }
     }
 
@@ -428,6 +413,26 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     crate::endpoints::drive(st, st.gateway.as_ref()).await?;
     crate::gateway::sync_from(st, &active, &finished).await?;
     Ok(())
+}
+
+/// Records that an attempt is being stopped and queues the stop for its node (sent after commit).
+fn stop(
+    changes: &mut Vec<Change>,
+    sends: &mut Vec<(String, ServerMessage)>,
+    node: &str,
+    attempt_id: Uuid,
+    grace_ms: u64,
+    cause: EndCause,
+) {
+    changes.push(Change::StopSent { attempt_id, cause });
+    sends.push((
+        node.to_string(),
+        ServerMessage::Stop {
+            attempt_id,
+            grace_ms,
+            cause,
+        },
+    ));
 }
 
 /// Marks an exclusive attempt in its resources, so the node stays whole for it.

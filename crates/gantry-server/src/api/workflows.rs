@@ -71,8 +71,8 @@ pub async fn submit(
     headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<SubmitWorkflow>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
-    let prepared = prepare(&st, &c, &req.spec, channel_of(&headers)).await?;
-    Ok(Json(commit(&st, &c, prepared, req, None).await?))
+    let prepared = prepare(&st, &c, req, channel_of(&headers)).await?;
+    Ok(Json(commit(&st, &c, prepared, None).await?))
 }
 
 /// Which client asked (`x-gantry-channel`): recorded on takeovers and their confirmations.
@@ -91,6 +91,8 @@ pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
 /// A submit checked and compiled, with nothing stored yet: what it would do (the takeovers
 /// among it) can be shown to a person before [`commit`] (the MCP server asks first).
 pub struct Prepared {
+    /// What was asked for: [`commit`] stores exactly the file that was checked.
+    pub req: SubmitWorkflow,
     id: Uuid,
     compiled: plan::WorkflowPlan,
     warnings: Vec<String>,
@@ -100,10 +102,10 @@ pub struct Prepared {
 pub async fn prepare(
     st: &AppState,
     c: &Caller,
-    spec: &str,
+    req: SubmitWorkflow,
     channel: &str,
 ) -> Result<Prepared, ApiError> {
-    let wf = parse(spec)?;
+    let wf = parse(&req.spec)?;
     let support = plan::support(&wf);
     if !support.unsupported.is_empty() {
         return Err(ApiError::BadRequest(format!(
@@ -129,6 +131,7 @@ pub async fn prepare(
     let id = Uuid::new_v4();
     let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
     Ok(Prepared {
+        req,
         id,
         compiled,
         warnings: support.ignored,
@@ -142,10 +145,10 @@ pub async fn commit(
     st: &AppState,
     c: &Caller,
     prepared: Prepared,
-    req: SubmitWorkflow,
     confirmed_via: Option<&str>,
 ) -> Result<WorkflowCreated, ApiError> {
     let Prepared {
+        req,
         id,
         compiled,
         warnings,

@@ -615,18 +615,23 @@ async fn start_workflow(
 ) -> Result<CallToolResponse, ErrorData> {
     use api::workflows::{commit, prepare};
     let st = &shared.st;
+    let req = SubmitWorkflow {
+        spec: a.spec,
+        name: a.name,
+    };
     // Everything that would refuse the workflow is checked before anyone is asked.
-    let mut prepared = api!(prepare(st, c, &a.spec, "mcp").await);
+    let mut prepared = api!(prepare(st, c, req, "mcp").await);
     let asks = api!(takeovers_to_confirm(shared, &prepared).await);
     let mut via = None;
     if !asks.is_empty() && !a.await_approval {
-        let action = takeover_action(&a.spec, a.name.as_deref(), &c.user.name, &asks);
+        let req = &prepared.req;
+        let action = takeover_action(&req.spec, req.name.as_deref(), &c.user.name, &asks);
         let token = a.confirmation_token.as_deref();
         let yes = confirmed!(shared, ctx, request, c, &action, token);
         if yes.waited {
             // The person may have taken a while: check again, and only go ahead if
             // the endpoints are still served by what they were asked about.
-            prepared = api!(prepare(st, c, &a.spec, "mcp").await);
+            prepared = api!(prepare(st, c, prepared.req, "mcp").await);
             let now = api!(takeovers_to_confirm(shared, &prepared).await);
             if now != asks {
                 return fail(
@@ -642,11 +647,7 @@ async fn start_workflow(
         .iter()
         .map(|t| (t.endpoint.clone(), t.from_workflow))
         .collect();
-    let req = SubmitWorkflow {
-        spec: a.spec,
-        name: a.name,
-    };
-    let created = api!(commit(st, c, prepared, req, via).await);
+    let created = api!(commit(st, c, prepared, via).await);
     let mut notes = vec![];
     for (endpoint, from) in &takeovers {
         let waits = from.is_some() && via.is_none();
