@@ -646,18 +646,22 @@ fn start(agent: &Agent, asg: Assignment) {
                 spawn_monitor(agent, id);
             }
             Err(e) => {
-                let phase = AttemptPhase::StartFailed {
-                    message: format!("{e:#}"),
-                };
-                if let Some(t) = lock(&agent.tracked).get_mut(&id) {
-                    t.done = Some(phase.clone());
-                    t.final_sent = true;
-                }
                 tracing::warn!(attempt = %id, task = %asg.task, "could not start: {e:#}");
-                agent.report(id, phase);
+                start_failed(&agent, id, format!("{e:#}"));
             }
         }
     });
+}
+
+/// Records and reports an attempt that never started: it is done, its end is the report.
+fn start_failed(agent: &Agent, id: Uuid, message: String) {
+    let phase = AttemptPhase::StartFailed { message };
+    if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+        t.done = Some(phase.clone());
+        t.final_sent = true;
+        t.build = None;
+    }
+    agent.report(id, phase);
 }
 
 /// Runs an image build: its base is prepared (a failure is a start failure, as for a job's
@@ -697,16 +701,8 @@ async fn run_build(agent: Agent, asg: Assignment) {
             }
         }
         Err(e) => {
-            let phase = AttemptPhase::StartFailed {
-                message: format!("{e:#}"),
-            };
-            if let Some(t) = lock(&agent.tracked).get_mut(&id) {
-                t.done = Some(phase.clone());
-                t.final_sent = true;
-                t.build = None;
-            }
             tracing::warn!(attempt = %id, task = %asg.task, "could not start the build: {e:#}");
-            agent.report(id, phase);
+            start_failed(&agent, id, format!("{e:#}"));
         }
     }
 }

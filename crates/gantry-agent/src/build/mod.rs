@@ -358,7 +358,7 @@ impl BuildLog {
     }
 
     fn write(f: &Mutex<Option<fs::File>>, line: &str) {
-        let mut g = f.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = crate::lock(f);
         if let Some(f) = g.as_mut() {
             let _ = f.write_all(format!("{line}\n").as_bytes());
         }

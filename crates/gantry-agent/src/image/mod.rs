@@ -470,7 +470,7 @@ impl ImageStore {
     /// processes sharing the cache root (flock).
     async fn lock(&self, key: &str) -> Result<DigestGuard> {
         let m = {
-            let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = lock(&self.locks);
             map.retain(|_, w| w.strong_count() > 0);
             match map.get(key).and_then(Weak::upgrade) {
                 Some(m) => m,

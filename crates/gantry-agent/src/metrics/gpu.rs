@@ -143,7 +143,7 @@ impl NvmlGpus {
     /// Registers a device for XID events (once), then takes every event already waiting,
     /// without blocking.
     fn poll_xids(&self, device: &Device<'static>, uuid: &str) -> (u64, u64) {
-        let mut xids = self.xids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut xids = crate::lock(&self.xids);
         let state = xids.entry(uuid.to_owned()).or_insert_with(|| XidState {
             events: register_xids(self.nvml, device),
             last: 0,

@@ -29,7 +29,7 @@ pub mod health;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -44,6 +44,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::lock;
 use gpu::{GpuReading, GpuSource};
 pub use health::{spawn_health_checks, HealthConfig};
 
@@ -55,10 +56,6 @@ pub const DEFAULT_GPU_INTERVAL: Duration = Duration::from_secs(10);
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE_OPENMETRICS: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One path's health, as [`health::probe_path`] found it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -22,6 +22,8 @@
 mod cni;
 pub mod netns;
 
+use crate::lock;
+use crate::runtime::valid_id;
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
@@ -182,19 +184,6 @@ pub struct Attachment {
 pub struct Network {
     cfg: NetConfig,
     subnet: Mutex<Option<Subnet>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && !id.starts_with(['.', '-'])
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 impl Network {

@@ -382,7 +382,8 @@ fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     fs::rename(&tmp, path)
 }
 
-fn valid_id(id: &str) -> bool {
+/// A container id usable as a file name: also what the network keys attachments by.
+pub(crate) fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128
         && !id.starts_with(['.', '-'])
