@@ -449,11 +449,7 @@ pub fn endpoint_location(
     match (&e.attach, e.kind.as_str()) {
         (Some(name), _) => (format!("{base}/e/{name}/"), "/".into()),
         (None, "subdomain") => {
-            let scheme = base.split("://").next().unwrap_or("http");
-            let port = base
-                .rsplit_once(':')
-                .map(|(_, p)| format!(":{p}"))
-                .unwrap_or_default();
+            let (scheme, port) = scheme_and_port(&base);
             (
                 format!(
                     "{scheme}://{}-{}.{}{port}/",
@@ -469,6 +465,19 @@ pub fn endpoint_location(
             (format!("{base}{path}"), path)
         }
     }
+}
+
+/// The scheme of a base URL and its explicit port as `:PORT` (empty without one), for URLs on
+/// other hosts of the same server: `https://gantry.example.com` has no port to keep.
+fn scheme_and_port(base: &str) -> (&str, String) {
+    let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let port = authority
+        .rsplit_once(':')
+        .filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .map(|(_, p)| format!(":{p}"))
+        .unwrap_or_default();
+    (scheme, port)
 }
 
 fn env_name(name: &str) -> String {
@@ -675,4 +684,30 @@ async fn send_chores(st: &AppState) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scheme_and_port;
+
+    #[test]
+    fn scheme_and_port_keeps_only_an_explicit_port() {
+        assert_eq!(
+            scheme_and_port("http://127.0.0.1:8080"),
+            ("http", ":8080".to_string())
+        );
+        assert_eq!(
+            scheme_and_port("https://gantry.example.com"),
+            ("https", String::new())
+        );
+        assert_eq!(
+            scheme_and_port("https://gantry.example.com:8443/base"),
+            ("https", ":8443".to_string())
+        );
+        assert_eq!(scheme_and_port("http://[::1]"), ("http", String::new()));
+        assert_eq!(
+            scheme_and_port("http://[::1]:9000"),
+            ("http", ":9000".to_string())
+        );
+    }
 }
