@@ -1073,15 +1073,23 @@ impl Runtime {
 
     fn wait_not_running(&self, id: &str, within: Duration) -> Option<ContainerState> {
         let deadline = Instant::now() + within;
+        // Woken by the shim's exit where it has one; the beat covers an orphaned container.
+        let exit = self.exit_fd(id);
         loop {
             let s = self.status(id);
             if s != ContainerState::Running {
                 return Some(s);
             }
-            if Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return None;
             }
-            std::thread::sleep(POLL);
+            match &exit {
+                Some(fd) => {
+                    sys::wait_readable(fd, left.min(POLL));
+                }
+                None => std::thread::sleep(left.min(POLL)),
+            }
         }
     }
 
@@ -1098,14 +1106,9 @@ impl Runtime {
             }
             self.stop(id, Duration::ZERO)?;
         }
-        let dir = self.container_dir(id);
         // Let the shim finish its own cleanup rather than racing it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while let Some(pid) = read_pid(&dir.join(files::SHIM_PID)) {
-            if !self.shim_alive(pid, id) || Instant::now() > deadline {
-                break;
-            }
-            std::thread::sleep(POLL);
+        if let Some(exit) = self.exit_fd(id) {
+            sys::wait_readable(&exit, Duration::from_secs(10));
         }
         self.remove_blocking(id)
     }

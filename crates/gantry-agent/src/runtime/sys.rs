@@ -172,6 +172,19 @@ pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// Waits until `fd` is readable (a pidfd: its process ended) or `timeout` passed; true if
+/// readable.
+pub fn wait_readable(fd: &OwnedFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
 /// Wakes when an entry is created in, or renamed into, one directory. Files written with a
 /// rename (runc's pid file, the shim's `exit.json`) appear whole when it fires. Written here
 /// over libc because it is two calls and a poll; a crate would bring an async layer we do
@@ -200,14 +213,7 @@ impl DirWatch {
     /// the events (the caller looks at the files themselves).
     pub fn wait(&self, timeout: std::time::Duration) {
         let fd = self.0.as_raw_fd();
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, ms) } > 0 {
+        if wait_readable(&self.0, timeout) {
             let mut buf = [0u8; 4096];
             // SAFETY: reads into a buffer we own; non-blocking, so it stops when drained.
             while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
