@@ -84,12 +84,7 @@ impl Authorize<RouteMeta> for EndpointAuth {
                 }
             };
             let c = Caller { user, role };
-            let allowed = c.is_admin()
-                || match meta.scope.as_str() {
-                    "organization" => true,
-                    "group" => c.user.group == meta.group || c.user.name == meta.owner,
-                    _ => c.user.name == meta.owner,
-                };
+            let allowed = crate::endpoints::scope_admits(&meta.scope, &meta.owner, &meta.group, &c);
             return if allowed {
                 Access::Allow {
                     strip_authorization: true,
