@@ -123,24 +123,7 @@ base_image() {
 # lib.sh's gantry_server_start, plus the registry flags: the server resolves the recipe's base
 # to a digest at submit, so it must reach the plain-HTTP local registry too.
 build_server_start() { # ROUND
-  GDATA=$WORK/gantry-$1
-  mkdir -p "$GDATA"
-  GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" server --listen 127.0.0.1:0 --data-dir "$GDATA" \
-    --insecure-registry "$REG" > "$GDATA/server.log" 2>&1 &
-  GSERVER_PID=$!
-  BENCH_CLEANUPS+=("bench_stop_pid $GSERVER_PID 'gantry server'")
-  for _ in $(seq 300); do
-    [ -s "$GDATA/context.toml" ] && break
-    kill -0 "$GSERVER_PID" 2>/dev/null || die "gantry server exited: $(tail -5 "$GDATA/server.log")"
-    sleep 0.1
-  done
-  GURL=$(sed -n 's/^url *= *"\(.*\)"/\1/p' "$GDATA/context.toml")
-  GTOKEN=$(sed -n 's/^token *= *"\(.*\)"/\1/p' "$GDATA/context.toml")
-  if [ -z "$GURL" ] || [ -z "$GTOKEN" ]; then die "no url/token in $GDATA/context.toml"; fi
-  # shellcheck disable=SC2034 # read by lib.sh's gantry_agent_start
-  GAGENT_TOKEN=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" admin user create bench-agent --agent 2>/dev/null) ||
-    die "could not create the agent user"
-  log "gantry server up at $GURL (pid $GSERVER_PID)"
+  gantry_server_start "gantry-$1" --insecure-registry "$REG"
 }
 
 gantry_recipe() { # FILE CONTENT

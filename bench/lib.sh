@@ -358,11 +358,14 @@ api() { # PATH [CURL ARGS...]
   curl -sS -f -H "Authorization: Bearer $GTOKEN" "$@" "$GURL/api/v1$p"
 }
 
+# gantry_server_start [NAME [SERVER ARGS...]]: starts a server with its data in $WORK/NAME
+# (default gantry), passing it any further arguments.
 gantry_server_start() {
-  GDATA=$WORK/gantry
+  GDATA=$WORK/${1:-gantry}
+  [ $# -gt 0 ] && shift
   mkdir -p "$GDATA"
   # Port 0: the kernel picks a free port; the server writes its URL into context.toml.
-  GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" server --listen 127.0.0.1:0 --data-dir "$GDATA" \
+  GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" server --listen 127.0.0.1:0 --data-dir "$GDATA" "$@" \
     > "$GDATA/server.log" 2>&1 &
   GSERVER_PID=$!
   BENCH_CLEANUPS+=("bench_stop_pid $GSERVER_PID 'gantry server'")
