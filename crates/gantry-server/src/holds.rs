@@ -76,25 +76,25 @@ pub async fn fraction(st: &AppState, pool: &str) -> Result<f64, ApiError> {
 }
 
 /// The pool's nodes, and its unreleased holds.
-async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<HoldRow>), ApiError> {
+async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<Hold>), ApiError> {
     let nodes = st.store.nodes().await?;
     let names: BTreeSet<&str> = nodes
         .iter()
         .filter(|n| n.pool == pool)
         .map(|n| n.name.as_str())
         .collect();
-    let holds: Vec<HoldRow> = st
+    let holds: Vec<Hold> = st
         .store
         .holds(None, false)
         .await?
-        .into_iter()
+        .iter()
         .filter(|h| names.contains(h.node.as_str()))
+        .map(core_hold)
         .collect();
-    let core: Vec<Hold> = holds.iter().map(core_hold).collect();
     Ok((
         PoolView {
             nodes: names.len() as u32,
-            held: holds::held_nodes(&core),
+            held: holds::held_nodes(&holds),
             fraction: fraction(st, pool).await?,
         },
         holds,
@@ -104,8 +104,7 @@ async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<HoldRow>
 /// Applies deferred holds of a pool while its cap allows.
 pub async fn promote(st: &AppState, pool: &str) -> Result<usize, ApiError> {
     let (view, holds) = pool_state(st, pool).await?;
-    let core: Vec<Hold> = holds.iter().map(core_hold).collect();
-    let ids = holds::promotions(&core, &view);
+    let ids = holds::promotions(&holds, &view);
     let changes: Vec<HoldChange> = ids
         .iter()
         .map(|id| HoldChange::Activate {
