@@ -423,7 +423,14 @@ impl Registry {
     }
 
     /// An upload in progress; who may continue it is checked once it is locked.
-    fn upload(&self, id: Uuid) -> Result<Arc<tokio::sync::Mutex<Upload>>, OciError> {
+    /// The upload session `id`, locked, if it is this caller's on this repository; anyone
+    /// else is told it does not exist.
+    async fn upload(
+        &self,
+        id: Uuid,
+        repo: &Repo,
+        caller: &Caller,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Upload>, OciError> {
         let up = self
             .uploads
             .lock()
@@ -431,6 +438,10 @@ impl Registry {
             .get(&id)
             .cloned()
             .ok_or_else(OciError::upload_unknown)?;
+        let up = up.lock_owned().await;
+        if !up.continues(repo, caller) {
+            return Err(OciError::upload_unknown());
+        }
         Ok(up)
     }
 
@@ -448,11 +459,7 @@ impl Registry {
         headers: &HeaderMap,
         body: Body,
     ) -> Result<Response, OciError> {
-        let up = self.upload(id)?;
-        let mut up = up.lock().await;
-        if !up.continues(repo, caller) {
-            return Err(OciError::upload_unknown());
-        }
+        let mut up = self.upload(id, repo, caller).await?;
         if let Some(cr) = headers
             .get(header::CONTENT_RANGE)
             .and_then(|v| v.to_str().ok())
@@ -494,11 +501,7 @@ impl Registry {
         params: &Params,
         body: Body,
     ) -> Result<Response, OciError> {
-        let up = self.upload(id)?;
-        let mut up = up.lock().await;
-        if !up.continues(repo, caller) {
-            return Err(OciError::upload_unknown());
-        }
+        let mut up = self.upload(id, repo, caller).await?;
         let digest = params.get("digest").ok_or_else(|| {
             OciError::digest_invalid("finishing an upload needs ?digest=sha256:<hex>")
         })?;
@@ -551,11 +554,7 @@ impl Registry {
         repo: &Repo,
         id: Uuid,
     ) -> Result<Response, OciError> {
-        let up = self.upload(id)?;
-        let up = up.lock().await;
-        if !up.continues(repo, caller) {
-            return Err(OciError::upload_unknown());
-        }
+        let up = self.upload(id, repo, caller).await?;
         Ok(self.upload_reply(StatusCode::NO_CONTENT, repo, id, up.len))
     }
 
@@ -565,11 +564,7 @@ impl Registry {
         repo: &Repo,
         id: Uuid,
     ) -> Result<Response, OciError> {
-        let up = self.upload(id)?;
-        let mut up = up.lock().await;
-        if !up.continues(repo, caller) {
-            return Err(OciError::upload_unknown());
-        }
+        let mut up = self.upload(id, repo, caller).await?;
         let _ = tokio::fs::remove_file(&up.path).await;
         up.done = true;
         self.forget_upload(id);
