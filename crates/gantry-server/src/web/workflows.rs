@@ -23,7 +23,8 @@ use crate::logs::LogQuery;
 use crate::plan::WorkflowPlan;
 use crate::state::AppState;
 
-/// How often a live page looks for news. The store has no change feed; a poll is two reads.
+/// How often a live page looks for news. The store has no change feed; a quiet poll is one
+/// read of the workflow's events (with the API's visibility check).
 const POLL: Duration = Duration::from_millis(500);
 /// The log page shows this much at once; the live stream brings the rest.
 const LOG_PAGE: u64 = 1 << 20;
@@ -335,23 +336,34 @@ struct ShowPage {
     last_seq: i64,
 }
 
-async fn detail_of(
-    st: &AppState,
-    c: &Caller,
-    id: &str,
-) -> Result<(WorkflowDetail, WorkflowPlan), WebError> {
+/// The workflow's full id and its plan (the job graph), when the caller may see it.
+async fn plan_of(st: &AppState, c: &Caller, id: &str) -> Result<(String, WorkflowPlan), WebError> {
     let row = crate::api::visible_workflow(st, c, id).await?;
     let plan: WorkflowPlan = serde_json::from_str(&row.plan).unwrap_or(WorkflowPlan {
         jobs: vec![],
         builds: vec![],
     });
+    Ok((row.id.to_string(), plan))
+}
+
+async fn detail_of(
+    st: &AppState,
+    c: &Caller,
+    id: &str,
+) -> Result<(WorkflowDetail, WorkflowPlan), WebError> {
+    let (id, plan) = plan_of(st, c, id).await?;
+    Ok((detail(st, c, &id).await?, plan))
+}
+
+/// The API's view of a workflow, without its plan.
+async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetail, WebError> {
     let Json(d) = api::detail(
         State(st.clone()),
         UserCaller(c.clone()),
-        Path(row.id.to_string()),
+        Path(id.to_string()),
     )
     .await?;
-    Ok((d, plan))
+    Ok(d)
 }
 
 async fn events_after(
@@ -506,7 +518,7 @@ pub async fn live(
     Query(q): Query<After>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, WebError> {
-    let (_, plan) = detail_of(&st, &web.caller, &id).await?;
+    let (id, plan) = plan_of(&st, &web.caller, &id).await?;
     let order: Vec<String> = plan.jobs.iter().map(|j| j.name.clone()).collect();
     struct Live {
         st: AppState,
@@ -532,10 +544,22 @@ pub async fn live(
         }
         loop {
             let mut out = vec![];
-            // Read the status before the events: once ended, no event of the run is missed.
-            let detail = detail_of(&s.st, &s.caller, &s.id).await;
-            let events = events_after(&s.st, &s.caller, &s.id, s.after).await;
-            let (Ok((d, _)), Ok(events)) = (detail, events) else {
+            // Every change of the workflow or its tasks commits with an event, so the status
+            // is read again only after news (and at the start): a quiet poll is one read of
+            // events. It ends once a status read before an empty read of events said ended:
+            // no event of the run is missed.
+            let was_ended = s.last.as_ref().is_some_and(|l| l.terminal);
+            let read = async {
+                let events = events_after(&s.st, &s.caller, &s.id, s.after).await?;
+                let detail = if s.last.is_none() || !events.is_empty() {
+                    Some(detail(&s.st, &s.caller, &s.id).await?)
+                } else {
+                    None
+                };
+                Ok::<_, WebError>((events, detail))
+            }
+            .await;
+            let Ok((events, detail)) = read else {
                 // Gone, or no longer visible: say so once and stop.
                 s.done = true;
                 return Some((vec![end_event()], s));
@@ -559,15 +583,15 @@ pub async fn live(
                     out.push(ev);
                 }
             }
-            let snap = snapshot(&d, &s.order);
-            let ended = snap.terminal;
-            if s.last.as_ref() != Some(&snap) {
-                if let Ok(ev) = SseEvent::default().event("status").json_data(&snap) {
-                    out.push(ev);
+            if let Some(snap) = detail.map(|d| snapshot(&d, &s.order)) {
+                if s.last.as_ref() != Some(&snap) {
+                    if let Ok(ev) = SseEvent::default().event("status").json_data(&snap) {
+                        out.push(ev);
+                    }
+                    s.last = Some(snap);
                 }
-                s.last = Some(snap);
             }
-            if ended && events.is_empty() {
+            if was_ended && events.is_empty() {
                 out.push(end_event());
                 s.done = true;
             }
@@ -663,7 +687,7 @@ pub async fn log(
     Path((id, job)): Path<(String, String)>,
     Query(p): Query<LogQuery>,
 ) -> Result<Response, WebError> {
-    let (d, _) = detail_of(&st, &web.caller, &id).await?;
+    let d = detail(&st, &web.caller, &id).await?;
     let wf = d.summary.id.to_string();
     let resp = crate::logs::read(
         State(st.clone()),
