@@ -142,7 +142,7 @@ fn job_status(tasks: &[&TaskInfo]) -> TaskStatus {
 }
 
 /// One job's line in a live status update, and its box in the graph.
-#[derive(Serialize)]
+#[derive(Serialize, PartialEq)]
 pub struct JobView {
     pub name: String,
     pub status: String,
@@ -275,15 +275,11 @@ fn graph(plan: &WorkflowPlan, views: Vec<JobView>) -> Graph {
     }
 }
 
-pub struct TaskRow {
-    pub id: String,
-    pub label: String,
-    pub status: String,
-    pub node: String,
-    pub attempts: usize,
-    pub exit_code: String,
-    pub reason: String,
-    pub log: String,
+/// A task's line on the page: its cells, which a live status update replaces, and its log.
+struct TaskRow {
+    label: String,
+    log: String,
+    cells: TaskSnap,
 }
 
 fn task_label(t: &TaskInfo) -> String {
@@ -398,14 +394,9 @@ pub async fn show(
         .tasks
         .iter()
         .map(|t| TaskRow {
-            id: t.id.to_string(),
             label: task_label(t),
-            status: t.status.to_string(),
-            node: t.node.clone().unwrap_or_default(),
-            attempts: t.attempts.len(),
-            exit_code: t.exit_code.map(|c| c.to_string()).unwrap_or_default(),
-            reason: t.reason.clone().unwrap_or_default(),
             log: log_url(&wf, t),
+            cells: task_snap(t),
         })
         .collect();
     Ok(ok_page(&ShowPage {
@@ -446,30 +437,24 @@ struct TaskSnap {
     reason: String,
 }
 
-impl PartialEq for JobView {
-    fn eq(&self, o: &Self) -> bool {
-        (&self.name, &self.status, &self.progress) == (&o.name, &o.status, &o.progress)
-    }
-}
-
 fn snapshot(d: &WorkflowDetail, order: &[String]) -> Snapshot {
     Snapshot {
         status: d.summary.status.to_string(),
         reason: d.summary.reason.clone().unwrap_or_default(),
         terminal: d.summary.status.is_terminal(),
         jobs: jobs(order, &d.tasks),
-        tasks: d
-            .tasks
-            .iter()
-            .map(|t| TaskSnap {
-                id: t.id.to_string(),
-                status: t.status.to_string(),
-                node: t.node.clone().unwrap_or_default(),
-                attempts: t.attempts.len(),
-                exit_code: t.exit_code.map(|c| c.to_string()).unwrap_or_default(),
-                reason: t.reason.clone().unwrap_or_default(),
-            })
-            .collect(),
+        tasks: d.tasks.iter().map(task_snap).collect(),
+    }
+}
+
+fn task_snap(t: &TaskInfo) -> TaskSnap {
+    TaskSnap {
+        id: t.id.to_string(),
+        status: t.status.to_string(),
+        node: t.node.clone().unwrap_or_default(),
+        attempts: t.attempts.len(),
+        exit_code: t.exit_code.map(|c| c.to_string()).unwrap_or_default(),
+        reason: t.reason.clone().unwrap_or_default(),
     }
 }
 
