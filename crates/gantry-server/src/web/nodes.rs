@@ -81,10 +81,15 @@ fn devices(used: &Capacity, total: &Capacity) -> String {
         .join(", ")
 }
 
+/// The id of a node's row on the list, which the list's forms come back to.
+fn anchor(name: &str) -> String {
+    format!("node-{}", segment(name).replace('%', "_"))
+}
+
 fn node_row(n: &NodeInfo) -> NodeRow {
     NodeRow {
         url: format!("/nodes/{}", segment(&n.name)),
-        anchor: format!("node-{}", segment(&n.name).replace('%', "_")),
+        anchor: anchor(&n.name),
         name: n.name.clone(),
         state: n.state.to_string(),
         connected: n.connected,
@@ -199,10 +204,7 @@ pub struct HoldForm {
 fn back(name: &str, to: Option<&str>, done: &str) -> Response {
     let url = match to {
         Some("node") => format!("/nodes/{}?done={done}", segment(name)),
-        _ => format!(
-            "/nodes?done={done}#node-{}",
-            segment(name).replace('%', "_")
-        ),
+        _ => format!("/nodes?done={done}#{}", anchor(name)),
     };
     Redirect::to(&url).into_response()
 }
