@@ -444,3 +444,45 @@ async fn assets_are_embedded_and_cached_for_good() {
         .starts_with("text/javascript"));
     assert_eq!(b.get("/assets/nope.js").await.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_live_workflow_stream_sends_events_and_status_and_ends_after_the_workflow_has() {
+    let c = Cluster::start().await;
+    let wf = c.submit(&c.alice, HELLO).await;
+    let r = c
+        .post(&c.alice, &format!("/workflows/{wf}/stop"), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    c.wait_for_status(&c.alice, &wf, "STOPPED").await;
+    let mut alice = Browser::new(&c);
+    alice.sign_in(&c.alice).await;
+
+    // An ended workflow's stream ends by itself: everything after `after`, its status, the end.
+    let live = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        alice.get(&format!("/workflows/{wf}/live")),
+    )
+    .await
+    .expect("the stream of an ended workflow ends");
+    assert_eq!(live.status, StatusCode::OK);
+    let b = &live.body;
+    assert!(
+        b.contains("event: event") && b.contains("workflow.stop"),
+        "{b}"
+    );
+    assert!(
+        b.contains("event: status") && b.contains(r#""status":"STOPPED""#),
+        "{b}"
+    );
+    assert!(b.contains(r#""terminal":true"#), "{b}");
+    assert!(b.trim_end().ends_with("event: end\ndata: end"), "{b}");
+
+    // From its last event on: no event, only the status and the end.
+    let last = c.events_as(&c.alice, &wf).await.last().unwrap()["seq"].clone();
+    let rest = alice
+        .get(&format!("/workflows/{wf}/live?after={last}"))
+        .await;
+    assert!(!rest.body.contains("event: event"), "{}", rest.body);
+    assert!(rest.body.contains("event: status"), "{}", rest.body);
+    assert!(rest.body.trim_end().ends_with("data: end"), "{}", rest.body);
+}
