@@ -462,8 +462,7 @@ pub async fn service_state(
     port: u16,
 ) -> anyhow::Result<ServiceState> {
     let w = st.store.workflow(wf).await?;
-    let tasks = st.store.tasks(wf).await?;
-    let Some(task) = tasks.iter().find(|t| t.job == service) else {
+    let Some(task) = st.store.job_task(wf, service).await? else {
         return Ok(ServiceState {
             status: TaskStatus::Failed,
             workflow_ended: true,

@@ -520,6 +520,17 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
+        sqlx::query("SELECT * FROM tasks WHERE workflow_id = ? AND job = ? ORDER BY idx LIMIT 1")
+            .bind(workflow_id.to_string())
+            .bind(job)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(task_row)
+            .transpose()
+    }
+
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
         sqlx::query("SELECT * FROM attempts WHERE workflow_id = ? ORDER BY created_at, number")
             .bind(workflow_id.to_string())
