@@ -285,8 +285,9 @@ runc_baseline() {
   figure runc.cpu_ms_per_container "$RUNC_CPU_MS"
 }
 
-# runc_gantry_config N: the same loop with the OCI config Gantry itself writes (its seccomp
-# profile, tini as init, cgroup limits, masked paths), taken from a running Gantry job; only
+# runc_gantry_config N: the same loop with the OCI config Gantry itself writes (confine loading
+# the agent's compiled seccomp filter, tini as init, cgroup limits, masked paths), taken from a
+# running Gantry job; only
 # the rootfs (the shared read-only one instead of a per-container overlay), the command and
 # the cgroup path differ. Separates what the container's configuration costs from what the
 # orchestration costs. Needs the server and agent. Sets RUNCG_* like runc_baseline.
@@ -310,17 +311,24 @@ YAML
   mkdir -p "$RUNCG_BUNDLE"
   # shellcheck disable=SC2016
   jq --arg root "$RUNC_BUNDLE/rootfs" '.root.path = $root | .root.readonly = true
-      | del(.linux.cgroupsPath) | .process.args = ["/dev/init", "--", "/bin/true"]' \
+      | del(.linux.cgroupsPath)
+      | .process.args = ["/dev/confine", "/dev/seccomp.bpf", "/dev/init", "--", "/bin/true"]' \
     "$(compgen -G "$GDATA/agent/runtime/containers/*/config.json" | head -1)" > "$RUNCG_BUNDLE/config.json" ||
     die "could not copy a Gantry container's config.json"
   [ "$(gantry_wait "$id" 0.1 30)" = FINISHED ] || die "capture-config workflow $id did not finish"
   runc --root "$RUNC_ROOT" run --bundle "$RUNCG_BUNDLE" "bench-gwarm-$$" </dev/null ||
     die "runc run with Gantry's config failed"
-  # Two variants, to price the parts of that config: without the seccomp filter (runc has
-  # libseccomp compile Docker's default profile in every container's init), and without tini.
-  mkdir -p "$WORK/runc/gantry-noseccomp" "$WORK/runc/gantry-noinit"
-  jq 'del(.linux.seccomp)' "$RUNCG_BUNDLE/config.json" > "$WORK/runc/gantry-noseccomp/config.json"
-  jq '.process.args = ["/bin/true"]' "$RUNCG_BUNDLE/config.json" > "$WORK/runc/gantry-noinit/config.json"
+  # Variants, to price the parts of that config: without the seccomp filter, without tini, and
+  # with the same profile given to runc in config.json as Gantry did before confine (runc 1.1
+  # has libseccomp compile it in every container's init).
+  mkdir -p "$WORK/runc/gantry-noseccomp" "$WORK/runc/gantry-noinit" "$WORK/runc/gantry-runcseccomp"
+  jq '.process.args = ["/dev/init", "--", "/bin/true"]' "$RUNCG_BUNDLE/config.json" \
+    > "$WORK/runc/gantry-noseccomp/config.json"
+  jq '.process.args = ["/dev/confine", "/dev/seccomp.bpf", "/bin/true"]' "$RUNCG_BUNDLE/config.json" \
+    > "$WORK/runc/gantry-noinit/config.json"
+  jq --slurpfile p "$(dirname "${BASH_SOURCE[0]}")/../crates/gantry-agent/src/runtime/seccomp.json" \
+    '.process.args = ["/dev/init", "--", "/bin/true"] | .linux.seccomp = $p[0]' \
+    "$RUNCG_BUNDLE/config.json" > "$WORK/runc/gantry-runcseccomp/config.json"
   bench_quiet
   log "runc loop with Gantry's container config: $n containers, 1 and 2 at a time, and variants"
   runc_best "$n" 1 "$RUNCG_BUNDLE"
@@ -334,12 +342,17 @@ YAML
   runc_best "$n" 2 "$WORK/runc/gantry-noinit"
   RUNCG_NOINIT_RATE=$RUNC_RATE
   RUNCG_NOINIT_CPU_MS=$RUNC_CPU
+  runc_best "$n" 2 "$WORK/runc/gantry-runcseccomp"
+  RUNCG_RUNCSEC_RATE=$RUNC_RATE
+  RUNCG_RUNCSEC_CPU_MS=$RUNC_CPU
   figure runc_gantry_config.sequential.ms_each "$RUNCG_SEQ_MS_EACH"
   figure runc_gantry_config.parallel2.containers_per_s "$RUNCG_P2_RATE"
   figure runc_gantry_config_no_seccomp.parallel2.containers_per_s "$RUNCG_NOSEC_RATE"
   figure runc_gantry_config_no_seccomp.cpu_ms_per_container "$RUNCG_NOSEC_CPU_MS"
   figure runc_gantry_config_no_init.parallel2.containers_per_s "$RUNCG_NOINIT_RATE"
   figure runc_gantry_config_no_init.cpu_ms_per_container "$RUNCG_NOINIT_CPU_MS"
+  figure runc_gantry_config_runc_seccomp.parallel2.containers_per_s "$RUNCG_RUNCSEC_RATE"
+  figure runc_gantry_config_runc_seccomp.cpu_ms_per_container "$RUNCG_RUNCSEC_CPU_MS"
   figure runc_gantry_config.cpu_ms_per_container "$RUNCG_CPU_MS"
 }
 

@@ -5,7 +5,7 @@
 # 127.0.0.1; the local test registry serves busybox), then measures:
 #   (c) the bare runc loop: busybox unpacked once, `runc run` of /bin/true RUNC_N times, 1, 2
 #       and 4 at a time => containers/s; then the same loop with the OCI config Gantry writes
-#       (seccomp, tini, cgroup limits), to separate container setup from orchestration
+#       (confine + seccomp, tini, cgroup limits), to separate container setup from orchestration
 #   (b) RUNS single-job workflows one after another, submit -> FINISHED => median/p90 ms
 #   (a) a task array of JOBS trivial jobs (/bin/true, cores: 1) on the agent restarted with
 #       --cpus C for each C in CPUS (2: cores bind, 2 at once; 16: they do not) => jobs/s,
@@ -120,6 +120,7 @@ row "runc loop, Gantry's OCI config, 1 at a time" "$RUNCG_SEQ_MS_EACH ms each"
 row "runc loop, Gantry's OCI config, 2 at a time" "$RUNCG_P2_RATE containers/s ($RUNCG_CPU_MS ms CPU each)"
 row "  the same without its seccomp filter" "$RUNCG_NOSEC_RATE containers/s ($RUNCG_NOSEC_CPU_MS ms CPU each)"
 row "  the same without tini as init" "$RUNCG_NOINIT_RATE containers/s ($RUNCG_NOINIT_CPU_MS ms CPU each)"
+row "  the filter compiled by runc, not confine" "$RUNCG_RUNCSEC_RATE containers/s ($RUNCG_RUNCSEC_CPU_MS ms CPU each)"
 for c in $CPUS; do
   tgt=""
   [ "$c" = 2 ] && tgt=">= 20 jobs/s"

@@ -14,6 +14,8 @@ have jq || need="$need jq"
 have curl || need="$need curl"
 have htpasswd || need="$need apache2-utils"
 [ -x /usr/bin/tini-static ] || need="$need tini"
+# The agent compiles its seccomp profile with libseccomp (linked at build time).
+[ -e /usr/include/seccomp.h ] || need="$need libseccomp-dev"
 have ip || need="$need iproute2"
 # Container networking for services: the CNI bridge and host-local plugins, and iptables for
 # their NAT rules.

@@ -1,6 +1,6 @@
 //! Image builds with real runc, a real registry (the local `docker-registry` of
 //! `scripts/test-images.sh`) and busybox from it as the base: nothing is downloaded from
-//! elsewhere. A `harness = false` test like `runtime.rs`: the same binary is also the shim.
+//! elsewhere. A `harness = false` test like `runtime.rs`.
 //!
 //! Each test process works in its own directory (`<test dir>/agent-build/<pid>`); what killed
 //! runs left is removed at start.
@@ -34,7 +34,6 @@ use uuid::Uuid;
 
 struct Ctx {
     dir: PathBuf,
-    exe: PathBuf,
     registry: String,
     base: String,
     cgroup_parent: String,
@@ -684,7 +683,6 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
             insecure_hosts: vec![c.registry.clone()],
             ..Default::default()
         },
-        shim_argv: vec![c.exe.to_string_lossy().into_owned(), "shim".into()],
         metrics_listen: None,
         node_exporter: None,
     };
@@ -826,12 +824,11 @@ fn free_subnet() -> String {
         .expect("no free subnet in 10.233.0.0/16")
 }
 
-fn runtime_of(dir: &Path, cgroup_parent: &str, exe: &Path) -> Runtime {
+fn runtime_of(dir: &Path, cgroup_parent: &str) -> Runtime {
     Runtime::new(RuntimeConfig::new(
         dir.join("state"),
         dir.join("runc"),
         cgroup_parent,
-        vec![exe.to_string_lossy().into_owned(), "shim".into()],
     ))
     .unwrap()
 }
@@ -845,7 +842,7 @@ fn net_of(dir: &Path) -> Network {
 }
 
 /// Tears down one test process's directory: containers, networks, the bridges, mounts, files.
-fn teardown(dir: &Path, exe: &Path) {
+fn teardown(dir: &Path) {
     let pid = dir.file_name().unwrap().to_string_lossy().into_owned();
     let agent = dir.join("agent");
     // (runtime state, runc root, cgroup parent, network state) of the builder the tests drive
@@ -865,13 +862,7 @@ fn teardown(dir: &Path, exe: &Path) {
         ),
     ] {
         if state.join("containers").is_dir() {
-            let rt = Runtime::new(RuntimeConfig::new(
-                state,
-                runc,
-                cgroup.as_str(),
-                vec![exe.to_string_lossy().into_owned(), "shim".into()],
-            ))
-            .unwrap();
+            let rt = Runtime::new(RuntimeConfig::new(state, runc, cgroup.as_str())).unwrap();
             for id in rt.list() {
                 if let Err(e) = rt.remove(&id) {
                     eprintln!("removing leftover {id}: {e}");
@@ -923,22 +914,21 @@ fn main() {
     );
 
     let env = common::env();
-    let exe = std::env::current_exe().expect("current_exe");
     let base = env.dir.join("agent-build");
     fs::create_dir_all(&base).unwrap();
     if let Ok(rd) = fs::read_dir(&base) {
         for e in rd.flatten() {
             let pid = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok());
             if pid.is_some_and(|p| !common::pid_alive(p)) {
-                teardown(&e.path(), &exe);
+                teardown(&e.path());
             }
         }
     }
     let dir = base.join(std::process::id().to_string());
-    teardown(&dir, &exe);
+    teardown(&dir);
     fs::create_dir_all(&dir).unwrap();
     let cgroup_parent = format!("gantry-test/agent-build-{}", std::process::id());
-    let rt = runtime_of(&dir, &cgroup_parent, &exe);
+    let rt = runtime_of(&dir, &cgroup_parent);
     assert!(
         rt.config().init.is_some(),
         "no static init: apt-get install tini"
@@ -969,7 +959,6 @@ fn main() {
     let forwarding = common::forwarding();
     let ctx = Ctx {
         dir: dir.clone(),
-        exe: exe.clone(),
         registry: env.registry.clone(),
         base: format!("docker://{}/library/busybox:1", env.registry),
         cgroup_parent,
@@ -992,7 +981,7 @@ fn main() {
         },
     );
     drop(ctx);
-    teardown(&dir, &exe);
+    teardown(&dir);
     common::restore_forwarding(&forwarding);
     tally.finish();
 }

@@ -1,6 +1,6 @@
 //! The agent's Prometheus exporter, for real: its HTTP server scraped over loopback, its
-//! runtime check starting trial containers under real runc (so this is a `harness = false`
-//! test whose binary is also the shim, like `runtime.rs`), its path probes on a writable
+//! runtime check starting trial containers under real runc (a `harness = false` test like
+//! `runtime.rs`), its path probes on a writable
 //! directory and a read-only mount, and, where Prometheus is installed, Prometheus itself
 //! scraping it. The only stand-in is a fake GPU source: no GPU exists on the machines these
 //! tests run on.
@@ -134,12 +134,10 @@ impl Setup {
         fs::create_dir_all(&scratch).unwrap();
         fs::create_dir_all(&storage).unwrap();
         mount_read_only_tmpfs(&storage);
-        let exe = std::env::current_exe().unwrap();
         let mut config = RuntimeConfig::new(
             scratch.join("runtime"),
             scratch.join("runc"),
             format!("gantry-test/agent-metrics-{}", std::process::id()),
-            vec![exe.to_string_lossy().into_owned(), "shim".into()],
         );
         if let Some(r) = runc {
             config.runc = r.into();

@@ -1,6 +1,5 @@
 //! Container networking and readiness probes under real runc and the real CNI plugins
-//! (`containernetworking-plugins`). A `harness = false` test like `runtime.rs`: the same binary
-//! is also the shim (`<test binary> shim ...`).
+//! (`containernetworking-plugins`). A `harness = false` test like `runtime.rs`.
 //!
 //! Everything lives under `$GANTRY_TEST_DIR/agent-network/<pid>/`: two agents' runtimes and
 //! networks (each with its own bridge and subnet, as under `gantry up --agents 2`), and a third
@@ -49,7 +48,6 @@ struct Ctx {
     /// This process's directory.
     dir: PathBuf,
     registry: String,
-    exe: PathBuf,
     /// A subnet for the whole agent of the last test.
     agent_subnet: String,
     tokio: tokio::runtime::Runtime,
@@ -549,6 +547,20 @@ fn tcp_and_exec_probes_pass(c: &Ctx) {
         out = ps();
     }
     assert!(!out.contains("sleep"), "{out}");
+    // What runc execs into the container is confined like the container itself.
+    let status =
+        a.rt.exec(
+            "t-probes",
+            &[
+                "grep".into(),
+                "^Seccomp:".into(),
+                "/proc/self/status".into(),
+            ],
+            Duration::from_secs(10),
+        )
+        .unwrap()
+        .output;
+    assert_eq!(status.trim(), "Seccomp:\t2");
     remove(a, "t-probes");
     assert_clean(a, &["t-probes"]);
 
@@ -727,7 +739,6 @@ fn agent_reports_running_after_readiness(c: &Ctx) {
             insecure_hosts: vec![c.registry.clone()],
             ..Default::default()
         },
-        shim_argv: vec![c.exe.to_string_lossy().into_owned(), "shim".into()],
         metrics_listen: None,
         node_exporter: None,
     };
@@ -892,7 +903,7 @@ fn agent_reports_running_after_readiness(c: &Ctx) {
     let net = fresh_agent_net(&state, &name);
     let node = Node {
         dir: state.clone(),
-        rt: agent_runtime(&state, &c.exe),
+        rt: agent_runtime(&state),
         net,
         subnet,
     };
@@ -913,14 +924,13 @@ fn fresh_agent_net(state: &Path, name: &str) -> Network {
 }
 
 /// The runtime of an agent laid out as `node::run` lays it out.
-fn agent_runtime(state: &Path, exe: &Path) -> Runtime {
+fn agent_runtime(state: &Path) -> Runtime {
     let cgroup = fs::read_to_string(state.join("cgroup_parent"))
         .unwrap_or_else(|_| "gantry-test/network-leftover".into());
     Runtime::new(RuntimeConfig::new(
         state.join("runtime"),
         state.join("runc"),
         cgroup.trim(),
-        vec![exe.to_string_lossy().into_owned(), "shim".into()],
     ))
     .unwrap()
 }
@@ -971,9 +981,9 @@ fn free_subnets(n: usize) -> Vec<String> {
 }
 
 /// Tears down one agent's state directory: containers, networks, bridge, then the files.
-fn teardown_agent(state: &Path, exe: &Path) {
+fn teardown_agent(state: &Path) {
     if state.join("runtime").is_dir() {
-        let rt = agent_runtime(state, exe);
+        let rt = agent_runtime(state);
         for id in rt.list() {
             if let Err(e) = rt.remove(&id) {
                 eprintln!("removing leftover container {id}: {e}");
@@ -998,11 +1008,11 @@ fn teardown_agent(state: &Path, exe: &Path) {
 }
 
 /// Tears down a test process's directory.
-fn teardown(dir: &Path, exe: &Path) {
+fn teardown(dir: &Path) {
     let Ok(rd) = fs::read_dir(dir) else { return };
     for e in rd.flatten() {
         if e.path().is_dir() {
-            teardown_agent(&e.path(), exe);
+            teardown_agent(&e.path());
         }
     }
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -1019,14 +1029,14 @@ fn teardown(dir: &Path, exe: &Path) {
 }
 
 /// Removes what killed earlier runs left (their pid is gone).
-fn clean_dead(base: &Path, exe: &Path) {
+fn clean_dead(base: &Path) {
     let Ok(rd) = fs::read_dir(base) else { return };
     for e in rd.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
         if !common::pid_alive(pid) {
-            teardown(&e.path(), exe);
+            teardown(&e.path());
         }
     }
 }
@@ -1041,12 +1051,12 @@ fn clean_between(c: &Ctx) {
     }
 }
 
-fn make_node(dir: &Path, name: &str, subnet: &str, exe: &Path) -> Node {
+fn make_node(dir: &Path, name: &str, subnet: &str) -> Node {
     let state = dir.join(name);
     fs::create_dir_all(&state).unwrap();
     let cgroup = format!("gantry-test/network-{}-{name}", std::process::id());
     fs::write(state.join("cgroup_parent"), &cgroup).unwrap();
-    let rt = agent_runtime(&state, exe);
+    let rt = agent_runtime(&state);
     let net = Network::new(NetConfig::for_agent(
         &state,
         &format!("nettest-{}-{name}", std::process::id()),
@@ -1071,12 +1081,11 @@ fn main() {
     );
 
     let env = common::env();
-    let exe = std::env::current_exe().expect("current_exe");
     let base = env.dir.join("agent-network");
     fs::create_dir_all(&base).unwrap();
-    clean_dead(&base, &exe);
+    clean_dead(&base);
     let dir = base.join(std::process::id().to_string());
-    teardown(&dir, &exe);
+    teardown(&dir);
     fs::create_dir_all(&dir).unwrap();
 
     // The bridge plugin turns IPv4 forwarding on (isGateway); put it back if nothing else
@@ -1084,8 +1093,8 @@ fn main() {
     let forwarding = common::forwarding();
     let subnets = free_subnets(3);
     assert_eq!(subnets.len(), 3, "no free subnets in 10.231.0.0/16");
-    let a = make_node(&dir, "a", &subnets[0], &exe);
-    let b = make_node(&dir, "b", &subnets[1], &exe);
+    let a = make_node(&dir, "a", &subnets[0]);
+    let b = make_node(&dir, "b", &subnets[1]);
 
     let tokio = tokio::runtime::Runtime::new().unwrap();
     let images = ImageStore::new(
@@ -1109,7 +1118,6 @@ fn main() {
         layers: image.layers,
         dir: dir.clone(),
         registry: env.registry.clone(),
-        exe: exe.clone(),
         agent_subnet: subnets[2].clone(),
         tokio,
     };
@@ -1124,7 +1132,7 @@ fn main() {
     );
     drop(ctx);
     // Bridges, namespaces, addresses and files: nothing of this run stays.
-    teardown(&dir, &exe);
+    teardown(&dir);
     common::restore_forwarding(&forwarding);
     tally.finish();
 }

@@ -1,5 +1,5 @@
-//! Containers under real runc, with real shims. This is a `harness = false` test: the same
-//! binary is also the shim (`<test binary> shim ...`), so no extra binary is needed.
+//! Containers under real runc, with real shims (the static shim the runtime writes out). This
+//! is a `harness = false` test: one process runs the tests in order (see below).
 //!
 //! Tests run one after another in this process. Every container records the pid of the test
 //! process that made it (in its metadata), so leftovers of killed runs are removed at start
@@ -46,15 +46,19 @@ impl Ctx {
     }
 
     fn run(&self, spec: &ContainerSpec) -> (i32, String, String) {
-        self.rt.start(spec, &meta()).unwrap();
-        let code = match wait_exit(&self.rt, &spec.id) {
+        self.run_on(&self.rt, spec)
+    }
+
+    fn run_on(&self, rt: &Runtime, spec: &ContainerSpec) -> (i32, String, String) {
+        rt.start(spec, &meta()).unwrap();
+        let code = match wait_exit(rt, &spec.id) {
             ContainerState::Exited { exit_code, .. } => exit_code,
             other => panic!("{other:?}"),
         };
-        let (out, err) = self.rt.log_paths(&spec.id);
+        let (out, err) = rt.log_paths(&spec.id);
         let out = fs::read_to_string(out).unwrap();
         let err = fs::read_to_string(err).unwrap();
-        self.rt.remove(&spec.id).unwrap();
+        rt.remove(&spec.id).unwrap();
         (code, out, err)
     }
 }
@@ -161,7 +165,7 @@ fn isolated_namespaces(c: &Ctx) {
         "t-isolated",
         "ps -o pid,comm; echo --; cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; echo --; \
          if unshare -n true 2>/dev/null; then echo unshare-allowed; else echo unshare-refused; fi; \
-         grep NoNewPrivs /proc/self/status",
+         grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status",
     );
     spec.hostname = "iso".into();
     let (code, out, err) = c.run(&spec);
@@ -182,6 +186,37 @@ fn isolated_namespaces(c: &Ctx) {
     assert_eq!(parts[1].trim(), "lo", "only loopback");
     assert!(parts[2].contains("unshare-refused"), "{out}");
     assert!(parts[2].contains("NoNewPrivs:\t1"), "{out}");
+    // One filter, loaded by confine (runc has none to load: see spec.rs).
+    assert!(parts[2].contains("Seccomp:\t2"), "{out}");
+    assert!(parts[2].contains("Seccomp_filters:\t1"), "{out}");
+}
+
+/// confine never runs a command it could not confine: here with a filter that is no program.
+fn confine_refuses_to_run_unconfined(c: &Ctx) {
+    let confine = c.config.state_dir.join("confine");
+    let bad = c.config.state_dir.join("not-a-filter");
+    fs::write(&bad, b"12345").unwrap();
+    for filter in [bad.as_path(), Path::new("/nonexistent/filter")] {
+        let out = std::process::Command::new(&confine)
+            .arg(filter)
+            .args(["/bin/echo", "ran"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(127), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).starts_with("gantry confine: "),
+            "{out:?}"
+        );
+    }
+    // The agent's own filter: the command runs under it.
+    let out = std::process::Command::new(&confine)
+        .arg(c.config.state_dir.join("seccomp.bpf"))
+        .args(["/bin/grep", "^Seccomp:", "/proc/self/status"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Seccomp:\t2");
 }
 
 fn host_network_when_asked(c: &Ctx) {
@@ -263,16 +298,28 @@ fn stop_kills_after_grace(c: &Ctx) {
 }
 
 fn start_failure_is_reported_and_cleaned(c: &Ctx) {
-    let mut spec = c.spec("t-nostart", "");
+    // runc cannot set the container up: a file bind-mounted over the image's /bin directory.
+    let file = c.config.state_dir.join("a-file");
+    fs::write(&file, "x").unwrap();
+    let mut spec = c.spec("t-nostart", "true");
+    spec.mounts.push(Bind {
+        source: file,
+        target: "/bin".into(),
+        read_only: true,
+    });
+    let err = c.rt.start(&spec, &meta()).unwrap_err();
+    assert!(matches!(err, RuntimeError::StartFailed { .. }), "{err}");
+    assert!(err.to_string().contains("/bin"), "{err}");
+    assert!(!c.rt.list().contains(&spec.id));
+    // A command that is not there: the container starts, and reports it as a shell would.
+    let mut spec = c.spec("t-nobinary", "");
     spec.args = vec!["/no/such/binary".into()];
-    // Without an init the failure is runc's own (with one, tini reports it as exit 127).
     let mut config = c.config.clone();
     config.init = None;
     let rt = Runtime::new(config).unwrap();
-    let err = rt.start(&spec, &meta()).unwrap_err();
-    assert!(matches!(err, RuntimeError::StartFailed { .. }), "{err}");
-    assert!(err.to_string().contains("/no/such/binary"), "{err}");
-    assert!(!rt.list().contains(&spec.id));
+    let (code, _, err) = c.run_on(&rt, &spec);
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("/no/such/binary"), "{err}");
     // A duplicate id is refused without touching the existing container.
     let spec = c.spec("t-dup", "sleep 1000");
     c.rt.start(&spec, &meta()).unwrap();
@@ -336,6 +383,10 @@ const TESTS: &[Test] = &[
     ("memory_limit_kills", memory_limit_kills),
     ("pids_limit_refuses_forks", pids_limit_refuses_forks),
     ("isolated_namespaces", isolated_namespaces),
+    (
+        "confine_refuses_to_run_unconfined",
+        confine_refuses_to_run_unconfined,
+    ),
     ("host_network_when_asked", host_network_when_asked),
     (
         "limits_reach_cgroups_and_cgroups_are_removed",
@@ -400,13 +451,7 @@ fn main() {
 
     let env = common::env();
     let base = env.dir.join("agent-runtime");
-    let exe = std::env::current_exe().expect("current_exe");
-    let config = RuntimeConfig::new(
-        base.join("state"),
-        base.join("runc"),
-        CGROUP_PARENT,
-        vec![exe.to_string_lossy().into_owned(), "shim".into()],
-    );
+    let config = RuntimeConfig::new(base.join("state"), base.join("runc"), CGROUP_PARENT);
     assert!(
         config.init.is_some(),
         "no static init found: apt-get install tini (scripts/test-images.sh does)"

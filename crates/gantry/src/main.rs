@@ -91,12 +91,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().collect();
-    // The shim is started for every container: keep its path free of the async runtime.
-    if argv.get(1).map(String::as_str) == Some("shim") {
-        let code = gantry_agent::runtime::shim_main(&argv[2..]);
-        return ExitCode::from(code.clamp(0, 255) as u8);
-    }
     let cli = Cli::parse();
     init_tracing(matches!(
         cli.command,

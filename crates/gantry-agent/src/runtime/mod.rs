@@ -1,4 +1,4 @@
-//! Containers under runc, each parented by a detached `gantry shim`.
+//! Containers under runc, each parented by a detached shim (`shim/main.rs`).
 //!
 //! Everything about a container lives in `<state_dir>/containers/<id>/`, so an agent that
 //! restarts finds its containers again with [`Runtime::list`]:
@@ -25,6 +25,7 @@
 //! shipped and its end reported exactly like a container's. A task whose agent is gone (the
 //! agent restarted) reads as [`ContainerState::Unknown`].
 
+mod seccomp;
 mod shim;
 mod spec;
 pub(crate) mod sys;
@@ -41,8 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::image::ImageConfig;
 
-pub use shim::shim_main;
-pub use spec::INIT_PATH;
+pub use spec::{CONFINE_PATH, INIT_PATH, SECCOMP_PATH};
 
 /// A pids limit that stops fork bombs without getting in the way of real work.
 pub const DEFAULT_PIDS_LIMIT: u64 = 4096;
@@ -69,7 +69,16 @@ mod files {
     pub const CONTAINER_PID: &str = "container.pid";
     pub const EXIT: &str = "exit.json";
     pub const TASK: &str = "task.json";
+    /// In the agent's state directory: what every container starts through (`spec.rs`),
+    /// and the shim every container runs under.
+    pub const CONFINE: &str = "confine";
+    pub const SECCOMP: &str = "seccomp.bpf";
+    pub const SHIM: &str = "shim";
 }
+
+/// `confine/main.rs` and `shim/main.rs`, linked statically by `build.rs`.
+const CONFINE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/confine"));
+const SHIM_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/shim"));
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeConfig {
@@ -80,8 +89,6 @@ pub struct RuntimeConfig {
     pub runc_root: PathBuf,
     /// Cgroup path under which containers are placed, e.g. `gantry/<agent-name>`.
     pub cgroup_parent: String,
-    /// The command that runs a shim, e.g. `[/usr/bin/gantry, shim]`.
-    pub shim_argv: Vec<String>,
     /// A static init (tini-static, catatonit) run as each container's PID 1. Without one the
     /// workload is PID 1 itself and, unless it handles SIGTERM, only stops at SIGKILL.
     pub init: Option<PathBuf>,
@@ -95,13 +102,11 @@ impl RuntimeConfig {
         state_dir: impl Into<PathBuf>,
         runc_root: impl Into<PathBuf>,
         cgroup_parent: impl Into<String>,
-        shim_argv: Vec<String>,
     ) -> Self {
         RuntimeConfig {
             state_dir: state_dir.into(),
             runc_root: runc_root.into(),
             cgroup_parent: cgroup_parent.into(),
-            shim_argv,
             init: find_init(),
             runc: PathBuf::from("runc"),
         }
@@ -327,7 +332,7 @@ pub enum ContainerState {
     Unknown,
 }
 
-/// The shim's record of how the container ended (`exit.json`).
+/// The shim's record of how the container ended (`exit.json`, written by `shim/main.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct ExitRecord {
     exit_code: i32,
@@ -375,6 +380,49 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> RuntimeError 
 /// (a host that loses power loses its containers with them, and the server then treats the
 /// node's attempts as lost), and the fsyncs cost each container start and end milliseconds
 /// on the path of every job.
+/// Writes `data` at `path` with `mode` unless it is there already. Containers bind-mount these
+/// files: a new version goes in by rename, never into the inode they hold, and two runtimes of
+/// one process writing at once each use their own temporary file.
+fn replace_file(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    if fs::read(path).is_ok_and(|old| old == data)
+        && fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o7777 == mode)
+    {
+        return Ok(());
+    }
+    let tmp = path.with_extension(format!(
+        "tmp{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)?;
+    f.write_all(data)?;
+    f.set_permissions(fs::Permissions::from_mode(mode))?;
+    drop(f);
+    fs::rename(&tmp, path)
+}
+
+/// Whether the container in `dir` runs its process through `confine`: its config.json's.
+fn started_through_confine(dir: &Path) -> bool {
+    #[derive(Deserialize)]
+    struct Config {
+        process: Process,
+    }
+    #[derive(Deserialize)]
+    struct Process {
+        args: Vec<String>,
+    }
+    fs::read(dir.join(files::CONFIG))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Config>(&b).ok())
+        .is_some_and(|c| c.process.args.first().map(String::as_str) == Some(CONFINE_PATH))
+}
+
 fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let mut f = fs::File::create(&tmp)?;
@@ -408,9 +456,6 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self> {
-        if config.shim_argv.is_empty() {
-            return Err(RuntimeError::InvalidConfig("shim_argv is empty".into()));
-        }
         let parts: Vec<&str> = config.cgroup_parent.split('/').collect();
         if config.cgroup_parent.trim_matches('/').is_empty()
             || parts.iter().any(|p| *p == ".." || *p == ".")
@@ -425,6 +470,22 @@ impl Runtime {
             config.runc_root.clone(),
         ] {
             fs::create_dir_all(&d).map_err(io_err(format!("creating {}", d.display())))?;
+        }
+        if sys::noexec(&config.state_dir).map_err(io_err("statvfs of the state directory"))? {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "{} is on a noexec filesystem: containers start through a program kept there",
+                config.state_dir.display()
+            )));
+        }
+        let filter = seccomp::compile(&spec::seccomp_profile()?)?;
+        for (name, data, mode) in [
+            (files::CONFINE, CONFINE_BINARY, 0o755),
+            (files::SHIM, SHIM_BINARY, 0o755),
+            (files::SECCOMP, &filter[..], 0o644),
+        ] {
+            let path = config.state_dir.join(name);
+            replace_file(&path, data, mode)
+                .map_err(io_err(format!("writing {}", path.display())))?;
         }
         Ok(Runtime {
             cfg: Arc::new(config),
@@ -515,7 +576,11 @@ impl Runtime {
         }
         let reserved = |t: &str| {
             let p = Path::new(t);
-            p.starts_with("/proc") || p.starts_with("/sys") || p == Path::new(INIT_PATH)
+            p.starts_with("/proc")
+                || p.starts_with("/sys")
+                || [INIT_PATH, CONFINE_PATH, SECCOMP_PATH]
+                    .map(Path::new)
+                    .contains(&p)
         };
         for b in &spec.mounts {
             if !valid_target(&b.target) || reserved(&b.target) {
@@ -639,6 +704,8 @@ impl Runtime {
             additional_gids,
             files: injected,
             init: self.cfg.init.as_deref(),
+            confine: &self.cfg.state_dir.join(files::CONFINE),
+            seccomp: &self.cfg.state_dir.join(files::SECCOMP),
             cgroups_path: self.cgroups_path(&spec.id),
             swap_accounting: Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
                 .exists(),
@@ -659,23 +726,23 @@ impl Runtime {
             .open(dir.join(files::SHIM_LOG))
             .map_err(io_err("opening shim.log"))?;
         let log2 = log.try_clone().map_err(io_err("opening shim.log"))?;
-        let mut cmd = Command::new(&self.cfg.shim_argv[0]);
-        cmd.args(&self.cfg.shim_argv[1..])
-            .args(shim::shim_args(
-                &self.cfg.runc,
-                &self.cfg.runc_root,
-                id,
-                dir,
-            ))
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
-        // The shim detaches itself (own session, reparented to init: see `shim::detach`); what
-        // runs here exits as soon as it has.
+        let shim = self.cfg.state_dir.join(files::SHIM);
+        let mut cmd = Command::new(&shim);
+        cmd.args(shim::shim_args(
+            &self.cfg.runc,
+            &self.cfg.runc_root,
+            id,
+            dir,
+        ))
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2);
+        // The shim detaches itself (own session, reparented to init); what runs here exits as
+        // soon as it has.
         let status = cmd
             .status()
-            .map_err(io_err(format!("starting shim {}", self.cfg.shim_argv[0])))?;
+            .map_err(io_err(format!("starting shim {}", shim.display())))?;
         if !status.success() {
             return Err(RuntimeError::StartFailed {
                 id: id.to_owned(),
@@ -694,9 +761,10 @@ impl Runtime {
         loop {
             if let Some(rec) = read_exit(&dir) {
                 return match rec.start_error {
+                    // The shim records runc's exit status; runc's log says why.
                     Some(message) => Err(RuntimeError::StartFailed {
                         id: id.to_owned(),
-                        message,
+                        message: shim::runc_error(&dir.join(files::RUNC_LOG)).unwrap_or(message),
                     }),
                     None => Ok(()),
                 };
@@ -845,12 +913,22 @@ impl Runtime {
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
+        // The container's filter belongs to its processes, not its namespaces: what runc
+        // execs into it goes through confine as well (unless the container predates confine
+        // and runc applies the filter from its config.json).
+        let confine: &[&str] = if started_through_confine(&dir) {
+            &[CONFINE_PATH, SECCOMP_PATH]
+        } else {
+            &[]
+        };
         let mut child = self
             .runc()
             .arg("exec")
+            .arg("--no-new-privs")
             .arg("--pid-file")
             .arg(&pid_file)
             .arg(id)
+            .args(confine)
             .args(argv)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

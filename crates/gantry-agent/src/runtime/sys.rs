@@ -160,6 +160,19 @@ pub fn remove_cgroups(parent: &str, id: &str) {
     }
 }
 
+/// Whether `path` is on a filesystem mounted `noexec`.
+pub fn noexec(path: &Path) -> io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: statvfs only writes the struct we pass; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_flag & libc::ST_NOEXEC != 0)
+}
+
 /// A file descriptor that becomes readable when process `pid` ends; it works for processes
 /// that are not our children (a shim is adopted by init), unlike `waitpid`.
 pub fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {

@@ -122,15 +122,11 @@ pub fn pid_alive(pid: i32) -> bool {
     pid > 0 && unsafe { libc::kill(pid, 0) } == 0
 }
 
-/// How every `harness = false` test binary here starts: act as the shim when started as one
-/// (the runtime starts `current_exe() shim ...`), answer `--list`, and pick the tests named on
-/// the command line, libtest-style enough for `cargo test NAME`. `None`: nothing to run (the
+/// How every `harness = false` test binary here starts: answer `--list`, and pick the tests
+/// named on the command line, libtest-style enough for `cargo test NAME`. `None`: nothing to run (the
 /// empty result line is printed).
 pub fn select<T>(tests: &'static [(&'static str, T)]) -> Option<Vec<&'static (&'static str, T)>> {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("shim") {
-        std::process::exit(gantry_agent::runtime::shim_main(&args[2..]));
-    }
     if args.iter().any(|a| a == "--list") {
         for (name, _) in tests {
             println!("{name}: test");

@@ -202,11 +202,6 @@ fn hostname() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
-fn shim_argv() -> anyhow::Result<Vec<String>> {
-    let exe = std::env::current_exe().context("finding the gantry binary")?;
-    Ok(vec![exe.to_string_lossy().into_owned(), "shim".into()])
-}
-
 /// A server plus `agents` local agents. Returns the server and the admin client.
 async fn embedded(
     data_dir: &Path,
@@ -289,7 +284,6 @@ async fn embedded(
             storage_root: data_dir.join("storage"),
             state_dir: data_dir.join("agents").join(&name),
             pull: pull.clone(),
-            shim_argv: shim_argv()?,
             // Each local agent its own port, picked by the system; Hello reports it.
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             node_exporter,
@@ -487,7 +481,6 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         storage_root: args.storage_root,
         state_dir,
         pull: args.registry.pull_config()?,
-        shim_argv: shim_argv()?,
         node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
     };
