@@ -249,7 +249,7 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
         ),
     };
     if attempt.ended_at.is_none() {
-        end_attempt(st, id, exit_code, cause, reason).await?;
+        end_read_attempt(st, attempt, exit_code, cause, reason).await?;
     }
     st.hub.send(node, ServerMessage::Forget { attempt_id: id });
     Ok(())
@@ -275,13 +275,32 @@ pub async fn end_attempt(
     reason: Option<String>,
 ) -> anyhow::Result<()> {
     let attempt = st.store.attempt(attempt_id).await?;
+    end_read_attempt(st, attempt, exit_code, cause, reason).await
+}
+
+/// [`end_attempt`] for an attempt the caller has read already (every end report has).
+async fn end_read_attempt(
+    st: &AppState,
+    attempt: gantry_store::AttemptRow,
+    exit_code: Option<i32>,
+    cause: EndCause,
+    reason: Option<String>,
+) -> anyhow::Result<()> {
+    let attempt_id = attempt.id;
     let task = st.store.task(attempt.task_id).await?;
-    let wf = st.store.workflow(attempt.workflow_id).await?;
-    let plan = st.cache.plan(&wf)?;
+    // One store read fewer per ended job once the controller has parsed the plan.
+    let plan = match st.cache.cached_plan(attempt.workflow_id) {
+        Some(p) => p,
+        None => st
+            .cache
+            .plan(&st.store.workflow(attempt.workflow_id).await?)?,
+    };
     let job = plan
         .job(&task.job)
         .map(controller::job_view_of)
-        .ok_or_else(|| anyhow::anyhow!("workflow {} has no job {}", wf.id, task.job))?;
+        .ok_or_else(|| {
+            anyhow::anyhow!("workflow {} has no job {}", attempt.workflow_id, task.job)
+        })?;
     // A stop the server asked for names its own cause (timeout, stopped, evicted); the agent
     // only knows the process ended.
     let cause = match (cause, attempt.stop_sent) {

@@ -58,6 +58,12 @@ struct Usage {
 }
 
 impl Cache {
+    /// The workflow's compiled plan if it is already parsed: callers that have only the
+    /// workflow's id need not read its row (with its file) for it.
+    pub(crate) fn cached_plan(&self, workflow: Uuid) -> Option<Arc<WorkflowPlan>> {
+        self.plans.lock().unwrap().get(&workflow).cloned()
+    }
+
     /// The workflow's compiled plan.
     pub(crate) fn plan(&self, wf: &WorkflowRow) -> serde_json::Result<Arc<WorkflowPlan>> {
         if let Some(p) = self.plans.lock().unwrap().get(&wf.id) {
