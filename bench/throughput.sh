@@ -14,7 +14,7 @@
 #
 # Run as root on Debian 12:   bench/throughput.sh
 # Environment: JOBS (500), RUNS (20), RUNC_N (150), RUNC_REPS (3: the runc loops keep the best of 3), CPUS ("2 4 16"), ARRAY_TIMEOUT (240 s per
-# array), PROFILE=1 (perf record -a during the --cpus 2 array: CPU by process and symbol),
+# array), ARRAY_REPS (2: each --cpus keeps the best of 2 arrays), PROFILE=1 (perf record -a during the --cpus 2 array: CPU by process and symbol),
 # QUIET_WAIT (120 s), and those of bench/lib.sh (GANTRY_BIN, BENCH_KEEP, GANTRY_LOG).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -25,6 +25,7 @@ RUNS=${RUNS:-20}
 RUNC_N=${RUNC_N:-150}
 CPUS=${CPUS:-2 4 16}
 ARRAY_TIMEOUT=${ARRAY_TIMEOUT:-240}
+ARRAY_REPS=${ARRAY_REPS:-2}
 
 PKGS=(runc umoci jq curl skopeo docker-registry busybox-static tini util-linux)
 [ "${PROFILE:-0}" = 1 ] && PKGS+=(linux-perf)
@@ -87,15 +88,25 @@ for c in $CPUS; do
     PERF_CPUS=$c
     sleep 0.5
   fi
-  gantry_array "$JOBS" "cpus$c" "$ARRAY_TIMEOUT" || true
-  if [ -n "$PERF_PID" ]; then
-    kill -INT "$PERF_PID"
-    wait "$PERF_PID" || true
-    PERF_DONE=1
-  fi
-  RATE[$c]=$GANTRY_RATE
-  CPU[$c]=$GANTRY_CPU
-  gantry_task_timeline "$GANTRY_WF" > "$WORK/timeline-cpus$c.tsv" || true
+  # The best of ARRAY_REPS arrays, as the runc loops keep the best of RUNC_REPS: other people's
+  # work on this shared machine only ever slows a run down.
+  RATE[$c]=-1
+  for rep in $(seq "$ARRAY_REPS"); do
+    gantry_array "$JOBS" "cpus$c" "$ARRAY_TIMEOUT" || true
+    if [ -n "$PERF_PID" ]; then
+      kill -INT "$PERF_PID"
+      wait "$PERF_PID" || true
+      PERF_DONE=1
+      PERF_PID=
+    fi
+    log "array $rep of $ARRAY_REPS at --cpus $c: $GANTRY_RATE jobs/s"
+    if awk -v a="$GANTRY_RATE" -v b="${RATE[$c]}" 'BEGIN { exit !(a > b) }'; then
+      RATE[$c]=$GANTRY_RATE
+      CPU[$c]=$GANTRY_CPU
+      BEST_WF=$GANTRY_WF
+    fi
+  done
+  gantry_task_timeline "$BEST_WF" > "$WORK/timeline-cpus$c.tsv" || true
   STAGES[$c]=$(stage_medians "$WORK/timeline-cpus$c.tsv")
   INFLIGHT[$c]=$(mean_in_flight "$WORK/timeline-cpus$c.tsv")
   figure "gantry.cpus$c.jobs_per_s" "${RATE[$c]}"
