@@ -209,6 +209,7 @@ fn confine_refuses_to_run_unconfined(c: &Ctx) {
             "{out:?}"
         );
     }
+    fs::remove_file(&bad).unwrap();
     // The agent's own filter: the command runs under it.
     let out = std::process::Command::new(&confine)
         .arg(c.config.state_dir.join("seccomp.bpf"))
@@ -311,6 +312,7 @@ fn start_failure_is_reported_and_cleaned(c: &Ctx) {
     assert!(matches!(err, RuntimeError::StartFailed { .. }), "{err}");
     assert!(err.to_string().contains("/bin"), "{err}");
     assert!(!c.rt.list().contains(&spec.id));
+    fs::remove_file(&spec.mounts[0].source).unwrap();
     // A command that is not there: the container starts, and reports it as a shell would.
     let mut spec = c.spec("t-nobinary", "");
     spec.args = vec!["/no/such/binary".into()];
