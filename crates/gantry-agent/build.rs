@@ -13,6 +13,8 @@ fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("OUT_DIR"));
     let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let target = env::var("TARGET").expect("TARGET");
+    // The shim includes the runtime's std-only container-directory module.
+    println!("cargo:rerun-if-changed=src/runtime/dir.rs");
     for name in ["confine", "shim"] {
         let src = format!("{name}/main.rs");
         println!("cargo:rerun-if-changed={src}");

@@ -12,31 +12,23 @@
 //! that (dynamic loading, relocations, its fork and exit) cost ~3 ms of CPU per container
 //! (bench/README.md). Standard library only; what it writes is simple enough to spell out.
 
-use std::ffi::CString;
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::ffi::OsStrExt;
+use std::fs::OpenOptions;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{exit, Command, Stdio};
 
-// File names in the container's directory: the same as `runtime::files`.
-const SHIM_PID: &str = "shim.pid";
-const STDOUT: &str = "stdout";
-const STDERR: &str = "stderr";
-const RUNC_LOG: &str = "runc.log";
-const CONTAINER_PID: &str = "container.pid";
-const EXIT: &str = "exit.json";
-const ROOTFS: &str = "rootfs";
+// The container directory's names and the agent's way of writing there (std only). The
+// agent's unit tests compile this program as a module too, so there the file is loaded twice.
+#[allow(dead_code, clippy::duplicate_mod)]
+#[path = "../src/runtime/dir.rs"]
+mod dir;
+use dir::files::{CONTAINER_PID, EXIT, ROOTFS, RUNC_LOG, SHIM_PID, STDERR, STDOUT};
+use dir::{unmount_all, write_atomic};
 
 extern "C" {
     fn setsid() -> i32;
     fn fork() -> i32;
-    fn umount2(target: *const std::ffi::c_char, flags: i32) -> i32;
 }
-const MNT_DETACH: i32 = 2;
-const EINVAL: i32 = 22;
-const ENOENT: i32 = 2;
 
 struct Args {
     runc: PathBuf,
@@ -182,30 +174,6 @@ fn run(a: &Args) -> Result<(), String> {
         eprintln!("gantry shim {}: unmounting rootfs: {e}", a.id);
     }
     Ok(())
-}
-
-/// Written to a temporary name and renamed, so a reader sees all of it or nothing.
-fn write_atomic(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    fs::File::create(&tmp)?.write_all(data)?;
-    fs::rename(&tmp, path)
-}
-
-/// Detaches every mount stacked on `target`. Not mounted is success.
-fn unmount_all(target: &Path) -> std::io::Result<()> {
-    let t = CString::new(target.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    loop {
-        // SAFETY: a valid NUL-terminated path.
-        if unsafe { umount2(t.as_ptr(), MNT_DETACH) } == 0 {
-            continue;
-        }
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(EINVAL) | Some(ENOENT) => Ok(()),
-            _ => Err(e),
-        };
-    }
 }
 
 /// A JSON string literal.

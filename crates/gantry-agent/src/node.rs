@@ -710,8 +710,9 @@ async fn run_build(agent: Agent, asg: Assignment) {
 /// How many containers may be starting at once. Starting one is CPU work on the host (overlay
 /// mount, the shim, runc and its init: ~35 ms of CPU) with short waits between its steps; when
 /// more start at once than the host has cores for, they only slow each other down (cache and
-/// scheduler churn: 43 ms of CPU per job with 16 starting at once on 2 cores against 36 ms
-/// with 2, bench/README.md). Twice the host's cores keeps them busy through the waits. Only
+/// scheduler churn: 43-45 ms of CPU per job with 16 starting at once on 2 cores, 36-40 ms
+/// bounded; bench/README.md). Twice the host's cores keeps them busy through the waits (as
+/// many as the cores left them idle). Only
 /// the start is bounded: the containers then run as many at once as the node's resources fit.
 fn start_permits() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()) * 2

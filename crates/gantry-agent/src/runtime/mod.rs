@@ -25,6 +25,7 @@
 //! shipped and its end reported exactly like a container's. A task whose agent is gone (the
 //! agent restarted) reads as [`ContainerState::Unknown`].
 
+mod dir;
 mod seccomp;
 mod shim;
 mod spec;
@@ -41,6 +42,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::image::ImageConfig;
+use dir::{files, write_atomic};
 
 pub use spec::{CONFINE_PATH, INIT_PATH, SECCOMP_PATH};
 
@@ -52,29 +54,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a SIGKILLed container may take to be reaped before `stop` gives up.
 const KILL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
-
-/// File names inside a container's directory.
-mod files {
-    pub const META: &str = "meta.json";
-    pub const CONFIG: &str = "config.json";
-    pub const ROOTFS: &str = "rootfs";
-    pub const UPPER: &str = "upper";
-    pub const WORK: &str = "work";
-    pub const INJECTED: &str = "files";
-    pub const STDOUT: &str = "stdout";
-    pub const STDERR: &str = "stderr";
-    pub const SHIM_PID: &str = "shim.pid";
-    pub const SHIM_LOG: &str = "shim.log";
-    pub const RUNC_LOG: &str = "runc.log";
-    pub const CONTAINER_PID: &str = "container.pid";
-    pub const EXIT: &str = "exit.json";
-    pub const TASK: &str = "task.json";
-    /// In the agent's state directory: what every container starts through (`spec.rs`),
-    /// and the shim every container runs under.
-    pub const CONFINE: &str = "confine";
-    pub const SECCOMP: &str = "seccomp.bpf";
-    pub const SHIM: &str = "shim";
-}
 
 /// `confine/main.rs` and `shim/main.rs`, linked statically by `build.rs`.
 const CONFINE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/confine"));
@@ -374,37 +353,15 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> RuntimeError 
     move |source| RuntimeError::Io { context, source }
 }
 
-/// Writes a file so readers see either nothing or all of it.
-/// Writes a whole file by rename, so a reader (or an agent restarted after a crash) sees the
-/// old content or the new, never a part. No fsync: these files matter while the host stays up
-/// (a host that loses power loses its containers with them, and the server then treats the
-/// node's attempts as lost), and the fsyncs cost each container start and end milliseconds
-/// on the path of every job.
-/// Writes `data` at `path` with `mode` unless it is there already. Containers bind-mount these
-/// files: a new version goes in by rename, never into the inode they hold, and two runtimes of
-/// one process writing at once each use their own temporary file.
+/// Writes `data` at `path` with `mode` unless it is there already (an agent restarted with
+/// the same binary rewrites nothing).
 fn replace_file(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEQ: AtomicU64 = AtomicU64::new(0);
     if fs::read(path).is_ok_and(|old| old == data)
         && fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o7777 == mode)
     {
         return Ok(());
     }
-    let tmp = path.with_extension(format!(
-        "tmp{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)?;
-    f.write_all(data)?;
-    f.set_permissions(fs::Permissions::from_mode(mode))?;
-    drop(f);
-    fs::rename(&tmp, path)
+    dir::write_atomic_mode(path, data, mode)
 }
 
 /// Whether the container in `dir` runs its process through `confine`: its config.json's.
@@ -421,13 +378,6 @@ fn started_through_confine(dir: &Path) -> bool {
         .ok()
         .and_then(|b| serde_json::from_slice::<Config>(&b).ok())
         .is_some_and(|c| c.process.args.first().map(String::as_str) == Some(CONFINE_PATH))
-}
-
-fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(data)?;
-    fs::rename(&tmp, path)
 }
 
 /// A container id usable as a file name: also what the network keys attachments by.

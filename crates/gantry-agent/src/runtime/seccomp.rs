@@ -122,19 +122,18 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<u8>, RuntimeError> {
     let mut names: Vec<&str> = Vec::new();
     for rule in profile.syscalls().iter().flatten() {
         let act = action(rule.action(), rule.errno_ret())?;
-        let conditions: Vec<ScmpArgCompare> = rule
-            .args()
-            .iter()
-            .flatten()
-            .map(|a| compare(a.index(), a.op(), a.value(), a.value_two().unwrap_or(0)))
-            .collect();
-        if let Some(a) = rule.args().iter().flatten().find(|a| a.index() > 5) {
+        let args = rule.args().as_deref().unwrap_or_default();
+        if let Some(a) = args.iter().find(|a| a.index() > 5) {
             return Err(err(format!(
                 "argument index {} (syscalls have 6)",
                 a.index()
             )));
         }
-        let mut indexes: Vec<usize> = rule.args().iter().flatten().map(|a| a.index()).collect();
+        let conditions: Vec<ScmpArgCompare> = args
+            .iter()
+            .map(|a| compare(a.index(), a.op(), a.value(), a.value_two().unwrap_or(0)))
+            .collect();
+        let mut indexes: Vec<usize> = args.iter().map(|a| a.index()).collect();
         indexes.sort_unstable();
         let shared_index = indexes.windows(2).any(|w| w[0] == w[1]);
         for name in rule.names() {
@@ -174,8 +173,10 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<u8>, RuntimeError> {
     }
 
     // runc's -ENOSYS stub, per architecture: the highest syscall number the profile names.
+    // Not needed when everything unlisted gets ENOSYS already.
     let mut last: Vec<(u32, u32)> = Vec::new();
-    for (scmp, audit) in &arches {
+    let patch = default != ScmpAction::Errno(ENOSYS as i32);
+    for (scmp, audit) in arches.iter().filter(|_| patch) {
         let max = names
             .iter()
             .filter_map(|n| ScmpSyscall::from_name_by_arch(n, *scmp).ok())
@@ -185,10 +186,6 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<u8>, RuntimeError> {
         if let Some(max) = max {
             last.push((*audit, max as u32));
         }
-    }
-    if default == ScmpAction::Errno(ENOSYS as i32) {
-        // Nothing to patch: everything unlisted already gets ENOSYS.
-        last.clear();
     }
     let mut program = enosys_stub(&last, native_audit);
     program.extend_from_slice(&bpf);

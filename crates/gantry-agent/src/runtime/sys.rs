@@ -84,21 +84,7 @@ pub fn mount_overlay(
     Ok(())
 }
 
-/// Detaches every mount stacked on `target`. Not mounted is success.
-pub fn unmount_all(target: &Path) -> io::Result<()> {
-    let t = cstr(target)?;
-    loop {
-        // SAFETY: valid NUL-terminated path.
-        if unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) } == 0 {
-            continue;
-        }
-        let e = io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::EINVAL) | Some(libc::ENOENT) => Ok(()),
-            _ => Err(e),
-        };
-    }
-}
+pub use super::dir::unmount_all;
 
 /// Mount points at or below `dir`, from /proc/self/mountinfo.
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
@@ -162,9 +148,7 @@ pub fn remove_cgroups(parent: &str, id: &str) {
 
 /// Whether `path` is on a filesystem mounted `noexec`.
 pub fn noexec(path: &Path) -> io::Result<bool> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    let c = cstr(path)?;
     // SAFETY: statvfs only writes the struct we pass; the path is NUL-terminated.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
