@@ -288,13 +288,10 @@ async fn end_read_attempt(
 ) -> anyhow::Result<()> {
     let attempt_id = attempt.id;
     let task = st.store.task(attempt.task_id).await?;
-    // One store read fewer per ended job once the controller has parsed the plan.
-    let plan = match st.cache.cached_plan(attempt.workflow_id) {
-        Some(p) => p,
-        None => st
-            .cache
-            .plan(&st.store.workflow(attempt.workflow_id).await?)?,
-    };
+    let plan = st
+        .cache
+        .plan_of(st.store.as_ref(), attempt.workflow_id)
+        .await?;
     let job = plan
         .job(&task.job)
         .map(controller::job_view_of)

@@ -58,10 +58,18 @@ struct Usage {
 }
 
 impl Cache {
-    /// The workflow's compiled plan if it is already parsed: callers that have only the
-    /// workflow's id need not read its row (with its file) for it.
-    pub(crate) fn cached_plan(&self, workflow: Uuid) -> Option<Arc<WorkflowPlan>> {
-        self.plans.lock().unwrap().get(&workflow).cloned()
+    /// The compiled plan of the workflow with this id. Its row (with its file) is read only
+    /// when the plan is not parsed yet.
+    pub(crate) async fn plan_of(
+        &self,
+        store: &dyn gantry_store::Store,
+        workflow: Uuid,
+    ) -> anyhow::Result<Arc<WorkflowPlan>> {
+        let cached = self.plans.lock().unwrap().get(&workflow).cloned();
+        match cached {
+            Some(p) => Ok(p),
+            None => Ok(self.plan(&store.workflow(workflow).await?)?),
+        }
     }
 
     /// The workflow's compiled plan.
