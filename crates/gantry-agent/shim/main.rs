@@ -133,12 +133,12 @@ fn run(a: &Args) -> Result<(), String> {
         .stderr(stderr)
         .status();
 
-    // {"exit_code": N, "signal": S|null, "start_error": "..."?}: `runtime::ExitRecord`. A start
-    // error is runc's exit status here; the agent reads runc's own message from runc.log.
+    // A start error is runc's exit status here; the agent reads runc's own message from runc.log.
     let record = match status {
-        Err(e) => format!(
-            r#"{{"exit_code":127,"signal":null,"start_error":{}}}"#,
-            json_string(&format!("could not run {}: {e}", a.runc.display()))
+        Err(e) => exit_record(
+            127,
+            None,
+            Some(&format!("could not run {}: {e}", a.runc.display())),
         ),
         Ok(st) => {
             // runc reports a container killed by signal N as 128+N, like a shell.
@@ -149,18 +149,11 @@ fn run(a: &Args) -> Result<(), String> {
             };
             // runc writes the pid file only once the process is running, so without it the
             // container never started and the exit code is runc's own.
-            let started = dir.join(CONTAINER_PID).exists();
-            let signal = match signal.filter(|_| started) {
-                Some(s) => s.to_string(),
-                None => "null".into(),
-            };
-            if started {
-                format!(r#"{{"exit_code":{exit_code},"signal":{signal}}}"#)
+            if dir.join(CONTAINER_PID).exists() {
+                exit_record(exit_code, signal, None)
             } else {
-                format!(
-                    r#"{{"exit_code":{exit_code},"signal":null,"start_error":{}}}"#,
-                    json_string(&format!("runc run exited with {exit_code}"))
-                )
+                let why = format!("runc run exited with {exit_code}");
+                exit_record(exit_code, None, Some(&why))
             }
         }
     };
@@ -176,8 +169,25 @@ fn run(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
+/// `exit.json`: {"exit_code": N, "signal": S|null, "start_error": "..."?}, as the agent's
+/// `runtime::ExitRecord` reads it.
+pub(crate) fn exit_record(
+    exit_code: i32,
+    signal: Option<i32>,
+    start_error: Option<&str>,
+) -> String {
+    let signal = signal.map_or("null".to_string(), |s| s.to_string());
+    match start_error {
+        None => format!(r#"{{"exit_code":{exit_code},"signal":{signal}}}"#),
+        Some(e) => format!(
+            r#"{{"exit_code":{exit_code},"signal":{signal},"start_error":{}}}"#,
+            json_string(e)
+        ),
+    }
+}
+
 /// A JSON string literal.
-pub(crate) fn json_string(s: &str) -> String {
+fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -38,22 +38,23 @@ mod shim_program;
 #[cfg(test)]
 mod tests {
     use super::super::ExitRecord;
-    use super::shim_program::json_string;
+    use super::shim_program::exit_record;
 
     #[test]
     fn the_shims_exit_record_reads_as_the_agents() {
         let message = "could not run \"/no/runc\": bad\\path\n\ttab \u{1} ünïcode";
-        let json = format!(
-            r#"{{"exit_code":127,"signal":null,"start_error":{}}}"#,
-            json_string(message)
-        );
-        let rec: ExitRecord = serde_json::from_str(&json).unwrap();
+        let rec: ExitRecord = serde_json::from_str(&exit_record(127, None, Some(message))).unwrap();
         assert_eq!(rec.exit_code, 127);
         assert_eq!(rec.start_error.as_deref(), Some(message));
-        let rec: ExitRecord = serde_json::from_str(r#"{"exit_code":143,"signal":15}"#).unwrap();
+        let rec: ExitRecord = serde_json::from_str(&exit_record(143, Some(15), None)).unwrap();
         assert_eq!(
             (rec.exit_code, rec.signal, rec.start_error),
             (143, Some(15), None)
+        );
+        let rec: ExitRecord = serde_json::from_str(&exit_record(0, None, None)).unwrap();
+        assert_eq!(
+            (rec.exit_code, rec.signal, rec.start_error),
+            (0, None, None)
         );
     }
 }
