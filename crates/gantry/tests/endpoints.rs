@@ -8,37 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::Cluster;
-
-/// A model stand-in: answers `version` at /, streams six server-sent events from
-/// /cgi-bin/stream (one a second), echoes what the backend sees of Authorization, and becomes
-/// ready `delay` seconds after it starts.
-fn model(version: &str, endpoint: &str, delay: u32, probe_port: u16) -> String {
-    format!(
-        r#"version: v4
-services:
-  llm:
-    image: {{ uri: docker://busybox:1 }}
-    persist: true
-    script: |
-      #!/bin/sh
-      mkdir -p /www/cgi-bin
-      echo {version} > /www/index.html
-      printf '#!/bin/sh\necho "Content-Type: text/event-stream"\necho\nfor i in 1 2 3 4 5 6; do echo "data: {version} $i"; echo; sleep 1; done\n' > /www/cgi-bin/stream
-      printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\necho "auth=[$HTTP_AUTHORIZATION] prefix=[$HTTP_X_FORWARDED_PREFIX] uri=[$REQUEST_URI]"\n' > /www/cgi-bin/echo
-      chmod +x /www/cgi-bin/stream /www/cgi-bin/echo
-      sleep {delay}
-      exec httpd -f -p 8080 -h /www
-    network:
-      ports: [ {{ name: http, port: 8080 }} ]
-      endpoints:
-        - {{ name: api, port-name: http, protocol: http, attach: {endpoint} }}
-    readiness-probe:
-      http-get: {{ path: /, port: {probe_port} }}
-      period-seconds: 1
-"#
-    )
-}
+use common::{model, Cluster};
 
 fn curl(args: &[&str]) -> (u16, String) {
     let out = std::process::Command::new("curl")

@@ -9,7 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{repo_root, Cluster, GANTRY};
+use common::{chat_model, repo_root, Cluster, GANTRY};
 use serde_json::Value;
 
 fn python() -> PathBuf {
@@ -105,31 +105,6 @@ fn agents_run_workflows_over_http_and_stdio_on_both_protocols() {
     agent(&c, &admin, "http-edges", &["--other-token", &bob]);
 }
 
-/// A stand-in model server behind the persistent endpoint `chat`, answering `version`.
-fn model(version: &str) -> String {
-    format!(
-        r#"version: v4
-services:
-  llm:
-    image: {{ uri: docker://busybox:1 }}
-    persist: true
-    resource: {{ cpu: {{ cores: 1 }}, memory: {{ size: 64MiB }} }}
-    script: |
-      #!/bin/sh
-      mkdir -p /www
-      echo {version} > /www/index.html
-      exec httpd -f -p 8080 -h /www
-    network:
-      ports: [ {{ name: http, port: 8080 }} ]
-      endpoints:
-        - {{ name: api, port-name: http, protocol: http, attach: chat }}
-    readiness-probe:
-      http-get: {{ path: /, port: 8080 }}
-      period-seconds: 1
-"#
-    )
-}
-
 fn endpoint(c: &Cluster) -> Value {
     c.json(&["endpoint", "show", "chat"])
 }
@@ -155,7 +130,7 @@ fn started(r: &Value) -> String {
 fn endpoint_takeovers_happen_only_with_the_persons_confirmation() {
     let c = Cluster::up(2);
     let admin = c.admin_token();
-    let spec = |v: &str| c.write(&format!("{v}.yaml"), &model(v));
+    let spec = |v: &str| c.write(&format!("{v}.yaml"), &chat_model(v));
     let takeover = |v: &str, how: &[&str]| {
         let file = spec(v);
         let args = [&["--spec", file.to_str().unwrap()][..], how].concat();

@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::{repo_root, Cluster};
+use common::{chat_model, repo_root, Cluster};
 
 fn token_of(c: &Cluster, name: &str, group: &str) -> String {
     c.json(&["admin", "user", "create", name, "--group", group])["token"]
@@ -69,29 +69,6 @@ jobs:
     command: [ sleep, "600" ]
 "#;
 
-/// busybox httpd as a model server that answers its version; attaches to endpoint `chat`.
-fn model(version: &str) -> String {
-    format!(
-        r#"version: v4
-services:
-  llm:
-    image: {{ uri: docker://busybox:1 }}
-    persist: true
-    script: |
-      #!/bin/sh
-      mkdir -p /www && echo {version} > /www/index.html
-      exec httpd -f -p 8080 -h /www
-    network:
-      ports: [ {{ name: http, port: 8080 }} ]
-      endpoints:
-        - {{ name: api, port-name: http, protocol: http, attach: chat }}
-    readiness-probe:
-      http-get: {{ path: /, port: 8080 }}
-      period-seconds: 1
-"#
-    )
-}
-
 const BUILD: &str = r#"version: v4
 images:
   tool:
@@ -136,8 +113,8 @@ fn the_web_ui_works_in_a_real_browser() {
     let files = [
         ("WF_PIPELINE", c.write("pipeline.yaml", PIPELINE)),
         ("WF_LONG", c.write("long.yaml", LONG)),
-        ("WF_MODEL_V1", c.write("v1.yaml", &model("v1"))),
-        ("WF_MODEL_V2", c.write("v2.yaml", &model("v2"))),
+        ("WF_MODEL_V1", c.write("v1.yaml", &chat_model("v1"))),
+        ("WF_MODEL_V2", c.write("v2.yaml", &chat_model("v2"))),
         ("WF_BUILD", c.write("build.yaml", BUILD)),
     ];
     let out = Command::new("node")

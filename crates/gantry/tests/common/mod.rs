@@ -50,6 +50,58 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Fetches with `get` until `pred` holds for what it returns, every 250 ms for up to two
+/// minutes (generous: real containers start); past that, fails with `stuck`'s words about the
+/// last value.
+fn poll<T>(get: impl Fn() -> T, pred: impl Fn(&T) -> bool, stuck: impl Fn(&T) -> String) -> T {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let v = get();
+        if pred(&v) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{}", stuck(&v));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A model-server stand-in: busybox `httpd` as a persistent service that attaches to the
+/// persistent endpoint `endpoint`. It answers `version` at /, streams six server-sent events
+/// from /cgi-bin/stream (one a second), echoes what the backend sees of Authorization at
+/// /cgi-bin/echo, and becomes ready (an HTTP probe of / on `probe_port`) `delay` seconds after
+/// it starts.
+pub fn model(version: &str, endpoint: &str, delay: u32, probe_port: u16) -> String {
+    format!(
+        r#"version: v4
+services:
+  llm:
+    image: {{ uri: docker://busybox:1 }}
+    persist: true
+    script: |
+      #!/bin/sh
+      mkdir -p /www/cgi-bin
+      echo {version} > /www/index.html
+      printf '#!/bin/sh\necho "Content-Type: text/event-stream"\necho\nfor i in 1 2 3 4 5 6; do echo "data: {version} $i"; echo; sleep 1; done\n' > /www/cgi-bin/stream
+      printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\necho "auth=[$HTTP_AUTHORIZATION] prefix=[$HTTP_X_FORWARDED_PREFIX] uri=[$REQUEST_URI]"\n' > /www/cgi-bin/echo
+      chmod +x /www/cgi-bin/stream /www/cgi-bin/echo
+      sleep {delay}
+      exec httpd -f -p 8080 -h /www
+    network:
+      ports: [ {{ name: http, port: 8080 }} ]
+      endpoints:
+        - {{ name: api, port-name: http, protocol: http, attach: {endpoint} }}
+    readiness-probe:
+      http-get: {{ path: /, port: {probe_port} }}
+      period-seconds: 1
+"#
+    )
+}
+
+/// The plain [`model`]: attaches to endpoint `chat`, ready as soon as it answers `version` at /.
+pub fn chat_model(version: &str) -> String {
+    model(version, "chat", 0, 8080)
+}
+
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub port: u16,
@@ -243,19 +295,16 @@ impl Cluster {
         what: &str,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let d = self.detail(id);
-            if pred(&d) {
-                return d;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; workflow is {d:#}\nlog: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        poll(
+            || self.detail(id),
+            pred,
+            |d| {
+                format!(
+                    "timed out waiting for {what}; workflow is {d:#}\nlog: {}",
+                    self.log()
+                )
+            },
+        )
     }
 
     /// Waits (generously) until `pred` holds for the persistent endpoint `name`.
@@ -265,19 +314,11 @@ impl Cluster {
         what: &str,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let e = self.json(&["endpoint", "show", name]);
-            if pred(&e) {
-                return e;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}: {e:#}\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        poll(
+            || self.json(&["endpoint", "show", name]),
+            pred,
+            |e| format!("timed out waiting for {what}: {e:#}\n{}", self.log()),
+        )
     }
 
     pub fn wait_status(&self, id: &str, status: &str) -> serde_json::Value {
