@@ -51,7 +51,16 @@ pub fn scope_admits(scope: &str, owner: &str, group: &str, c: &Caller) -> bool {
 /// Who may manage an endpoint and take it over: its owner, a member of its group when it is
 /// group-scoped, or an administrator.
 pub fn may_manage(e: &EndpointRow, c: &Caller) -> bool {
-    c.is_admin() || c.user.name == e.owner || (e.scope == "group" && c.user.group == e.group)
+    manages(c, &e.owner, &e.scope, &e.group)
+}
+
+/// [`may_manage`] for an endpoint as the API shows it (it carries the same three fields).
+pub fn may_manage_info(e: &EndpointInfo, c: &Caller) -> bool {
+    manages(c, &e.owner, &e.scope, &e.group)
+}
+
+fn manages(c: &Caller, owner: &str, scope: &str, group: &str) -> bool {
+    c.is_admin() || c.user.name == owner || (scope == "group" && c.user.group == group)
 }
 
 fn takeover_info(t: TakeoverRow) -> TakeoverInfo {

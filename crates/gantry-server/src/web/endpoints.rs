@@ -96,10 +96,10 @@ pub struct EndpointRow {
     pub manage: bool,
 }
 
-async fn endpoint_row(st: &AppState, web: &Web, e: &EndpointInfo) -> Result<EndpointRow, ApiError> {
-    // Whether the user may manage it is the API's own rule, on the stored row.
-    let manage = api::may_manage(&st.store.endpoint(&e.name).await?, &web.caller);
-    Ok(EndpointRow {
+fn endpoint_row(web: &Web, e: &EndpointInfo) -> EndpointRow {
+    // Whether the user may manage it is the API's own rule.
+    let manage = api::may_manage_info(e, &web.caller);
+    EndpointRow {
         page: format!("/endpoints/{}", segment(&e.name)),
         name: e.name.clone(),
         url: e.url.clone(),
@@ -115,7 +115,7 @@ async fn endpoint_row(st: &AppState, web: &Web, e: &EndpointInfo) -> Result<Endp
         since: e.since.map(when),
         takeover: e.takeover.as_ref().map(takeover_row),
         manage,
-    })
+    }
 }
 
 #[derive(askama::Template)]
@@ -131,10 +131,7 @@ pub async fn list(
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
     let Json(all) = api::list(State(st.clone()), UserCaller(web.caller.clone())).await?;
-    let mut endpoints = vec![];
-    for e in &all {
-        endpoints.push(endpoint_row(&st, &web, e).await?);
-    }
+    let endpoints = all.iter().map(|e| endpoint_row(&web, e)).collect();
     Ok(ok_page(&ListPage {
         ctx: web.ctx("endpoints").with_notice(done.done()),
         endpoints,
@@ -163,7 +160,7 @@ pub async fn show(
         ctx: web.ctx("endpoints").with_notice(done.done()),
         drain: span(e.drain_timeout_secs as i64),
         history: history.iter().rev().map(takeover_row).collect(),
-        e: endpoint_row(&st, &web, &e).await?,
+        e: endpoint_row(&web, &e),
     }))
 }
 
