@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::response::Response;
 use axum::{Extension, Json};
 
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
 use crate::api::workflows::{self as wf_api, ListQuery};
+use crate::api::ApiError;
 use crate::auth::UserCaller;
 use crate::registry::api::ImageInfo;
 use crate::registry::Registry;
@@ -96,24 +97,32 @@ pub async fn list(
         wf_api::list(State(st.clone()), user(), Query(ListQuery { status: None })).await?;
     workflows.sort_by_key(|w| std::cmp::Reverse(w.created_at));
     let mut builds = vec![];
-    // A build is a task named as builds name them: `build:IMAGE`.
-    let prefix = crate::builds::task_name("");
     for w in workflows.iter().take(RECENT) {
-        let Json(d) = wf_api::detail(State(st.clone()), user(), Path(w.id.to_string())).await?;
-        for t in &d.tasks {
-            let Some(image) = t.job.strip_prefix(&prefix) else {
+        // The workflow's builds from its plan, then each build's one task: not every task and
+        // attempt of the workflow (an array may have thousands).
+        let plan = st
+            .cache
+            .plan_of(st.store.as_ref(), w.id)
+            .await
+            .map_err(|e| ApiError::Internal(format!("workflow {}: {e:#}", w.id)))?;
+        for b in &plan.builds {
+            let Some(t) = st
+                .store
+                .job_task(w.id, &b.task_name())
+                .await
+                .map_err(ApiError::from)?
+            else {
                 continue;
             };
-            let started = t.attempts.last().map(|a| a.created_at);
             builds.push(BuildRow {
-                image: image.to_string(),
+                image: b.name.clone(),
                 workflow: format!("{} ({})", w.name, short(&w.id)),
                 workflow_url: format!("/workflows/{}", w.id),
                 status: t.status.to_string(),
                 node: t.node.clone().unwrap_or_default(),
                 reason: t.reason.clone().unwrap_or_default(),
                 log: format!("/workflows/{}/logs/{}", w.id, segment(&t.job)),
-                when: when(started.unwrap_or(w.created_at)),
+                when: when(wf_api::ts(t.ended_at.unwrap_or(t.created_at))),
             });
         }
     }
