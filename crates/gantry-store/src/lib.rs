@@ -54,8 +54,7 @@ pub trait Store: Send + Sync + 'static {
     async fn resolve_workflow(&self, id_or_prefix: &str) -> Result<WorkflowRow>;
     async fn workflow(&self, id: Uuid) -> Result<WorkflowRow>;
     async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>>;
-    /// The first task of one job (a service has exactly one), without reading the others:
-    /// the controller asks this for every endpoint's service on every tick.
+    /// The first task of one job (a service has exactly one), without reading the others.
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>>;
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>>;
     async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool>;

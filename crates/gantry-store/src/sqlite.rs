@@ -315,6 +315,22 @@ fn ev(
 }
 
 /// (workflow id, "job[idx]") of a task, for event rows.
+/// What an attempt's event names, returned by the statement that changes the attempt
+/// (`RETURNING`), so that no read follows: its workflow, node, task and number.
+const ATTEMPT_IDENT: &str = "task_id, workflow_id, node, number,
+     (SELECT job FROM tasks t WHERE t.id = attempts.task_id) AS job,
+     (SELECT idx FROM tasks t WHERE t.id = attempts.task_id) AS idx";
+
+/// (workflow, node, task label, attempt number) from a row of [`ATTEMPT_IDENT`].
+fn attempt_ident(r: &SqliteRow) -> Result<(Uuid, String, String, i64)> {
+    Ok((
+        uuid(r.get("workflow_id"))?,
+        r.get("node"),
+        task_label(r.get("job"), r.get("idx")),
+        r.get("number"),
+    ))
+}
+
 async fn task_ident(
     tx: &mut Transaction<'_, Sqlite>,
     task_id: Uuid,
@@ -650,12 +666,24 @@ impl Store for SqliteStore {
                     node,
                     assignment,
                 } => {
-                    let (wf, label, _) = task_ident(&mut tx, *task_id).await?;
-                    let number: i64 =
-                        sqlx::query_scalar("SELECT attempts + 1 FROM tasks WHERE id = ?")
-                            .bind(task_id.to_string())
-                            .fetch_one(&mut *tx)
-                            .await?;
+                    // The task's row numbers the attempt and names it for the event, in the
+                    // same statement that moves it (tasks.live_attempt has no foreign key, so
+                    // the attempt's row may follow).
+                    let r = sqlx::query(
+                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = attempts + 1,
+                                          live_attempt = ?, node = ?
+                         WHERE id = ?
+                         RETURNING workflow_id, job, idx, attempts",
+                    )
+                    .bind(attempt_id.to_string())
+                    .bind(node)
+                    .bind(task_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let wf = uuid(r.get("workflow_id"))?;
+                    let label = task_label(r.get("job"), r.get("idx"));
+                    let number: i64 = r.get("attempts");
                     sqlx::query(
                         "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
                          VALUES (?, ?, ?, ?, ?, 'STARTED', ?, ?)",
@@ -667,16 +695,6 @@ impl Store for SqliteStore {
                     .bind(node)
                     .bind(assignment)
                     .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    sqlx::query(
-                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = ?, live_attempt = ?, node = ?
-                         WHERE id = ?",
-                    )
-                    .bind(number)
-                    .bind(attempt_id.to_string())
-                    .bind(node)
-                    .bind(task_id.to_string())
                     .execute(&mut *tx)
                     .await?;
                     event(
@@ -762,20 +780,16 @@ impl Store for SqliteStore {
                     }
                 }
                 Change::StopSent { attempt_id, cause } => {
-                    let r = sqlx::query("SELECT task_id, node FROM attempts WHERE id = ?")
-                        .bind(attempt_id.to_string())
-                        .fetch_optional(&mut *tx)
-                        .await?
-                        .ok_or(StoreError::NotFound)?;
-                    let node: String = r.get("node");
-                    let (wf, label, _) = task_ident(&mut tx, uuid(r.get("task_id"))?).await?;
-                    sqlx::query(
-                        "UPDATE attempts SET stop_sent = ? WHERE id = ? AND stop_sent IS NULL",
-                    )
+                    let r = sqlx::query(&format!(
+                        "UPDATE attempts SET stop_sent = COALESCE(stop_sent, ?) WHERE id = ?
+                         RETURNING {ATTEMPT_IDENT}"
+                    ))
                     .bind(cause.as_str())
                     .bind(attempt_id.to_string())
-                    .execute(&mut *tx)
-                    .await?;
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let (wf, node, label, _) = attempt_ident(&r)?;
                     event(
                         &mut tx,
                         &ev(
@@ -819,29 +833,24 @@ impl Store for SqliteStore {
 
     async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
         let mut tx = self.writer.begin().await?;
-        let n = sqlx::query(
-            "UPDATE attempts SET status = 'RUNNING', running_at = ? WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL",
-        )
+        let Some(r) = sqlx::query(&format!(
+            "UPDATE attempts SET status = 'RUNNING', running_at = ?
+             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL
+             RETURNING {ATTEMPT_IDENT}"
+        ))
         .bind(now)
         .bind(id.to_string())
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?
-        .rows_affected();
-        if n == 0 {
+        else {
             return Ok(false);
-        }
-        let r = sqlx::query("SELECT task_id, node FROM attempts WHERE id = ?")
-            .bind(id.to_string())
-            .fetch_one(&mut *tx)
-            .await?;
-        let task_id = uuid(r.get("task_id"))?;
-        let node: String = r.get("node");
+        };
+        let (wf, node, label, _) = attempt_ident(&r)?;
         sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = ? AND live_attempt = ? AND status = 'STARTED'")
-            .bind(task_id.to_string())
+            .bind(r.get::<&str, _>("task_id"))
             .bind(id.to_string())
             .execute(&mut *tx)
             .await?;
-        let (wf, label, _) = task_ident(&mut tx, task_id).await?;
         event(
             &mut tx,
             &ev(
@@ -860,30 +869,24 @@ impl Store for SqliteStore {
 
     async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
         let mut tx = self.writer.begin().await?;
-        let n = sqlx::query(
+        let Some(r) = sqlx::query(&format!(
             "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
-             WHERE id = ? AND ended_at IS NULL",
-        )
+             WHERE id = ? AND ended_at IS NULL
+             RETURNING {ATTEMPT_IDENT}"
+        ))
         .bind(end.status.as_str())
         .bind(end.cause.as_str())
         .bind(end.exit_code.map(i64::from))
         .bind(&end.reason)
         .bind(now)
         .bind(end.attempt_id.to_string())
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?
-        .rows_affected();
-        if n == 0 {
+        else {
             return Ok(false);
-        }
-        let r = sqlx::query("SELECT task_id, node, number FROM attempts WHERE id = ?")
-            .bind(end.attempt_id.to_string())
-            .fetch_one(&mut *tx)
-            .await?;
+        };
         let task_id = uuid(r.get("task_id"))?;
-        let node: String = r.get("node");
-        let number: i64 = r.get("number");
-        let (wf, label, _) = task_ident(&mut tx, task_id).await?;
+        let (wf, node, label, number) = attempt_ident(&r)?;
         let what = match (end.cause, end.exit_code) {
             (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
             (cause, Some(c)) => format!(
