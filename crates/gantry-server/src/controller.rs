@@ -249,7 +249,13 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     let mut placing: Vec<Placing> = Vec::new();
     let mut finished: Vec<Uuid> = Vec::new();
     let grace = st.config.stop_grace.as_millis() as u64;
-    let held = crate::holds::active_by_node(st).await?;
+    // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
+    // while every node is READY there is no hold to read.
+    let held = if nodes.iter().all(|n| n.state == NodeState::Ready.as_str()) {
+        Default::default()
+    } else {
+        crate::holds::active_by_node(st).await?
+    };
     let mut stopping: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
 
     for (aw, plan) in active.iter().zip(&plans) {
@@ -423,9 +429,13 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     for &wf in &finished {
         schedule_cleanup(st, wf, now).await?;
     }
-    send_chores(st).await?;
-    crate::endpoints::drive(st, st.gateway.as_ref()).await?;
-    crate::gateway::sync_from(st, &active, &finished).await?;
+    send_chores(st, &nodes).await?;
+    let in_play = crate::endpoints::InPlay {
+        active: &active,
+        ended: &finished,
+    };
+    let endpoints = crate::endpoints::drive(st, st.gateway.as_ref(), in_play).await?;
+    crate::gateway::sync_from(st, &endpoints, in_play).await?;
     Ok(())
 }
 
@@ -673,12 +683,8 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
     Ok(())
 }
 
-async fn send_chores(st: &AppState) -> anyhow::Result<()> {
+async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::Result<()> {
     let chores = st.store.pending_chores().await?;
-    if chores.is_empty() {
-        return Ok(());
-    }
-    let nodes = st.store.nodes().await?;
     for c in chores {
         if c.sent_to.as_deref().is_some_and(|n| st.hub.is_connected(n)) {
             continue;

@@ -464,7 +464,67 @@ pub struct ServiceState {
     pub attempt: Option<Uuid>,
 }
 
-pub async fn service_state(
+/// The workflows a controller tick has in hand: its snapshot of those in play, less those the
+/// tick has just ended. Endpoint upkeep runs on every tick, so it answers from here and reads
+/// the store only for a workflow the snapshot lacks (ended, or submitted since).
+#[derive(Clone, Copy)]
+pub struct InPlay<'a> {
+    pub active: &'a [gantry_store::ActiveWorkflow],
+    pub ended: &'a [Uuid],
+}
+
+impl<'a> InPlay<'a> {
+    fn workflow(&self, id: Uuid) -> Option<&'a gantry_store::ActiveWorkflow> {
+        if self.ended.contains(&id) {
+            return None;
+        }
+        self.active.iter().find(|aw| aw.workflow.id == id)
+    }
+
+    /// Whether workflow `id` has ended.
+    async fn ended(&self, st: &AppState, id: Uuid) -> bool {
+        if self.workflow(id).is_some() {
+            return false;
+        }
+        st.store
+            .workflow(id)
+            .await
+            .map(|w| w.status.is_terminal())
+            .unwrap_or(true)
+    }
+
+    /// The state of workflow `wf`'s service.
+    pub async fn service(
+        &self,
+        st: &AppState,
+        wf: Uuid,
+        service: &str,
+        port: u16,
+    ) -> anyhow::Result<ServiceState> {
+        // The snapshot holds only tasks that have not ended: an ended service is read.
+        let open = self
+            .workflow(wf)
+            .and_then(|aw| Some((aw, aw.tasks.iter().find(|t| t.job == service)?)));
+        let Some((aw, task)) = open else {
+            return service_state(st, wf, service, port).await;
+        };
+        let address = task
+            .live_attempt
+            .and_then(|a| aw.live.iter().find(|l| l.id == a))
+            .and_then(|l| l.address.as_ref());
+        Ok(ServiceState {
+            status: task.status,
+            workflow_ended: aw.workflow.stop_requested,
+            backend: match (task.status, address) {
+                (TaskStatus::Running, Some(addr)) => Some(format!("{addr}:{port}")),
+                _ => None,
+            },
+            attempt: task.live_attempt,
+        })
+    }
+}
+
+async fn service_state(
     st: &AppState,
     wf: Uuid,
     service: &str,
@@ -494,17 +554,32 @@ pub async fn service_state(
 }
 
 /// One controller pass over open takeovers. `routes` answers the proxy's side: which backend
-/// an endpoint has now, whether an old one has drained.
-pub async fn drive(st: &AppState, routes: &dyn Routes) -> anyhow::Result<()> {
+/// an endpoint has now, whether an old one has drained. Returns the endpoints as they are
+/// after the pass.
+pub async fn drive(
+    st: &AppState,
+    routes: &dyn Routes,
+    in_play: InPlay<'_>,
+) -> anyhow::Result<Vec<EndpointRow>> {
     let now = now_ms();
-    for t in st.store.takeovers(None, true).await? {
-        let Ok(e) = st.store.endpoint(&t.endpoint).await else {
+    let mut endpoints = st.store.endpoints().await?;
+    // A takeover belongs to an endpoint: with none, there is nothing to read.
+    let takeovers = if endpoints.is_empty() {
+        vec![]
+    } else {
+        st.store.takeovers(None, true).await?
+    };
+    let mut changed = false;
+    for t in takeovers {
+        let Some(e) = endpoints.iter().find(|e| e.name == t.endpoint) else {
             continue;
         };
         let Some(phase) = Phase::parse(&t.phase) else {
             continue;
         };
-        let new = service_state(st, t.to_workflow, &t.to_service, t.port).await?;
+        let new = in_play
+            .service(st, t.to_workflow, &t.to_service, t.port)
+            .await?;
         let new_state = match (new.status, new.backend.is_some()) {
             (TaskStatus::Running, true) => NewService::Ready,
             (s, _) if s.is_terminal() => NewService::Gone,
@@ -515,12 +590,7 @@ pub async fn drive(st: &AppState, routes: &dyn Routes) -> anyhow::Result<()> {
             .from_workflow
             .filter(|w| e.workflow_id == Some(*w) || phase == Phase::Draining);
         let old_ended = match old {
-            Some(w) => st
-                .store
-                .workflow(w)
-                .await
-                .map(|w| w.status.is_terminal())
-                .unwrap_or(true),
+            Some(w) => in_play.ended(st, w).await,
             None => true,
         };
         let deadline_passed = t.switched_at.is_some_and(|s| now - s >= e.drain_timeout_ms);
@@ -570,19 +640,19 @@ pub async fn drive(st: &AppState, routes: &dyn Routes) -> anyhow::Result<()> {
         if !changes.is_empty() {
             st.store.apply_endpoints(&changes, now).await?;
             st.wake_controller();
+            changed = true;
         }
+    }
+    if changed {
+        endpoints = st.store.endpoints().await?;
     }
     // An endpoint whose workflow has ended has no backend (and answers 503) until the next
     // takeover.
-    for e in st.store.endpoints().await? {
+    let mut cleared = false;
+    for e in &endpoints {
         let Some(w) = e.workflow_id else { continue };
-        let ended = st
-            .store
-            .workflow(w)
-            .await
-            .map(|w| w.status.is_terminal())
-            .unwrap_or(true);
-        if ended {
+        if in_play.ended(st, w).await {
+            cleared = true;
             st.store
                 .apply_endpoints(
                     &[EndpointChange::Clear {
@@ -594,7 +664,10 @@ pub async fn drive(st: &AppState, routes: &dyn Routes) -> anyhow::Result<()> {
                 .await?;
         }
     }
-    Ok(())
+    if cleared {
+        endpoints = st.store.endpoints().await?;
+    }
+    Ok(endpoints)
 }
 
 /// What the takeover driver needs from the proxy.

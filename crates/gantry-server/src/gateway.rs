@@ -167,23 +167,28 @@ struct Want {
 /// Brings the proxy's routes in line with the store now, outside a controller tick.
 pub async fn sync(st: &AppState) -> anyhow::Result<()> {
     let active = st.store.active().await?;
-    sync_from(st, &active, &[]).await
+    let endpoints = st.store.endpoints().await?;
+    let in_play = crate::endpoints::InPlay {
+        active: &active,
+        ended: &[],
+    };
+    sync_from(st, &endpoints, in_play).await
 }
 
-/// Brings the proxy's routes in line with the store: persistent endpoints and the running
-/// workflows' own endpoints. `active` is the controller's snapshot of this tick and `ended`
-/// the workflows the tick has just ended, whose own endpoints go. What changed after the
+/// Brings the proxy's routes in line with the store: `endpoints` (persistent) and the running
+/// workflows' own endpoints. `in_play` is the controller's snapshot of this tick, less the
+/// workflows the tick has just ended, whose own endpoints go. What changed after the
 /// snapshot woke the controller, whose next tick brings it here.
 pub async fn sync_from(
     st: &AppState,
-    active: &[gantry_store::ActiveWorkflow],
-    ended: &[Uuid],
+    endpoints: &[gantry_store::EndpointRow],
+    in_play: crate::endpoints::InPlay<'_>,
 ) -> anyhow::Result<()> {
     let mut want: BTreeMap<String, Want> = BTreeMap::new();
-    for e in st.store.endpoints().await? {
+    for e in endpoints {
         let mut target = None;
         if let (Some(w), Some(svc), Some(port)) = (e.workflow_id, &e.service, e.port) {
-            let s = crate::endpoints::service_state(st, w, svc, port).await?;
+            let s = in_play.service(st, w, svc, port).await?;
             if let (Some(addr), Some(attempt)) = (s.backend, s.attempt) {
                 if let Ok(addr) = addr.parse() {
                     target = Some((attempt, addr, Gateway::label(w, svc)));
@@ -203,7 +208,11 @@ pub async fn sync_from(
             },
         );
     }
-    for aw in active.iter().filter(|aw| !ended.contains(&aw.workflow.id)) {
+    for aw in in_play
+        .active
+        .iter()
+        .filter(|aw| !in_play.ended.contains(&aw.workflow.id))
+    {
         let Ok(plan) = st.cache.plan(&aw.workflow) else {
             continue;
         };
