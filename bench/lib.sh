@@ -286,7 +286,7 @@ runc_baseline() {
 }
 
 # runc_gantry_config N: the same loop with the OCI config Gantry itself writes (confine loading
-# the agent's compiled seccomp filter, tini as init, cgroup limits, masked paths), taken from a
+# confine as init with the agent's compiled seccomp filter, cgroup limits, masked paths), taken from a
 # running Gantry job; only
 # the rootfs (the shared read-only one instead of a per-container overlay), the command and
 # the cgroup path differ. Separates what the container's configuration costs from what the
@@ -312,22 +312,23 @@ YAML
   # shellcheck disable=SC2016
   jq --arg root "$RUNC_BUNDLE/rootfs" '.root.path = $root | .root.readonly = true
       | del(.linux.cgroupsPath)
-      | .process.args = ["/dev/confine", "/dev/seccomp.bpf", "/dev/init", "--", "/bin/true"]' \
+      | .process.args = ["/dev/confine", "--init", "/dev/seccomp.bpf", "/bin/true"]' \
     "$(compgen -G "$GDATA/agent/runtime/containers/*/config.json" | head -1)" > "$RUNCG_BUNDLE/config.json" ||
     die "could not copy a Gantry container's config.json"
   [ "$(gantry_wait "$id" 0.1 30)" = FINISHED ] || die "capture-config workflow $id did not finish"
   runc --root "$RUNC_ROOT" run --bundle "$RUNCG_BUNDLE" "bench-gwarm-$$" </dev/null ||
     die "runc run with Gantry's config failed"
-  # Variants, to price the parts of that config: without the seccomp filter, without tini, and
-  # with the same profile given to runc in config.json as Gantry did before confine (runc 1.1
-  # has libseccomp compile it in every container's init).
+  # Variants, to price the parts of that config: without confine (so without its filter and
+  # without an init), confine without its init duty (it execs the command), and the same
+  # profile given to runc in config.json as Gantry did before confine (runc 1.1 has libseccomp
+  # compile it in every container's init; no init either).
   mkdir -p "$WORK/runc/gantry-noseccomp" "$WORK/runc/gantry-noinit" "$WORK/runc/gantry-runcseccomp"
-  jq '.process.args = ["/dev/init", "--", "/bin/true"]' "$RUNCG_BUNDLE/config.json" \
+  jq '.process.args = ["/bin/true"]' "$RUNCG_BUNDLE/config.json" \
     > "$WORK/runc/gantry-noseccomp/config.json"
   jq '.process.args = ["/dev/confine", "/dev/seccomp.bpf", "/bin/true"]' "$RUNCG_BUNDLE/config.json" \
     > "$WORK/runc/gantry-noinit/config.json"
   jq --slurpfile p "$(dirname "${BASH_SOURCE[0]}")/../crates/gantry-agent/src/runtime/seccomp.json" \
-    '.process.args = ["/dev/init", "--", "/bin/true"] | .linux.seccomp = $p[0]' \
+    '.process.args = ["/bin/true"] | .linux.seccomp = $p[0]' \
     "$RUNCG_BUNDLE/config.json" > "$WORK/runc/gantry-runcseccomp/config.json"
   bench_quiet
   log "runc loop with Gantry's container config: $n containers, 1 and 2 at a time, and variants"

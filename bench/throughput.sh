@@ -5,7 +5,7 @@
 # 127.0.0.1; the local test registry serves busybox), then measures:
 #   (c) the bare runc loop: busybox unpacked once, `runc run` of /bin/true RUNC_N times, 1, 2
 #       and 4 at a time => containers/s; then the same loop with the OCI config Gantry writes
-#       (confine + seccomp, tini, cgroup limits), to separate container setup from orchestration
+#       (confine as init + seccomp, cgroup limits), to separate container setup from orchestration
 #   (b) RUNS single-job workflows one after another, submit -> FINISHED => median/p90 ms
 #   (a) a task array of JOBS trivial jobs (/bin/true, cores: 1) on the agent restarted with
 #       --cpus C for each C in CPUS (2: cores bind, 2 at once; 16: they do not) => jobs/s,
@@ -27,7 +27,7 @@ CPUS=${CPUS:-2 4 16}
 ARRAY_TIMEOUT=${ARRAY_TIMEOUT:-240}
 ARRAY_REPS=${ARRAY_REPS:-2}
 
-PKGS=(runc umoci jq curl skopeo docker-registry busybox-static tini util-linux)
+PKGS=(runc umoci jq curl skopeo docker-registry busybox-static util-linux)
 [ "${PROFILE:-0}" = 1 ] && PKGS+=(linux-perf)
 bench_install "${PKGS[@]}"
 bench_setup throughput
@@ -129,8 +129,8 @@ row "bare runc loop, 2 at a time" "$RUNC_P2_RATE containers/s ($RUNC_CPU_MS ms C
 row "bare runc loop, 4 at a time" "$RUNC_P4_RATE containers/s"
 row "runc loop, Gantry's OCI config, 1 at a time" "$RUNCG_SEQ_MS_EACH ms each"
 row "runc loop, Gantry's OCI config, 2 at a time" "$RUNCG_P2_RATE containers/s ($RUNCG_CPU_MS ms CPU each)"
-row "  the same without its seccomp filter" "$RUNCG_NOSEC_RATE containers/s ($RUNCG_NOSEC_CPU_MS ms CPU each)"
-row "  the same without tini as init" "$RUNCG_NOINIT_RATE containers/s ($RUNCG_NOINIT_CPU_MS ms CPU each)"
+row "  the same without confine (no filter, no init)" "$RUNCG_NOSEC_RATE containers/s ($RUNCG_NOSEC_CPU_MS ms CPU each)"
+row "  confine execs the command, no init" "$RUNCG_NOINIT_RATE containers/s ($RUNCG_NOINIT_CPU_MS ms CPU each)"
 row "  the filter compiled by runc, not confine" "$RUNCG_RUNCSEC_RATE containers/s ($RUNCG_RUNCSEC_CPU_MS ms CPU each)"
 for c in $CPUS; do
   tgt=""

@@ -46,10 +46,7 @@ impl Ctx {
     }
 
     fn run(&self, spec: &ContainerSpec) -> (i32, String, String) {
-        self.run_on(&self.rt, spec)
-    }
-
-    fn run_on(&self, rt: &Runtime, spec: &ContainerSpec) -> (i32, String, String) {
+        let rt = &self.rt;
         rt.start(spec, &meta()).unwrap();
         let code = match wait_exit(rt, &spec.id) {
             ContainerState::Exited { exit_code, .. } => exit_code,
@@ -179,7 +176,7 @@ fn isolated_namespaces(c: &Ctx) {
             (f.next().unwrap().parse().unwrap(), f.next().unwrap_or(""))
         })
         .collect();
-    // init (tini), the shell, ps: nothing of the host.
+    // init (confine), the shell, ps: nothing of the host.
     assert!(procs.len() <= 3, "{procs:?}");
     assert!(procs.iter().any(|(_, c)| *c == "ps"), "{procs:?}");
     assert!(procs.iter().all(|(pid, _)| *pid < 10), "{procs:?}");
@@ -279,6 +276,31 @@ fn stop_uses_sigterm(c: &Ctx) {
     c.rt.remove(&spec.id).unwrap();
 }
 
+/// confine is the container's PID 1: the command is its child, orphans that end are reaped,
+/// and the container's exit code is the command's.
+fn init_runs_the_command_and_reaps_orphans(c: &Ctx) {
+    // The subshell leaves `sleep` orphaned: it is re-parented to PID 1, and once it ends only
+    // PID 1 can reap it. Then each process's pid, state and parent.
+    let script = "echo $PPID; (sleep 0.1 &); sleep 1; \
+                  for s in /proc/[0-9]*/stat; do cut -d' ' -f1,3,4 $s; done; exit 7";
+    let (code, out, err) = c.run(&c.spec("t-init", script));
+    assert_eq!(code, 7, "{err}");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some("1"),
+        "the command is PID 1's child: {out}"
+    );
+    let procs: Vec<Vec<&str>> = lines.map(|l| l.split(' ').collect()).collect();
+    assert!(procs.iter().any(|p| p == &["1", "S", "0"]), "{out}");
+    assert!(
+        procs.iter().all(|p| p[1] != "Z"),
+        "the orphan was not reaped: {out}"
+    );
+    // No more than PID 1, the shell, and the shell's `cut`: the orphan is gone.
+    assert!(procs.len() <= 3, "{out}");
+}
+
 fn stop_kills_after_grace(c: &Ctx) {
     let spec = c.spec("t-stubborn", "trap '' TERM; while :; do sleep 1; done");
     c.rt.start(&spec, &meta()).unwrap();
@@ -316,10 +338,7 @@ fn start_failure_is_reported_and_cleaned(c: &Ctx) {
     // A command that is not there: the container starts, and reports it as a shell would.
     let mut spec = c.spec("t-nobinary", "");
     spec.args = vec!["/no/such/binary".into()];
-    let mut config = c.config.clone();
-    config.init = None;
-    let rt = Runtime::new(config).unwrap();
-    let (code, _, err) = c.run_on(&rt, &spec);
+    let (code, _, err) = c.run(&spec);
     assert_eq!(code, 127, "{err}");
     assert!(err.contains("/no/such/binary"), "{err}");
     // A duplicate id is refused without touching the existing container.
@@ -397,6 +416,10 @@ const TESTS: &[Test] = &[
     ("stop_uses_sigterm", stop_uses_sigterm),
     ("stop_kills_after_grace", stop_kills_after_grace),
     (
+        "init_runs_the_command_and_reaps_orphans",
+        init_runs_the_command_and_reaps_orphans,
+    ),
+    (
         "start_failure_is_reported_and_cleaned",
         start_failure_is_reported_and_cleaned,
     ),
@@ -454,10 +477,6 @@ fn main() {
     let env = common::env();
     let base = env.dir.join("agent-runtime");
     let config = RuntimeConfig::new(base.join("state"), base.join("runc"), CGROUP_PARENT);
-    assert!(
-        config.init.is_some(),
-        "no static init found: apt-get install tini (scripts/test-images.sh does)"
-    );
     let rt = Runtime::new(config.clone()).expect("runtime");
     clean_leftovers(&rt, &config);
 

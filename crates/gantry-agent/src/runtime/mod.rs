@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::image::ImageConfig;
 use dir::{files, write_atomic};
 
-pub use spec::{CONFINE_PATH, INIT_PATH, SECCOMP_PATH};
+pub use spec::{CONFINE_PATH, SECCOMP_PATH};
 
 /// A pids limit that stops fork bombs without getting in the way of real work.
 pub const DEFAULT_PIDS_LIMIT: u64 = 4096;
@@ -68,15 +68,12 @@ pub struct RuntimeConfig {
     pub runc_root: PathBuf,
     /// Cgroup path under which containers are placed, e.g. `gantry/<agent-name>`.
     pub cgroup_parent: String,
-    /// A static init (tini-static, catatonit) run as each container's PID 1. Without one the
-    /// workload is PID 1 itself and, unless it handles SIGTERM, only stops at SIGKILL.
-    pub init: Option<PathBuf>,
     /// The runc binary.
     pub runc: PathBuf,
 }
 
 impl RuntimeConfig {
-    /// A configuration with the host's init (see [`find_init`]) and `runc` from `PATH`.
+    /// A configuration with `runc` from `PATH`.
     pub fn new(
         state_dir: impl Into<PathBuf>,
         runc_root: impl Into<PathBuf>,
@@ -86,23 +83,9 @@ impl RuntimeConfig {
             state_dir: state_dir.into(),
             runc_root: runc_root.into(),
             cgroup_parent: cgroup_parent.into(),
-            init: find_init(),
             runc: PathBuf::from("runc"),
         }
     }
-}
-
-/// A statically linked init from the host's packages (`tini`, `catatonit`), if installed.
-/// It must be static: it runs inside images that may have no libc at all.
-pub fn find_init() -> Option<PathBuf> {
-    [
-        "/usr/bin/tini-static",
-        "/usr/bin/catatonit",
-        "/usr/libexec/podman/catatonit",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.is_file())
 }
 
 /// A bind mount from the host into the container.
@@ -528,9 +511,7 @@ impl Runtime {
             let p = Path::new(t);
             p.starts_with("/proc")
                 || p.starts_with("/sys")
-                || [INIT_PATH, CONFINE_PATH, SECCOMP_PATH]
-                    .map(Path::new)
-                    .contains(&p)
+                || [CONFINE_PATH, SECCOMP_PATH].map(Path::new).contains(&p)
         };
         for b in &spec.mounts {
             if !valid_target(&b.target) || reserved(&b.target) {
@@ -653,7 +634,6 @@ impl Runtime {
             gid,
             additional_gids,
             files: injected,
-            init: self.cfg.init.as_deref(),
             confine: &self.cfg.state_dir.join(files::CONFINE),
             seccomp: &self.cfg.state_dir.join(files::SECCOMP),
             cgroups_path: self.cgroups_path(&spec.id),

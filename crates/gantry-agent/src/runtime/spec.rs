@@ -12,13 +12,11 @@ use oci_spec::runtime::{
 
 use super::{ContainerSpec, IdMap, RuntimeError};
 
-/// Where the init binary (tini/catatonit) is bind-mounted. It lands on the `/dev` tmpfs that
-/// runc creates, so nothing is written into the image's filesystem for it.
-pub const INIT_PATH: &str = "/dev/init";
-
 /// Where `confine` (see `confine/main.rs`) and the seccomp filter it loads are bind-mounted,
-/// beside the init on runc's `/dev` tmpfs. Every container process starts as
-/// `CONFINE_PATH SECCOMP_PATH COMMAND...`, so the filter is not in `config.json`: runc would
+/// on the `/dev` tmpfs that runc creates, so nothing is written into the image's filesystem
+/// for them. A container's process is `CONFINE_PATH --init SECCOMP_PATH COMMAND...` (confine
+/// stays its PID 1 and runs COMMAND as its child); what runc execs into it later is
+/// `CONFINE_PATH SECCOMP_PATH COMMAND...`. So the filter is not in `config.json`: runc would
 /// compile it again for each container (see `seccomp.rs`).
 pub const CONFINE_PATH: &str = "/dev/confine";
 pub const SECCOMP_PATH: &str = "/dev/seccomp.bpf";
@@ -92,7 +90,6 @@ pub struct HostSide<'a> {
     pub additional_gids: Vec<u32>,
     /// Injected files, already written under the bundle: (host path, container target).
     pub files: Vec<(PathBuf, String)>,
-    pub init: Option<&'a Path>,
     /// `confine` and the compiled seccomp filter on the host.
     pub confine: &'a Path,
     pub seccomp: &'a Path,
@@ -204,14 +201,6 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         &host.seccomp.to_string_lossy(),
         &["bind", "ro", "nosuid", "nodev", "noexec"],
     )?);
-    if let Some(init) = host.init {
-        mounts.push(mount(
-            INIT_PATH,
-            "bind",
-            &init.to_string_lossy(),
-            &["bind", "ro", "nosuid", "nodev"],
-        )?);
-    }
     for b in &spec.mounts {
         let mut opts = vec!["rbind", "nosuid", "nodev"];
         if b.read_only {
@@ -254,10 +243,11 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         .build()
         .map_err(spec_err)?;
 
-    let mut args = vec![CONFINE_PATH.to_owned(), SECCOMP_PATH.to_owned()];
-    if host.init.is_some() {
-        args.extend([INIT_PATH.to_owned(), "--".to_owned()]);
-    }
+    let mut args = vec![
+        CONFINE_PATH.to_owned(),
+        "--init".to_owned(),
+        SECCOMP_PATH.to_owned(),
+    ];
     args.extend(spec.args.iter().cloned());
     let process = ProcessBuilder::default()
         .terminal(false)
@@ -437,7 +427,6 @@ mod tests {
             gid: 0,
             additional_gids: vec![],
             files: vec![("/b/files/0".into(), "/etc/app.conf".into())],
-            init: Some(Path::new("/usr/bin/tini-static")),
             confine: Path::new("/agent/confine"),
             seccomp: Path::new("/agent/seccomp.bpf"),
             cgroups_path: "/gantry/a/c1".into(),
@@ -465,12 +454,12 @@ mod tests {
             .map(|n| n["type"].as_str().unwrap())
             .collect();
         assert!(ns.contains(&"network") && ns.contains(&"pid") && ns.contains(&"mount"));
-        // The filter is loaded by `confine`, before the init and the command.
+        // The filter is loaded by `confine`, which stays PID 1 and runs the command.
         assert!(l.get("seccomp").is_none(), "runc would compile it again");
         assert_eq!(v["process"]["noNewPrivileges"], true);
         assert_eq!(
             v["process"]["args"],
-            serde_json::json!([CONFINE_PATH, SECCOMP_PATH, INIT_PATH, "--", "/bin/sh"])
+            serde_json::json!([CONFINE_PATH, "--init", SECCOMP_PATH, "/bin/sh"])
         );
         let mounts = v["mounts"].as_array().unwrap();
         let source = |dest: &str| {
@@ -492,15 +481,6 @@ mod tests {
             .as_array()
             .unwrap()
             .contains(&"mode=1777".into()));
-
-        // Without an init, the command follows confine directly.
-        let mut h = host();
-        h.init = None;
-        let v = serde_json::to_value(build(&sample(), &h).unwrap()).unwrap();
-        assert_eq!(
-            v["process"]["args"],
-            serde_json::json!([CONFINE_PATH, SECCOMP_PATH, "/bin/sh"])
-        );
     }
 
     #[test]
