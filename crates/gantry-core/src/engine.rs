@@ -64,6 +64,11 @@ pub struct JobView {
     /// counts towards its job's status, so a caller may count a big array's finished members
     /// instead of listing them: the decisions are the same either way.
     pub ended: Ended,
+    /// PENDING tasks not in `tasks`, counted. A caller may list only the first of a big
+    /// array's waiting members (as many as could start at once): the others keep the job from
+    /// being done, and are ended together ([`Action::EndPending`]) when the job can no longer
+    /// run; they are placed once a later call lists them.
+    pub pending_unlisted: u32,
 }
 
 /// How many of a job's ended tasks ended each way.
@@ -124,6 +129,13 @@ pub enum Action {
         status: TaskStatus,
         reason: String,
     },
+    /// As `EndTask`, for every task of the job that is still PENDING: the job has tasks the
+    /// view does not list ([`JobView::pending_unlisted`]).
+    EndPending {
+        job: String,
+        status: TaskStatus,
+        reason: String,
+    },
     /// Ask the agent to stop an attempt (SIGTERM, grace, SIGKILL).
     StopAttempt { attempt: TaskId, cause: EndCause },
     SetWorkflow {
@@ -142,6 +154,10 @@ pub fn job_status(job: &JobView) -> TaskStatus {
     let mut any_failed = ended.failed > 0;
     let mut any_stopped = ended.stopped > 0;
     let mut any_running = false;
+    if job.pending_unlisted > 0 {
+        all_finished = false;
+        all_terminal = false;
+    }
     for t in &job.tasks {
         match t.status {
             TaskStatus::Finished => {}
@@ -187,6 +203,13 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
     if wf.stop_requested {
         let mut live = false;
         for job in &wf.jobs {
+            if job.pending_unlisted > 0 {
+                actions.push(Action::EndPending {
+                    job: job.name.clone(),
+                    status: TaskStatus::Stopped,
+                    reason: "workflow stopped before it ran".into(),
+                });
+            }
             for t in &job.tasks {
                 if let Some(a) = &t.live {
                     live = true;
@@ -219,13 +242,22 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
         .jobs
         .iter()
         .filter(|j| j.service.is_none())
-        .all(|j| j.tasks.iter().all(|t| t.status.is_terminal()));
+        .all(|j| j.pending_unlisted == 0 && j.tasks.iter().all(|t| t.status.is_terminal()));
 
-    // Tasks this call ends, so the workflow's own status below sees them.
+    // Tasks this call ends, so the workflow's own status below sees them; and jobs whose
+    // unlisted PENDING tasks it ends.
     let mut ended: HashMap<TaskId, TaskStatus> = HashMap::new();
+    let mut pending_ended: HashMap<&str, TaskStatus> = HashMap::new();
     for job in &wf.jobs {
         if let (true, Some(svc)) = (jobs_done, job.service) {
             if !svc.persist {
+                end_pending(
+                    &mut actions,
+                    &mut pending_ended,
+                    job,
+                    TaskStatus::Stopped,
+                    "the workflow's jobs are done",
+                );
                 for t in &job.tasks {
                     match &t.live {
                         Some(a) if a.stop_sent.is_none() => actions.push(Action::StopAttempt {
@@ -260,6 +292,15 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
                 s == TaskStatus::Finished || (d.running && s == TaskStatus::Running)
             })
         });
+        if let Some((dep, status)) = &blocker {
+            end_pending(
+                &mut actions,
+                &mut pending_ended,
+                job,
+                TaskStatus::Failed,
+                &format!("dependency {dep} ended {status}"),
+            );
+        }
         let mut in_flight = job
             .tasks
             .iter()
@@ -304,9 +345,15 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
 
     let status_of = |t: &TaskView| ended.get(&t.id).copied().unwrap_or(t.status);
     let tasks = || wf.jobs.iter().flat_map(|j| j.tasks.iter());
-    let all_terminal = tasks().all(|t| status_of(t).is_terminal());
+    let all_terminal = tasks().all(|t| status_of(t).is_terminal())
+        && wf
+            .jobs
+            .iter()
+            .all(|j| j.pending_unlisted == 0 || pending_ended.contains_key(j.name.as_str()));
     let job_failed = |j: &JobView| {
-        j.ended.failed > 0 || j.tasks.iter().any(|t| status_of(t) == TaskStatus::Failed)
+        j.ended.failed > 0
+            || pending_ended.get(j.name.as_str()) == Some(&TaskStatus::Failed)
+            || j.tasks.iter().any(|t| status_of(t) == TaskStatus::Failed)
     };
     let next = if all_terminal {
         // Services stopped because the jobs were done ended STOPPED: only a failure fails.
@@ -338,6 +385,24 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
         }
     }
     actions
+}
+
+/// Ends the job's unlisted PENDING tasks, if it has any (see [`JobView::pending_unlisted`]).
+fn end_pending<'a>(
+    actions: &mut Vec<Action>,
+    pending_ended: &mut HashMap<&'a str, TaskStatus>,
+    job: &'a JobView,
+    status: TaskStatus,
+    reason: &str,
+) {
+    if job.pending_unlisted > 0 {
+        pending_ended.insert(job.name.as_str(), status);
+        actions.push(Action::EndPending {
+            job: job.name.clone(),
+            status,
+            reason: reason.into(),
+        });
+    }
 }
 
 /// What becomes of a task when its live attempt ends.

@@ -136,6 +136,7 @@ pub fn job_view_of(j: &JobPlan) -> JobView {
         timeout_ms: j.timeout_ms,
         tasks: vec![],
         ended: Default::default(),
+        pending_unlisted: 0,
     }
 }
 
@@ -160,12 +161,25 @@ fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
             .or_default()
             .add(c.status, c.count);
     }
+    let pending: HashMap<&str, u32> = aw
+        .pending
+        .iter()
+        .map(|c| (c.job.as_str(), c.count))
+        .collect();
     let jobs = plan
         .jobs
         .iter()
         .map(|jp| {
             let mut jv = job_view_of(jp);
             jv.ended = ended.get(jp.name.as_str()).copied().unwrap_or_default();
+            let listed = by_job.get(jp.name.as_str()).map_or(0, |ts| {
+                ts.iter()
+                    .filter(|t| t.status == gantry_api::TaskStatus::Pending)
+                    .count() as u32
+            });
+            jv.pending_unlisted = pending
+                .get(jp.name.as_str())
+                .map_or(0, |n| n.saturating_sub(listed));
             jv.tasks = by_job
                 .remove(jp.name.as_str())
                 .unwrap_or_default()
@@ -257,10 +271,25 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         crate::holds::active_by_node(st).await?
     };
     let mut stopping: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
+    // Jobs with waiting tasks the snapshot did not list (see `PENDING_WINDOW`), and how
+    // many it did: once those are all placed, the next ones are read at once.
+    let mut windowed: HashMap<(Uuid, &str), usize> = HashMap::new();
+    let mut window_placed = false;
 
     for (aw, plan) in active.iter().zip(&plans) {
         let tasks: HashMap<Uuid, &TaskRow> = aw.tasks.iter().map(|t| (t.id, t)).collect();
-        for action in engine::reconcile(&view_of(aw, plan), now) {
+        let view = view_of(aw, plan);
+        for j in view.jobs.iter().filter(|j| j.pending_unlisted > 0) {
+            let listed = aw
+                .tasks
+                .iter()
+                .filter(|t| t.job == j.name && t.status == gantry_api::TaskStatus::Pending)
+                .count();
+            if let Some(jp) = plan.job(&j.name) {
+                windowed.insert((aw.workflow.id, jp.name.as_str()), listed);
+            }
+        }
+        for action in engine::reconcile(&view, now) {
             match action {
                 Action::Place { task } => {
                     let Some(t) = tasks.get(&task) else { continue };
@@ -283,6 +312,16 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     reason,
                 } => changes.push(Change::EndTask {
                     task_id: task,
+                    status,
+                    reason,
+                }),
+                Action::EndPending {
+                    job,
+                    status,
+                    reason,
+                } => changes.push(Change::EndPending {
+                    workflow_id: aw.workflow.id,
+                    job,
                     status,
                     reason,
                 }),
@@ -386,6 +425,12 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         let plan = scheduler::schedule(&views, &requests);
         for (key, node) in plan.placements {
             let p = &placing[key];
+            if let Some(left) = windowed.get_mut(&(p.aw.workflow.id, p.task.job.as_str())) {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    window_placed = true;
+                }
+            }
             let pool = pools.get(node.as_str()).copied().unwrap_or("default");
             let attempt_id = Uuid::new_v4();
             let asg = assignment(st, p, attempt_id, pool);
@@ -411,6 +456,9 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     }
 
     st.store.apply(&changes, now).await?;
+    if window_placed {
+        st.wake_controller();
+    }
     for (node, msg) in sends {
         st.hub.send(&node, msg);
     }

@@ -58,9 +58,10 @@ pub trait Store: Send + Sync + 'static {
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>>;
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>>;
     async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool>;
-    /// Workflows that are not terminal, with their tasks that have not ended, counts of those
-    /// that have, and their live attempts: one consistent snapshot, whose cost does not grow
-    /// with the tasks that have ended.
+    /// Workflows that are not terminal, with their tasks in play and the first waiting ones
+    /// ([`PENDING_WINDOW`] per job), counts of the waiting and ended ones, and their live
+    /// attempts: one consistent snapshot, whose cost grows with neither the tasks that have
+    /// ended nor those that wait.
     async fn active(&self) -> Result<Vec<ActiveWorkflow>>;
 
     // --- the controller's plans -----------------------------------------------------------

@@ -594,20 +594,43 @@ impl Store for SqliteStore {
         )
         .fetch_all(&mut *tx)
         .await?;
-        // The status list must match `tasks_open`'s for SQLite to use that index.
+        // Every task in play, and each job's first PENDING_WINDOW waiting ones: all of them
+        // when there are no more (a single task has no index), else those up to the window's
+        // last index. The status lists match the partial indexes' (`tasks_live`,
+        // `tasks_pending`) for SQLite to use them, and the joins' order is fixed (CROSS JOIN)
+        // so that it walks from the active workflows to their counts to the first waiting
+        // tasks, never over all waiting tasks.
         let tasks = sqlx::query(
             "SELECT t.* FROM workflows w JOIN tasks t ON t.workflow_id = w.id
+             WHERE w.status IN ('PENDING', 'RUNNING') AND t.status IN ('STARTED', 'RUNNING')
+             UNION ALL
+             SELECT t.* FROM workflows w
+               CROSS JOIN task_counts c
+               CROSS JOIN tasks t INDEXED BY tasks_pending
              WHERE w.status IN ('PENDING', 'RUNNING')
-               AND t.status IN ('PENDING', 'STARTED', 'RUNNING')
-             ORDER BY t.ord, t.idx",
+               AND c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > 0 AND c.n <= ?1
+               AND t.workflow_id = c.workflow_id AND t.job = c.job AND t.status = 'PENDING'
+             UNION ALL
+             SELECT t.* FROM workflows w
+               CROSS JOIN task_counts c
+               CROSS JOIN tasks t INDEXED BY tasks_pending
+             WHERE w.status IN ('PENDING', 'RUNNING')
+               AND c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > ?1
+               AND t.workflow_id = c.workflow_id AND t.job = c.job AND t.status = 'PENDING'
+               AND t.idx <= (SELECT p.idx FROM tasks p INDEXED BY tasks_pending
+                             WHERE p.workflow_id = c.workflow_id AND p.job = c.job
+                               AND p.status = 'PENDING'
+                             ORDER BY p.idx LIMIT 1 OFFSET ?1 - 1)
+             ORDER BY ord, idx",
         )
+        .bind(PENDING_WINDOW as i64)
         .fetch_all(&mut *tx)
         .await?;
-        let ended = sqlx::query(
+        let counts = sqlx::query(
             "SELECT c.workflow_id, c.job, c.status, c.n FROM workflows w
              JOIN task_counts c ON c.workflow_id = w.id
              WHERE w.status IN ('PENDING', 'RUNNING')
-               AND c.status IN ('FINISHED', 'FAILED', 'STOPPED') AND c.n > 0
+               AND c.status IN ('PENDING', 'FINISHED', 'FAILED', 'STOPPED') AND c.n > 0
              ORDER BY c.job, c.status",
         )
         .fetch_all(&mut *tx)
@@ -625,6 +648,7 @@ impl Store for SqliteStore {
                 workflow: w,
                 tasks: vec![],
                 ended: vec![],
+                pending: vec![],
                 live: vec![],
             });
         }
@@ -634,13 +658,18 @@ impl Store for SqliteStore {
                 out[i].tasks.push(t);
             }
         }
-        for r in &ended {
+        for r in &counts {
             if let Some(&i) = index.get(&uuid(r.get("workflow_id"))?) {
-                out[i].ended.push(TaskCount {
+                let c = TaskCount {
                     job: r.get("job"),
                     status: parse(r.get("status"))?,
                     count: r.get::<i64, _>("n") as u32,
-                });
+                };
+                let aw = &mut out[i];
+                match c.status {
+                    TaskStatus::Pending => aw.pending.push(c),
+                    _ => aw.ended.push(c),
+                }
             }
         }
         for r in &live {
@@ -739,6 +768,40 @@ impl Store for SqliteStore {
                         ),
                         now,
                     )
+                    .await?;
+                }
+                Change::EndPending {
+                    workflow_id,
+                    job,
+                    status,
+                    reason,
+                } => {
+                    // One event per task, as `EndTask` writes, then the tasks themselves.
+                    sqlx::query(
+                        "INSERT INTO events (time, workflow_id, node, task, kind, message)
+                         SELECT ?1, workflow_id, NULL,
+                                CASE WHEN idx IS NULL THEN job ELSE job || '[' || idx || ']' END,
+                                'task.ended', ?2
+                         FROM tasks INDEXED BY tasks_pending
+                         WHERE workflow_id = ?3 AND job = ?4 AND status = 'PENDING'
+                         ORDER BY idx",
+                    )
+                    .bind(now)
+                    .bind(format!("{status}: {reason}"))
+                    .bind(workflow_id.to_string())
+                    .bind(job)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "UPDATE tasks SET status = ?, reason = ?, ended_at = ?
+                         WHERE workflow_id = ? AND job = ? AND status = 'PENDING'",
+                    )
+                    .bind(status.as_str())
+                    .bind(reason)
+                    .bind(now)
+                    .bind(workflow_id.to_string())
+                    .bind(job)
+                    .execute(&mut *tx)
                     .await?;
                 }
                 Change::TaskWaiting { task_id, reason } => {

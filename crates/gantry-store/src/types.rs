@@ -100,14 +100,22 @@ pub struct AttemptRow {
 #[derive(Debug, Clone)]
 pub struct ActiveWorkflow {
     pub workflow: WorkflowRow,
-    /// The tasks that have not ended (PENDING, STARTED, RUNNING), in the workflow's order.
+    /// The tasks in play (STARTED, RUNNING) and, of each job's PENDING ones, the first
+    /// [`PENDING_WINDOW`] (by index), in the workflow's order.
     pub tasks: Vec<TaskRow>,
     /// The tasks that have ended, counted by job and status (each count above zero). The
     /// controller needs no more of them, and a big array's finished members are most of it.
     pub ended: Vec<TaskCount>,
+    /// Each job's PENDING tasks, counted (listed in `tasks` or not; counts above zero).
+    pub pending: Vec<TaskCount>,
     /// Attempts not yet ended.
     pub live: Vec<AttemptRow>,
 }
+
+/// How many of a job's PENDING tasks [`Store::active`] lists: a 10,000-task array is read
+/// 64 waiting tasks at a time, not whole on every controller tick. More than a node starts at
+/// once; the controller reads again at once while a window's tasks get placed.
+pub const PENDING_WINDOW: usize = 64;
 
 /// How many of a job's tasks are in one status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +138,13 @@ pub enum Change {
     },
     EndTask {
         task_id: Uuid,
+        status: TaskStatus,
+        reason: String,
+    },
+    /// `EndTask` for every task of the job that is still PENDING, listed or not.
+    EndPending {
+        workflow_id: Uuid,
+        job: String,
         status: TaskStatus,
         reason: String,
     },

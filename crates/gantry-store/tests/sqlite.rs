@@ -29,6 +29,35 @@ fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
     }
 }
 
+/// `n` members of a task array, then one plain task: a workflow's tasks in its order.
+fn array_then(job: &str, n: u32, then: &str, then_ord: u32) -> Vec<NewTask> {
+    (0..n)
+        .map(|i| NewTask {
+            id: Uuid::new_v4(),
+            job: job.into(),
+            index: Some(i),
+            ord: 1,
+        })
+        .chain(std::iter::once(NewTask {
+            id: Uuid::new_v4(),
+            job: then.into(),
+            index: None,
+            ord: then_ord,
+        }))
+        .collect()
+}
+
+/// Places an attempt of the task on node n1.
+fn place(workflow_id: Uuid, attempt_id: Uuid, task_id: Uuid) -> Change {
+    Change::CreateAttempt {
+        attempt_id,
+        task_id,
+        workflow_id,
+        node: "n1".into(),
+        assignment: "{}".into(),
+    }
+}
+
 #[tokio::test]
 async fn users_and_tokens() {
     let dir = tempfile::tempdir().unwrap();
@@ -86,32 +115,13 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir).await;
     let mut w = workflow("ada", "physics", 0);
-    w.tasks = (0..5)
-        .map(|i| NewTask {
-            id: Uuid::new_v4(),
-            job: "member".into(),
-            index: Some(i),
-            ord: 1,
-        })
-        .chain(std::iter::once(NewTask {
-            id: Uuid::new_v4(),
-            job: "prepare".into(),
-            index: None,
-            ord: 0,
-        }))
-        .collect();
+    w.tasks = array_then("member", 5, "prepare", 0);
     s.create_workflow(&w, 1).await.unwrap();
     let other = workflow("bob", "chem", 2);
     s.create_workflow(&other, 1).await.unwrap();
     let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
     let (a0, a1, a2) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
-    let place = |a: Uuid, task: Uuid| Change::CreateAttempt {
-        attempt_id: a,
-        task_id: task,
-        workflow_id: w.id,
-        node: "n1".into(),
-        assignment: "{}".into(),
-    };
+    let place = |a: Uuid, task: Uuid| place(w.id, a, task);
     s.apply(&[place(a0, t[0]), place(a1, t[1]), place(a2, t[2])], 2)
         .await
         .unwrap();
@@ -184,6 +194,93 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
     let active = s.active().await.unwrap();
     assert_eq!(active.len(), 1);
     assert_eq!(active[0].workflow.id, other.id);
+}
+
+#[tokio::test]
+async fn active_lists_a_window_of_waiting_tasks_and_ends_the_rest_by_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let n = PENDING_WINDOW as u32 * 2 + 10;
+    let mut w = workflow("ada", "physics", 0);
+    w.tasks = array_then("member", n, "after", 2);
+    s.create_workflow(&w, 1).await.unwrap();
+    let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
+    // Members 0 and 5 start; member 1 ends.
+    let place = |task: Uuid| place(w.id, Uuid::new_v4(), task);
+    s.apply(
+        &[
+            place(t[0]),
+            place(t[5]),
+            Change::EndTask {
+                task_id: t[1],
+                status: TaskStatus::Failed,
+                reason: "no".into(),
+            },
+        ],
+        2,
+    )
+    .await
+    .unwrap();
+
+    let active = s.active().await.unwrap();
+    let aw = &active[0];
+    let listed: Vec<(Option<u32>, TaskStatus)> =
+        aw.tasks.iter().map(|t| (t.index, t.status)).collect();
+    // The two started, the first PENDING_WINDOW waiting members by index, and `after`.
+    let mut want = vec![(Some(0), TaskStatus::Started)];
+    want.extend(
+        (2..n)
+            .filter(|&i| i != 5)
+            .take(PENDING_WINDOW)
+            .map(|i| (Some(i), TaskStatus::Pending)),
+    );
+    want.insert(4, (Some(5), TaskStatus::Started));
+    want.push((None, TaskStatus::Pending));
+    assert_eq!(listed, want);
+    let pending = |job: &str, count| TaskCount {
+        job: job.into(),
+        status: TaskStatus::Pending,
+        count,
+    };
+    assert_eq!(aw.pending, [pending("after", 1), pending("member", n - 3)]);
+
+    // Ending what waits ends every waiting member, listed or not, each with its event.
+    s.apply(
+        &[Change::EndPending {
+            workflow_id: w.id,
+            job: "member".into(),
+            status: TaskStatus::Stopped,
+            reason: "workflow stopped before it ran".into(),
+        }],
+        3,
+    )
+    .await
+    .unwrap();
+    let tasks = s.tasks(w.id).await.unwrap();
+    let stopped = tasks
+        .iter()
+        .filter(|t| t.status == TaskStatus::Stopped)
+        .count();
+    assert_eq!(stopped as u32, n - 3);
+    assert!(tasks.iter().any(|t| t.status == TaskStatus::Started));
+    let aw = s.active().await.unwrap().remove(0);
+    assert_eq!(aw.pending, [pending("after", 1)]);
+    let events = s
+        .events(&EventQuery {
+            workflow_id: Some(w.id),
+            node: None,
+            after: 0,
+            limit: 10_000,
+        })
+        .await
+        .unwrap();
+    let ended: Vec<&str> = events
+        .iter()
+        .filter(|e| e.kind == "task.ended" && e.message.starts_with("STOPPED"))
+        .filter_map(|e| e.task.as_deref())
+        .collect();
+    assert_eq!(ended.len() as u32, n - 3);
+    assert!(ended.contains(&"member[2]") && ended.contains(&format!("member[{}]", n - 1).as_str()));
 }
 
 #[tokio::test]
@@ -285,7 +382,9 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let evs = s
         .events(&EventQuery {
             workflow_id: Some(w.id),
-            ..Default::default()
+            node: None,
+            after: 0,
+            limit: 10_000,
         })
         .await
         .unwrap();

@@ -185,6 +185,12 @@ jobs:
     command: [ "true" ]
     resource:
       cpu: { cores: 512 }
+  many:
+    image: { uri: docker://busybox:1 }
+    command: [ "true" ]
+    resource:
+      cpu: { cores: 512 }
+    task-array: { start: 1, end: 150 }
 "#,
     );
     let id = c.start_workflow(&file);
@@ -210,6 +216,24 @@ jobs:
         "STOPPED"
     );
     assert_eq!(Cluster::task(&d, "huge")["status"], "STOPPED");
+    // The controller reads only the first of a big array's waiting members; stopping ends them
+    // all, each with its event.
+    let many: Vec<&serde_json::Value> = d["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["job"] == "many")
+        .collect();
+    assert_eq!(many.len(), 150);
+    assert!(many.iter().all(|t| t["status"] == "STOPPED"), "{many:#?}");
+    let events = c.ok(&["workflow", "events", &id, "-o", "json"]);
+    let events: Vec<serde_json::Value> = serde_json::from_str(&events).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["task"] == "many[150]" && e["kind"] == "task.ended"),
+        "{events:#?}"
+    );
     // Stopping twice is refused: it already ended.
     let again = c.gantry(&["workflow", "stop", &id]);
     assert!(!again.status.success());

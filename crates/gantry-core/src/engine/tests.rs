@@ -41,6 +41,7 @@ fn job(name: &str, deps: &[&str], tasks: Vec<TaskView>) -> JobView {
         timeout_ms: None,
         tasks,
         ended: Ended::default(),
+        pending_unlisted: 0,
     }
 }
 
@@ -541,6 +542,74 @@ mod counted {
             let status = if running { WorkflowStatus::Running } else { WorkflowStatus::Pending };
             let view = |jobs: Vec<JobView>| WorkflowView { status, stop_requested: stop, jobs };
             prop_assert_eq!(reconcile(&view(listed), now), reconcile(&view(counted), now));
+        }
+
+        #[test]
+        fn listing_the_first_pending_tasks_decides_as_listing_them_all(
+            jobs in prop::collection::vec(arb_job(), 1..5),
+            running in any::<bool>(),
+            stop in prop_oneof![5 => Just(false), 1 => Just(true)],
+            now in 0i64..200,
+            window in 0usize..3,
+        ) {
+            let (all, _) = build(&jobs);
+            // Each job lists its first `window` PENDING tasks and counts the others.
+            let mut unlisted: HashMap<TaskId, String> = HashMap::new();
+            let windowed: Vec<JobView> = all
+                .iter()
+                .map(|j| {
+                    let mut w = j.clone();
+                    let mut seen = 0;
+                    w.tasks.retain(|t| {
+                        if t.status != TaskStatus::Pending {
+                            return true;
+                        }
+                        seen += 1;
+                        if seen > window {
+                            unlisted.insert(t.id, j.name.clone());
+                        }
+                        seen <= window
+                    });
+                    w.pending_unlisted = (seen.saturating_sub(window)) as u32;
+                    w
+                })
+                .collect();
+            for (a, w) in all.iter().zip(&windowed) {
+                prop_assert_eq!(job_status(a), job_status(w));
+            }
+            let status = if running { WorkflowStatus::Running } else { WorkflowStatus::Pending };
+            let view = |jobs: Vec<JobView>| WorkflowView { status, stop_requested: stop, jobs };
+            let full = reconcile(&view(all), now);
+            let part = reconcile(&view(windowed), now);
+            // The same actions, less those for unlisted tasks: a task placed must be listed,
+            // and the unlisted ones a full view would end are ended by job, alike.
+            let mut expected: Vec<Action> = Vec::new();
+            for a in &full {
+                match a {
+                    Action::Place { task } if unlisted.contains_key(task) => {}
+                    Action::EndTask { task, status, reason } if unlisted.contains_key(task) => {
+                        let e = Action::EndPending {
+                            job: unlisted[task].clone(),
+                            status: *status,
+                            reason: reason.clone(),
+                        };
+                        if !expected.contains(&e) {
+                            expected.push(e);
+                        }
+                    }
+                    other => expected.push(other.clone()),
+                }
+            }
+            let key = |a: &Action| format!("{a:?}");
+            let mut part_sorted = part.clone();
+            part_sorted.sort_by_key(key);
+            expected.sort_by_key(key);
+            prop_assert_eq!(part_sorted, expected);
+            // The workflow's own status comes last, after what it depends on.
+            prop_assert_eq!(
+                full.iter().find(|a| matches!(a, Action::SetWorkflow { .. })),
+                part.last().filter(|a| matches!(a, Action::SetWorkflow { .. }))
+            );
         }
     }
 }
