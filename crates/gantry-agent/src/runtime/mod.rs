@@ -1133,23 +1133,12 @@ impl Runtime {
                 .status();
         }
         let dir = self.container_dir(id);
-        let mut mounts = sys::mounts_under(&dir);
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-        for m in &mounts {
-            sys::unmount_all(m).map_err(io_err(format!("unmounting {}", m.display())))?;
-        }
-        // Never recurse into a mounted image: that would walk the shared layers.
-        if let Some(m) = sys::mounts_under(&dir).first() {
-            return Err(RuntimeError::Io {
-                context: format!("removing {}", dir.display()),
-                source: io::Error::other(format!("{} is still mounted", m.display())),
-            });
-        }
-        match fs::remove_dir_all(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(format!("removing {}", dir.display()))(e)),
-        }
+        // The shim takes the image off `rootfs` as the container ends; a shim that died first
+        // leaves it mounted. Nothing else is mounted in the container's directory on the host,
+        // and the removal stops at any mount rather than walk the image's shared layers.
+        let rootfs = dir.join(files::ROOTFS);
+        sys::unmount_all(&rootfs).map_err(io_err(format!("unmounting {}", rootfs.display())))?;
+        sys::remove_tree(&dir).map_err(io_err(format!("removing {}", dir.display())))?;
         sys::remove_cgroups(&self.cfg.cgroup_parent, id);
         Ok(())
     }

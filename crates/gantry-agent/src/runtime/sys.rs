@@ -86,6 +86,54 @@ pub fn mount_overlay(
 
 pub use super::dir::unmount_all;
 
+/// Whether `path` is the root of a mount (bind mounts of the same filesystem included), from
+/// statx: one system call, where reading /proc/self/mountinfo formats every mount of the
+/// namespace. `None` when the kernel cannot tell (before Linux 5.8).
+pub fn is_mount_root(path: &Path) -> io::Result<Option<bool>> {
+    let c = cstr(path)?;
+    // SAFETY: statx only writes the struct we pass; the path is NUL-terminated.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            0,
+            &mut st,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let bit = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    Ok((st.stx_attributes_mask & bit != 0).then_some(st.stx_attributes & bit != 0))
+}
+
+/// Removes `dir` and everything below it, as `fs::remove_dir_all` does, but never crosses into
+/// a mount: a directory that is a mount point is an error, and what is mounted there is left
+/// alone (a container's `rootfs` would be the image's shared layers). Not there is success.
+pub fn remove_tree(dir: &Path) -> io::Result<()> {
+    let mounted = || io::Error::other(format!("{} is mounted", dir.display()));
+    match is_mount_root(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(Some(true)) => return Err(mounted()),
+        Ok(Some(false)) => {}
+        // An old kernel: ask the mount table instead.
+        Ok(None) if !mounts_under(dir).is_empty() => return Err(mounted()),
+        Ok(None) => {}
+    }
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        } else {
+            fs::remove_file(entry.path())?;
+        }
+    }
+    fs::remove_dir(dir)
+}
+
 /// Mount points at or below `dir`, from /proc/self/mountinfo.
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
@@ -221,6 +269,53 @@ impl DirWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Needs root (bind mounts), as the runtime does.
+    #[test]
+    fn remove_tree_stops_at_a_mount_and_follows_no_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().join("shared");
+        fs::create_dir_all(shared.join("layer")).unwrap();
+        fs::write(shared.join("layer/file"), "keep").unwrap();
+        let dir = tmp.path().join("container");
+        fs::create_dir_all(dir.join("upper/a/b")).unwrap();
+        fs::write(dir.join("upper/a/b/f"), "x").unwrap();
+        fs::write(dir.join("config.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(&shared, dir.join("upper/link")).unwrap();
+        let rootfs = dir.join("rootfs");
+        fs::create_dir(&rootfs).unwrap();
+        let (src, dst) = (cstr(&shared).unwrap(), cstr(&rootfs).unwrap());
+        // SAFETY: valid NUL-terminated paths; a plain bind mount.
+        let r = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(r, 0, "{}", io::Error::last_os_error());
+        assert_eq!(is_mount_root(&rootfs).unwrap(), Some(true));
+        assert_eq!(is_mount_root(&dir).unwrap(), Some(false));
+
+        let err = remove_tree(&dir).unwrap_err();
+        assert!(err.to_string().contains("rootfs is mounted"), "{err}");
+        assert_eq!(
+            fs::read_to_string(shared.join("layer/file")).unwrap(),
+            "keep"
+        );
+
+        unmount_all(&rootfs).unwrap();
+        remove_tree(&dir).unwrap();
+        assert!(!dir.exists());
+        // The link went, not what it pointed at.
+        assert_eq!(
+            fs::read_to_string(shared.join("layer/file")).unwrap(),
+            "keep"
+        );
+        remove_tree(&dir).unwrap();
+    }
 
     #[test]
     fn pidfd_becomes_readable_when_the_process_ends() {
