@@ -577,7 +577,12 @@ impl Runtime {
             .map_err(io_err("chmod bundle"))?;
         let meta_bytes = serde_json::to_vec(meta).map_err(|e| io_err("meta")(e.into()))?;
         write_atomic(&dir.join(files::META), &meta_bytes).map_err(io_err("writing meta.json"))?;
-        for d in [files::ROOTFS, files::UPPER, files::WORK, files::INJECTED] {
+        // Each directory is an inode to make and delete again: `files/` only when there are.
+        let injected_dir = (!spec.files.is_empty()).then_some(files::INJECTED);
+        for d in [files::ROOTFS, files::UPPER, files::WORK]
+            .into_iter()
+            .chain(injected_dir)
+        {
             fs::create_dir(dir.join(d)).map_err(io_err(format!("creating {d}")))?;
         }
         let userns = build.and_then(|b| b.userns);
@@ -1122,9 +1127,14 @@ impl Runtime {
     }
 
     fn remove_blocking(&self, id: &str) -> Result<()> {
-        // Usually `runc run` has already deleted its state; a runc process start-up costs
-        // ~4 ms of CPU, so only ask it when runc still holds something.
-        if self.cfg.runc_root.join(id).exists() {
+        // Usually `runc run` has already deleted its state and its cgroups; a runc process
+        // start-up costs ~4 ms of CPU, so only ask it when runc still holds something.
+        let dir = self.container_dir(id);
+        let leftovers = self.cfg.runc_root.join(id).exists();
+        // A container that ended as runc reported it (its exit recorded, no start error) has
+        // no cgroup left either: looking in every hierarchy would cost 11 lookups per job.
+        let clean_end = !leftovers && read_exit(&dir).is_some_and(|r| r.start_error.is_none());
+        if leftovers {
             let _ = self
                 .runc()
                 .args(["delete", "--force", id])
@@ -1132,14 +1142,15 @@ impl Runtime {
                 .stderr(Stdio::null())
                 .status();
         }
-        let dir = self.container_dir(id);
         // The shim takes the image off `rootfs` as the container ends; a shim that died first
         // leaves it mounted. Nothing else is mounted in the container's directory on the host,
         // and the removal stops at any mount rather than walk the image's shared layers.
         let rootfs = dir.join(files::ROOTFS);
         sys::unmount_all(&rootfs).map_err(io_err(format!("unmounting {}", rootfs.display())))?;
         sys::remove_tree(&dir).map_err(io_err(format!("removing {}", dir.display())))?;
-        sys::remove_cgroups(&self.cfg.cgroup_parent, id);
+        if !clean_end {
+            sys::remove_cgroups(&self.cfg.cgroup_parent, id);
+        }
         Ok(())
     }
 }
