@@ -711,11 +711,12 @@ async fn run_build(agent: Agent, asg: Assignment) {
 /// mount, the shim, runc and its init: ~35 ms of CPU) with short waits between its steps; when
 /// more start at once than the host has cores for, they only slow each other down (cache and
 /// scheduler churn: 43-45 ms of CPU per job with 16 starting at once on 2 cores, 36-40 ms
-/// bounded; bench/README.md). Twice the host's cores keeps them busy through the waits (as
-/// many as the cores left them idle). Only
-/// the start is bounded: the containers then run as many at once as the node's resources fit.
+/// bounded; bench/README.md). Three times the host's cores keeps them busy through the waits:
+/// on 2 cores, 6 at once ran a 500-job array at 52.3-53.9 jobs/s, 4 at 49.3-50.5 and 8 at
+/// 48.9-51.3 (bench/README.md). Only the start is bounded: the containers then run as many at
+/// once as the node's resources fit.
 fn start_permits() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get()) * 2
+    std::thread::available_parallelism().map_or(2, |n| n.get()) * 3
 }
 
 /// Pulls the image, prepares volumes, files and network, and starts the container under its
