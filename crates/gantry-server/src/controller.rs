@@ -280,11 +280,12 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         let tasks: HashMap<Uuid, &TaskRow> = aw.tasks.iter().map(|t| (t.id, t)).collect();
         let view = view_of(aw, plan);
         for j in view.jobs.iter().filter(|j| j.pending_unlisted > 0) {
-            let listed = aw
+            let listed = j
                 .tasks
                 .iter()
-                .filter(|t| t.job == j.name && t.status == gantry_api::TaskStatus::Pending)
+                .filter(|t| t.status == gantry_api::TaskStatus::Pending)
                 .count();
+            // Keyed by the plan's name, which outlives this workflow's view.
             if let Some(jp) = plan.job(&j.name) {
                 windowed.insert((aw.workflow.id, jp.name.as_str()), listed);
             }
