@@ -140,7 +140,7 @@ pub fn job_view_of(j: &JobPlan) -> JobView {
     }
 }
 
-fn task_label(t: &TaskRow) -> String {
+pub(crate) fn task_label(t: &TaskRow) -> String {
     match t.index {
         Some(i) => format!("{}[{i}]", t.job),
         None => t.job.clone(),

@@ -194,9 +194,10 @@ jobs:
 "#,
     );
     let id = c.start_workflow(&file);
-    let d = c.wait_for(&id, "sleeper RUNNING and huge explained", |d| {
+    let d = c.wait_for(&id, "sleeper RUNNING, huge and many explained", |d| {
         Cluster::task(d, "sleeper")["status"] == "RUNNING"
             && Cluster::task(d, "huge")["reason"].is_string()
+            && Cluster::task(d, "many[1]")["reason"].is_string()
     });
     let huge = Cluster::task(&d, "huge");
     assert_eq!(huge["status"], "PENDING");
@@ -207,6 +208,13 @@ jobs:
     );
     let describe = c.ok(&["workflow", "describe", &id]);
     assert!(describe.contains("never fits"), "{describe}");
+    // The controller tries the first of a big array's waiting members; the others say what
+    // they wait behind.
+    let last = Cluster::task(&d, "many[150]")["reason"].as_str().unwrap();
+    assert!(
+        last.starts_with("waiting behind many[1]: ") && last.contains("never fits"),
+        "{last}"
+    );
 
     c.ok(&["workflow", "stop", &id]);
     let d = c.wait_status(&id, "STOPPED");

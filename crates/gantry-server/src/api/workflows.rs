@@ -1,9 +1,12 @@
+use std::collections::HashMap;
+
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{
     AttemptInfo, Diagnostic, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation,
     WorkflowCreated, WorkflowDetail, WorkflowSummary,
 };
+use gantry_api::TaskStatus;
 use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -290,32 +293,44 @@ pub async fn detail(
 ) -> Result<Json<WorkflowDetail>, ApiError> {
     let w = visible_workflow(&st, &c, &id).await?;
     let tasks = st.store.tasks(w.id).await?;
-    let attempts = st.store.attempts(w.id).await?;
+    let mut attempts: HashMap<Uuid, Vec<AttemptInfo>> = HashMap::new();
+    for a in st.store.attempts(w.id).await? {
+        attempts.entry(a.task_id).or_default().push(AttemptInfo {
+            id: a.id,
+            number: a.number,
+            node: a.node,
+            status: a.status,
+            cause: a.cause,
+            exit_code: a.exit_code,
+            reason: a.reason,
+            created_at: ts(a.created_at),
+            ended_at: a.ended_at.map(ts),
+        });
+    }
+    // The controller tries only the first waiting tasks of a big array (`PENDING_WINDOW`):
+    // the others wait behind the first one the scheduler explained, never tried yet itself.
+    let mut first_waiting: HashMap<&str, String> = HashMap::new();
+    for t in &tasks {
+        if let (TaskStatus::Pending, 0, Some(why)) = (t.status, t.attempts, &t.reason) {
+            first_waiting.entry(t.job.as_str()).or_insert_with(|| {
+                format!("waiting behind {}: {why}", crate::controller::task_label(t))
+            });
+        }
+    }
     let infos = tasks
-        .into_iter()
+        .iter()
         .map(|t| TaskInfo {
             id: t.id,
-            job: t.job,
+            job: t.job.clone(),
             index: t.index,
             status: t.status,
-            reason: t.reason,
-            node: t.node,
+            reason: match (&t.reason, t.status) {
+                (None, TaskStatus::Pending) => first_waiting.get(t.job.as_str()).cloned(),
+                (r, _) => r.clone(),
+            },
+            node: t.node.clone(),
             exit_code: t.exit_code,
-            attempts: attempts
-                .iter()
-                .filter(|a| a.task_id == t.id)
-                .map(|a| AttemptInfo {
-                    id: a.id,
-                    number: a.number,
-                    node: a.node.clone(),
-                    status: a.status,
-                    cause: a.cause,
-                    exit_code: a.exit_code,
-                    reason: a.reason.clone(),
-                    created_at: ts(a.created_at),
-                    ended_at: a.ended_at.map(ts),
-                })
-                .collect(),
+            attempts: attempts.remove(&t.id).unwrap_or_default(),
         })
         .collect();
     Ok(Json(WorkflowDetail {
