@@ -181,8 +181,7 @@ fn runtime_config(config: &AgentConfig) -> RuntimeConfig {
 /// Containers outlive their agent, so a node that still has some keeps its bridge. Returns
 /// whether the bridge was removed (or there was none).
 pub fn release_if_idle(config: &AgentConfig) -> anyhow::Result<bool> {
-    let runtime = Runtime::new(runtime_config(config))?;
-    if !runtime.list().is_empty() {
+    if !runtime_config(config).containers().is_empty() {
         return Ok(false);
     }
     let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))?;

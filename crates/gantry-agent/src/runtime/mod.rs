@@ -73,6 +73,21 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
+    /// The containers in this state directory (see [`Runtime::list`]), without making a
+    /// [`Runtime`]: that compiles the seccomp profile and writes the programs out.
+    pub fn containers(&self) -> Vec<String> {
+        let Ok(rd) = fs::read_dir(self.state_dir.join("containers")) else {
+            return Vec::new();
+        };
+        let mut ids: Vec<String> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| valid_id(n))
+            .collect();
+        ids.sort();
+        ids
+    }
+
     /// A configuration with `runc` from `PATH`.
     pub fn new(
         state_dir: impl Into<PathBuf>,
@@ -757,16 +772,7 @@ impl Runtime {
 
     /// Containers in the state directory, for re-adoption after an agent restart.
     pub fn list(&self) -> Vec<String> {
-        let Ok(rd) = fs::read_dir(self.cfg.state_dir.join("containers")) else {
-            return Vec::new();
-        };
-        let mut ids: Vec<String> = rd
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| valid_id(n))
-            .collect();
-        ids.sort();
-        ids
+        self.cfg.containers()
     }
 
     /// The metadata given to [`Runtime::start`].
