@@ -1203,13 +1203,9 @@ fn cleanup(env: &BuildEnv, work: &Work) -> Result<(), String> {
             first.get_or_insert(format!("unmounting {}: {e}", m.display()));
         }
     }
-    if let Some(m) = sys::mounts_under(&work.dir).first() {
-        // Never recurse into a mount: it could be an image layer.
-        first.get_or_insert(format!("{} is still mounted", m.display()));
-    } else if let Err(e) = fs::remove_dir_all(&work.dir) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            first.get_or_insert(format!("removing {}: {e}", work.dir.display()));
-        }
+    // Never recurse into a mount that is left: it could be an image layer.
+    if let Err(e) = sys::remove_tree(&work.dir) {
+        first.get_or_insert(format!("removing {}: {e}", work.dir.display()));
     }
     match first {
         Some(e) => Err(e),
