@@ -108,8 +108,12 @@ fn main() {
     if init {
         run_as_init(&command, rest)
     }
-    // PATH lookup, as runc would have done for the command.
-    let err = Command::new(&command).args(rest).exec();
+    exec(&command, rest)
+}
+
+/// Replaces this process with COMMAND, found on PATH as runc would have found it.
+fn exec(command: &OsString, rest: Vec<OsString>) -> ! {
+    let err = Command::new(command).args(rest).exec();
     fail(&format!("exec {}", command.to_string_lossy()), err)
 }
 
@@ -136,8 +140,7 @@ fn run_as_init(command: &OsString, rest: Vec<OsString>) -> ! {
             sigprocmask(SIG_SETMASK, &old, std::ptr::null_mut());
             setpgid(0, 0);
         }
-        let err = Command::new(command).args(rest).exec();
-        fail(&format!("exec {}", command.to_string_lossy()), err)
+        exec(command, rest)
     }
     let mut info = [0u8; 128];
     loop {

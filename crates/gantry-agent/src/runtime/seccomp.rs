@@ -25,6 +25,8 @@ use oci_spec::runtime::{Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompOper
 use super::RuntimeError;
 
 const ENOSYS: u32 = 38;
+/// The kernel's limit on a filter's length, which confine checks too.
+const BPF_MAXINSNS: usize = 4096;
 /// `SECCOMP_RET_ERRNO | ENOSYS`.
 const RET_ENOSYS: u32 = 0x0005_0000 | ENOSYS;
 /// x32 syscalls arrive on x86_64 with this bit set in their number.
@@ -189,9 +191,9 @@ pub fn compile(profile: &LinuxSeccomp) -> Result<Vec<u8>, RuntimeError> {
     }
     let mut program = enosys_stub(&last, native_audit);
     program.extend_from_slice(&bpf);
-    if program.len() / 8 > 4096 {
+    if program.len() / 8 > BPF_MAXINSNS {
         return Err(err(format!(
-            "{} instructions (the kernel takes 4096)",
+            "{} instructions (the kernel takes {BPF_MAXINSNS})",
             program.len() / 8
         )));
     }
