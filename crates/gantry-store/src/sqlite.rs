@@ -314,14 +314,22 @@ fn ev(
     }
 }
 
-/// (workflow id, "job[idx]") of a task, for event rows.
-/// What an attempt's event names, returned by the statement that changes the attempt
-/// (`RETURNING`), so that no read follows: its workflow, node, task and number.
-const ATTEMPT_IDENT: &str = "task_id, workflow_id, node, number,
-     (SELECT job FROM tasks t WHERE t.id = attempts.task_id) AS job,
-     (SELECT idx FROM tasks t WHERE t.id = attempts.task_id) AS idx";
+/// A statement on `attempts` followed by what the attempt's event names, returned by the
+/// statement that changes the attempt (`RETURNING`), so that no read follows: its task,
+/// workflow, node and number, and the task's job and index. A literal, as sqlx caches
+/// prepared statements by their text: no string is built per job.
+macro_rules! returning_attempt_ident {
+    ($sql:literal) => {
+        concat!(
+            $sql,
+            " RETURNING task_id, workflow_id, node, number,
+              (SELECT job FROM tasks t WHERE t.id = attempts.task_id) AS job,
+              (SELECT idx FROM tasks t WHERE t.id = attempts.task_id) AS idx"
+        )
+    };
+}
 
-/// (workflow, node, task label, attempt number) from a row of [`ATTEMPT_IDENT`].
+/// (workflow, node, task label, attempt number) from a row `returning_attempt_ident!` made.
 fn attempt_ident(r: &SqliteRow) -> Result<(Uuid, String, String, i64)> {
     Ok((
         uuid(r.get("workflow_id"))?,
@@ -331,6 +339,7 @@ fn attempt_ident(r: &SqliteRow) -> Result<(Uuid, String, String, i64)> {
     ))
 }
 
+/// (workflow id, "job[idx]", status) of a task, for event rows.
 async fn task_ident(
     tx: &mut Transaction<'_, Sqlite>,
     task_id: Uuid,
@@ -776,7 +785,9 @@ impl Store for SqliteStore {
                     status,
                     reason,
                 } => {
-                    // One event per task, as `EndTask` writes, then the tasks themselves.
+                    // One event per task, as `EndTask` writes (the label is `task_label`'s,
+                    // spelled in SQL), then the tasks themselves: one statement each, however
+                    // many tasks wait.
                     sqlx::query(
                         "INSERT INTO events (time, workflow_id, node, task, kind, message)
                          SELECT ?1, workflow_id, NULL,
@@ -843,9 +854,8 @@ impl Store for SqliteStore {
                     }
                 }
                 Change::StopSent { attempt_id, cause } => {
-                    let r = sqlx::query(&format!(
-                        "UPDATE attempts SET stop_sent = COALESCE(stop_sent, ?) WHERE id = ?
-                         RETURNING {ATTEMPT_IDENT}"
+                    let r = sqlx::query(returning_attempt_ident!(
+                        "UPDATE attempts SET stop_sent = COALESCE(stop_sent, ?) WHERE id = ?"
                     ))
                     .bind(cause.as_str())
                     .bind(attempt_id.to_string())
@@ -896,10 +906,9 @@ impl Store for SqliteStore {
 
     async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
         let mut tx = self.writer.begin().await?;
-        let Some(r) = sqlx::query(&format!(
+        let Some(r) = sqlx::query(returning_attempt_ident!(
             "UPDATE attempts SET status = 'RUNNING', running_at = ?
-             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL
-             RETURNING {ATTEMPT_IDENT}"
+             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL"
         ))
         .bind(now)
         .bind(id.to_string())
@@ -932,10 +941,9 @@ impl Store for SqliteStore {
 
     async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
         let mut tx = self.writer.begin().await?;
-        let Some(r) = sqlx::query(&format!(
+        let Some(r) = sqlx::query(returning_attempt_ident!(
             "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
-             WHERE id = ? AND ended_at IS NULL
-             RETURNING {ATTEMPT_IDENT}"
+             WHERE id = ? AND ended_at IS NULL"
         ))
         .bind(end.status.as_str())
         .bind(end.cause.as_str())
