@@ -15,7 +15,7 @@ use gantry_api::agent::{
     Assignment, BuildSpec, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources,
     ServerMessage, ServiceSpec, VolumeMount,
 };
-use gantry_api::{EndCause, NodeState};
+use gantry_api::{EndCause, NodeState, TaskStatus};
 use gantry_core::engine::{
     self, Action, Ended, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView,
 };
@@ -174,7 +174,7 @@ fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
             jv.ended = ended.get(jp.name.as_str()).copied().unwrap_or_default();
             let listed = by_job.get(jp.name.as_str()).map_or(0, |ts| {
                 ts.iter()
-                    .filter(|t| t.status == gantry_api::TaskStatus::Pending)
+                    .filter(|t| t.status == TaskStatus::Pending)
                     .count() as u32
             });
             jv.pending_unlisted = pending
@@ -279,15 +279,12 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     for (aw, plan) in active.iter().zip(&plans) {
         let tasks: HashMap<Uuid, &TaskRow> = aw.tasks.iter().map(|t| (t.id, t)).collect();
         let view = view_of(aw, plan);
-        for j in view.jobs.iter().filter(|j| j.pending_unlisted > 0) {
-            let listed = j
-                .tasks
-                .iter()
-                .filter(|t| t.status == gantry_api::TaskStatus::Pending)
-                .count();
-            // Keyed by the plan's name, which outlives this workflow's view.
-            if let Some(jp) = plan.job(&j.name) {
-                windowed.insert((aw.workflow.id, jp.name.as_str()), listed);
+        // The view has a job for each of the plan's, in its order; keyed by the plan's name,
+        // which outlives the view.
+        for (jp, j) in plan.jobs.iter().zip(&view.jobs) {
+            if j.pending_unlisted > 0 {
+                let listed = j.tasks.iter().filter(|t| t.status == TaskStatus::Pending);
+                windowed.insert((aw.workflow.id, jp.name.as_str()), listed.count());
             }
         }
         for action in engine::reconcile(&view, now) {

@@ -422,9 +422,8 @@ impl Registry {
         resp
     }
 
-    /// An upload in progress; who may continue it is checked once it is locked.
-    /// The upload session `id`, locked, if it is this caller's on this repository; anyone
-    /// else is told it does not exist.
+    /// The upload session `id`, locked, if it is this caller's on this repository (checked
+    /// once it is locked); anyone else is told it does not exist.
     async fn upload(
         &self,
         id: Uuid,
