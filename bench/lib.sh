@@ -285,10 +285,9 @@ runc_baseline() {
   figure runc.cpu_ms_per_container "$RUNC_CPU_MS"
 }
 
-# runc_gantry_config N: the same loop with the OCI config Gantry itself writes (confine loading
-# confine as init with the agent's compiled seccomp filter, cgroup limits, masked paths), taken from a
-# running Gantry job; only
-# the rootfs (the shared read-only one instead of a per-container overlay), the command and
+# runc_gantry_config N: the same loop with the OCI config Gantry itself writes (confine as the
+# container's init, loading the agent's compiled seccomp filter; cgroup limits, masked paths),
+# taken from a running Gantry job; only the rootfs (the shared read-only one instead of a per-container overlay), the command and
 # the cgroup path differ. Separates what the container's configuration costs from what the
 # orchestration costs. Needs the server and agent. Sets RUNCG_* like runc_baseline.
 runc_gantry_config() {
@@ -322,9 +321,9 @@ YAML
   # without an init), confine without its init duty (it execs the command), and the same
   # profile given to runc in config.json as Gantry did before confine (runc 1.1 has libseccomp
   # compile it in every container's init; no init either).
-  mkdir -p "$WORK/runc/gantry-noseccomp" "$WORK/runc/gantry-noinit" "$WORK/runc/gantry-runcseccomp"
+  mkdir -p "$WORK/runc/gantry-noconfine" "$WORK/runc/gantry-noinit" "$WORK/runc/gantry-runcseccomp"
   jq '.process.args = ["/bin/true"]' "$RUNCG_BUNDLE/config.json" \
-    > "$WORK/runc/gantry-noseccomp/config.json"
+    > "$WORK/runc/gantry-noconfine/config.json"
   jq '.process.args = ["/dev/confine", "/dev/seccomp.bpf", "/bin/true"]' "$RUNCG_BUNDLE/config.json" \
     > "$WORK/runc/gantry-noinit/config.json"
   jq --slurpfile p "$(dirname "${BASH_SOURCE[0]}")/../crates/gantry-agent/src/runtime/seccomp.json" \
@@ -337,9 +336,9 @@ YAML
   runc_best "$n" 2 "$RUNCG_BUNDLE"
   RUNCG_P2_RATE=$RUNC_RATE
   RUNCG_CPU_MS=$RUNC_CPU
-  runc_best "$n" 2 "$WORK/runc/gantry-noseccomp"
-  RUNCG_NOSEC_RATE=$RUNC_RATE
-  RUNCG_NOSEC_CPU_MS=$RUNC_CPU
+  runc_best "$n" 2 "$WORK/runc/gantry-noconfine"
+  RUNCG_NOCONFINE_RATE=$RUNC_RATE
+  RUNCG_NOCONFINE_CPU_MS=$RUNC_CPU
   runc_best "$n" 2 "$WORK/runc/gantry-noinit"
   RUNCG_NOINIT_RATE=$RUNC_RATE
   RUNCG_NOINIT_CPU_MS=$RUNC_CPU
@@ -348,8 +347,8 @@ YAML
   RUNCG_RUNCSEC_CPU_MS=$RUNC_CPU
   figure runc_gantry_config.sequential.ms_each "$RUNCG_SEQ_MS_EACH"
   figure runc_gantry_config.parallel2.containers_per_s "$RUNCG_P2_RATE"
-  figure runc_gantry_config_no_seccomp.parallel2.containers_per_s "$RUNCG_NOSEC_RATE"
-  figure runc_gantry_config_no_seccomp.cpu_ms_per_container "$RUNCG_NOSEC_CPU_MS"
+  figure runc_gantry_config_no_confine.parallel2.containers_per_s "$RUNCG_NOCONFINE_RATE"
+  figure runc_gantry_config_no_confine.cpu_ms_per_container "$RUNCG_NOCONFINE_CPU_MS"
   figure runc_gantry_config_no_init.parallel2.containers_per_s "$RUNCG_NOINIT_RATE"
   figure runc_gantry_config_no_init.cpu_ms_per_container "$RUNCG_NOINIT_CPU_MS"
   figure runc_gantry_config_runc_seccomp.parallel2.containers_per_s "$RUNCG_RUNCSEC_RATE"

@@ -14,7 +14,7 @@
 #
 # Run as root on Debian 12:   bench/throughput.sh
 # Environment: JOBS (500), RUNS (20), RUNC_N (150), RUNC_REPS (3: the runc loops keep the best of 3), CPUS ("2 4 16"), ARRAY_TIMEOUT (240 s per
-# array), ARRAY_REPS (2: each --cpus keeps the best of 2 arrays), PROFILE=1 (perf record -a during the --cpus 2 array: CPU by process and symbol),
+# array), ARRAY_REPS (2: each --cpus keeps the best of 2 arrays), PROFILE=1 (perf record -a during the first --cpus value's first array: CPU by process and symbol),
 # QUIET_WAIT (120 s), and those of bench/lib.sh (GANTRY_BIN, BENCH_KEEP, GANTRY_LOG).
 set -euo pipefail
 # shellcheck source=bench/lib.sh
@@ -129,7 +129,7 @@ row "bare runc loop, 2 at a time" "$RUNC_P2_RATE containers/s ($RUNC_CPU_MS ms C
 row "bare runc loop, 4 at a time" "$RUNC_P4_RATE containers/s"
 row "runc loop, Gantry's OCI config, 1 at a time" "$RUNCG_SEQ_MS_EACH ms each"
 row "runc loop, Gantry's OCI config, 2 at a time" "$RUNCG_P2_RATE containers/s ($RUNCG_CPU_MS ms CPU each)"
-row "  the same without confine (no filter, no init)" "$RUNCG_NOSEC_RATE containers/s ($RUNCG_NOSEC_CPU_MS ms CPU each)"
+row "  the same without confine (no filter, no init)" "$RUNCG_NOCONFINE_RATE containers/s ($RUNCG_NOCONFINE_CPU_MS ms CPU each)"
 row "  confine execs the command, no init" "$RUNCG_NOINIT_RATE containers/s ($RUNCG_NOINIT_CPU_MS ms CPU each)"
 row "  the filter compiled by runc, not confine" "$RUNCG_RUNCSEC_RATE containers/s ($RUNCG_RUNCSEC_CPU_MS ms CPU each)"
 for c in $CPUS; do
