@@ -1,0 +1,8 @@
+//! Tenant isolation, tried as an attacker would: a normal user of another group, against a
+//! real embedded cluster (`gantry up`: real agents, runc, the object cache's registry, the
+//! node's bridges and firewall). Every attack is next to the legitimate use it resembles, and
+//! each test asserts both that the attack fails and that the legitimate use still works.
+//!
+//! One module per class of attack, in `tests/security/`.
+
+mod common;
