@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 use uuid::Uuid;
 
+use crate::beneath::{self, Dir, Owner, Rel, Resolve};
 use crate::build::{self, BuildEnv, Builder, StopSignal};
 use crate::image::{ImageStore, PullConfig};
 use crate::lock;
@@ -552,26 +553,64 @@ fn handle(agent: &Agent, msg: ServerMessage) {
     }
 }
 
-/// A path under the storage root from a server-given relative path, refusing escapes.
-fn under_root(root: &Path, rel: &str) -> anyhow::Result<PathBuf> {
-    let p = Path::new(rel);
-    if p.is_absolute()
-        || p.components()
-            .any(|c| !matches!(c, std::path::Component::Normal(_)))
-    {
-        anyhow::bail!("refusing path {rel:?}: it must stay under the storage root");
+/// A volume of an assignment, opened beneath the storage root.
+struct OpenVolume {
+    dir: Dir,
+    /// Where it is mounted in the container, and that path relative to the container's `/`.
+    target: String,
+    at: Rel,
+    read_only: bool,
+}
+
+/// Opens (making what is missing) each mounted volume's directory beneath the storage root,
+/// never through a symlink.
+fn open_volumes(
+    storage_root: &Path,
+    mounts: &[gantry_api::agent::VolumeMount],
+) -> anyhow::Result<Vec<OpenVolume>> {
+    if mounts.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(root.join(p))
+    let root = Dir::open_root(storage_root)
+        .with_context(|| format!("opening the storage root {}", storage_root.display()))?;
+    mounts
+        .iter()
+        .map(|m| {
+            let rel = Rel::new(&m.source)
+                .map_err(|e| anyhow::anyhow!("refusing volume path {:?}: {e}", m.source))?;
+            let at = Rel::container(&m.target).map_err(|e| anyhow::anyhow!("mount target {e}"))?;
+            let dir = root
+                .create_dirs(&rel, Resolve::Beneath, 0o755, Owner::ROOT)
+                .map_err(|e| volume_error(e, "its directory", &m.target))?;
+            Ok(OpenVolume {
+                dir,
+                target: m.target.clone(),
+                at,
+                read_only: m.read_only,
+            })
+        })
+        .collect()
+}
+
+/// What went wrong writing `what` into the volume mounted at `volume`, in the user's terms.
+fn volume_error(e: std::io::Error, what: &str, volume: &str) -> anyhow::Error {
+    if beneath::is_symlink_error(&e) {
+        anyhow::anyhow!(
+            "{what}: a symlink is in the way in the volume at {volume}: Gantry never follows \
+             symlinks in volumes (a link means what it says only inside a container)"
+        )
+    } else {
+        anyhow::anyhow!("{what} in the volume at {volume}: {e}")
+    }
 }
 
 fn remove_volume(root: &Path, rel: &str) -> anyhow::Result<()> {
-    let p = under_root(root, rel)?;
-    match std::fs::remove_dir_all(&p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("removing {}", p.display()))
-        }
-        _ => Ok(()),
-    }
+    let rel = Rel::new(rel).map_err(|e| anyhow::anyhow!("refusing volume path {rel:?}: {e}"))?;
+    let storage = Dir::open_root(root)
+        .with_context(|| format!("opening the storage root {}", root.display()))?;
+    storage
+        .remove_all(&rel)
+        .with_context(|| format!("removing {rel} under {}", root.display()))
 }
 
 async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
@@ -744,17 +783,18 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     {
         anyhow::bail!("stopped before it started");
     }
-    let mut binds = Vec::new();
-    for m in &asg.mounts {
-        let host = under_root(&agent.config.storage_root, &m.source)?;
-        std::fs::create_dir_all(&host)
-            .with_context(|| format!("creating volume {}", host.display()))?;
-        binds.push(runtime::Bind {
-            source: host,
-            target: m.target.clone(),
-            read_only: m.read_only,
-        });
-    }
+    // Volumes, and the files written into them, are resolved beneath the storage root without
+    // following symlinks (a workflow's containers write there), and mounted through the
+    // descriptors held in `volumes` until the container has started.
+    let volumes = open_volumes(&agent.config.storage_root, &asg.mounts)?;
+    let binds = volumes
+        .iter()
+        .map(|v| runtime::Bind {
+            source: v.dir.mount_source(),
+            target: v.target.clone(),
+            read_only: v.read_only,
+        })
+        .collect();
     // A file whose destination lies in a mounted volume is written into the volume, so the
     // workflow's other steps see it too; the rest are bind-mounted read-only.
     let mut files = Vec::new();
@@ -762,21 +802,17 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
         let content = base64::engine::general_purpose::STANDARD
             .decode(&f.content)
             .context("file content is not base64")?;
-        let in_volume = binds.iter().find_map(|b| {
-            Path::new(&f.target)
-                .strip_prefix(&b.target)
-                .ok()
-                .filter(|rest| !rest.as_os_str().is_empty())
-                .map(|rest| b.source.join(rest))
-        });
+        let target = Rel::container(&f.target).map_err(|e| anyhow::anyhow!("file {e}"))?;
+        // The innermost volume holding it, when volumes are mounted inside each other.
+        let in_volume = volumes
+            .iter()
+            .filter_map(|v| Some((v, target.below(&v.at)?)))
+            .max_by_key(|(v, _)| v.at.as_path().components().count());
         match in_volume {
-            Some(host) => {
-                if let Some(dir) = host.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                std::fs::write(&host, &content)
-                    .with_context(|| format!("writing {}", host.display()))?;
-            }
+            Some((v, rest)) => v
+                .dir
+                .write_file(&rest, &content, 0o644, Owner::ROOT, Resolve::Beneath)
+                .map_err(|e| volume_error(e, &f.target, &v.target))?,
             None => files.push((f.target.clone(), content)),
         }
     }
@@ -804,6 +840,8 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     };
     let meta = serde_json::to_value(asg)?;
     let _permit = agent.starts.acquire().await?;
+    // runc mounts the volumes through these descriptors: they stay open until it has.
+    let _volumes = volumes;
     let Some(network) = &asg.network else {
         let rt = agent.runtime.clone();
         tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await??;
@@ -985,18 +1023,6 @@ fn read_at(path: &Path, offset: u64, limit: u64) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_from_the_server_stay_under_the_root() {
-        let root = Path::new("/srv/gantry");
-        assert_eq!(
-            under_root(root, "p/ephemeral/w/v").unwrap(),
-            root.join("p/ephemeral/w/v")
-        );
-        assert!(under_root(root, "../etc").is_err());
-        assert!(under_root(root, "/etc").is_err());
-        assert!(under_root(root, "p/../../etc").is_err());
-    }
 
     #[test]
     fn websocket_url_follows_the_scheme() {

@@ -122,6 +122,64 @@ fn env_cwd_mounts_and_files(c: &Ctx) {
     assert_eq!(fs::read_to_string(rw.join("out.txt")).unwrap(), "out\n");
 }
 
+/// A volume holding a fake `confine` mounted at `/dev` would replace every container's init and
+/// run it without the seccomp filter: the kernel's trees and the root are refused as targets
+/// of mounts and files, while a volume beside them still mounts, and its process is confined.
+fn machinery_cannot_be_shadowed(c: &Ctx) {
+    let dir = common::scratch("shadow");
+    let vol = dir.path().join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    fs::write(vol.join("confine"), "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    for target in [
+        "/dev",
+        "/dev/",
+        "/dev/confine",
+        "/dev/seccomp.bpf",
+        "/",
+        "/proc/sys",
+        "/sys",
+    ] {
+        let mut spec = c.spec("t-shadow", "true");
+        spec.mounts = vec![Bind {
+            source: vol.clone(),
+            target: target.into(),
+            read_only: false,
+        }];
+        match c.rt.start(&spec, &meta()) {
+            Err(RuntimeError::InvalidSpec(m)) => {
+                assert!(m.contains(target.trim_end_matches('/')), "{m}")
+            }
+            other => panic!("a mount at {target}: {other:?}"),
+        }
+        let mut spec = c.spec("t-shadow", "true");
+        spec.files = vec![(target.into(), b"fake".to_vec())];
+        assert!(
+            matches!(
+                c.rt.start(&spec, &meta()),
+                Err(RuntimeError::InvalidSpec(_))
+            ),
+            "a file at {target}"
+        );
+        assert_eq!(
+            c.rt.status("t-shadow"),
+            ContainerState::Unknown,
+            "nothing left"
+        );
+    }
+    let mut spec = c.spec(
+        "t-shadow",
+        "grep -E '^Seccomp:' /proc/self/status; ls /data",
+    );
+    spec.mounts = vec![Bind {
+        source: vol,
+        target: "/data".into(),
+        read_only: false,
+    }];
+    let (code, out, err) = c.run(&spec);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "Seccomp:\t2\nconfine\n");
+}
+
 fn image_user(c: &Ctx) {
     let mut spec = c.spec("t-user", "id -u; id -g; grep CapEff /proc/self/status");
     spec.user = Some("nobody".into());
@@ -401,6 +459,7 @@ type Test = (&'static str, fn(&Ctx));
 const TESTS: &[Test] = &[
     ("output_and_exit_code", output_and_exit_code),
     ("env_cwd_mounts_and_files", env_cwd_mounts_and_files),
+    ("machinery_cannot_be_shadowed", machinery_cannot_be_shadowed),
     ("image_user", image_user),
     ("memory_limit_kills", memory_limit_kills),
     ("pids_limit_refuses_forks", pids_limit_refuses_forks),

@@ -10,6 +10,7 @@ mod convert;
 mod diag;
 mod graph;
 mod model;
+pub mod names;
 mod suggest;
 mod units;
 mod yaml;

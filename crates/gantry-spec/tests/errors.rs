@@ -454,8 +454,8 @@ services:
             "13:7: services.boot.autoscaler.scale-down: `services` is only for scale-up triggers; scale-down applies to this service",
             "14:5: services.boot.dynamic-config: missing `script`",
             "14:28: services.boot.dynamic-config.path: path `conf/up.conf` must be an absolute path (start with `/`)",
-            "18:18: services.boot.network.endpoints[0].name: `bad name` is not a valid endpoint name: use letters, digits, `-` and `_`, at most 63 characters",
-            "19:47: services.boot.network.endpoints[1].attach: `no/slashes` is not a valid persistent endpoint name: use letters, digits, `-` and `_`",
+            "18:18: services.boot.network.endpoints[0].name: `bad name` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "19:47: services.boot.network.endpoints[1].attach: `no/slashes` is not a valid endpoint name: use lower-case letters, digits and `-` (not first or last), at most 63 characters",
             "19:68: services.boot.network.endpoints[1].scope: `everyone` is not one of `user`, `group`, `organization`, `public`",
         ],
     );
@@ -557,5 +557,50 @@ services:
       endpoints: [{name: e, port-name: p, attach: chat}]
 ",
         &["12:19: services.b.network.endpoints[0]: persistent endpoint `chat` is already attached at 7:19; attach it once"],
+    );
+}
+
+#[test]
+fn names_that_would_be_paths_and_reserved_container_paths() {
+    check(
+        r#"version: v4
+volumes:
+  outer: {}
+  outer/inner: {}
+  ../up: {}
+  kept:
+    use: persistent
+    name: ../../etc
+images:
+  a/b: {from: docker://busybox}
+jobs:
+  j:
+    image: {uri: docker://busybox}
+    command: [true]
+    mounts:
+      /data: {volume: outer}
+      /dev: {volume: outer}
+      /dev/shm: {volume: outer}
+      /: {volume: outer}
+      /proc/sys: {volume: outer}
+      //sys/.: {volume: outer}
+      /.gantry: {volume: outer}
+    files:
+      /dev/confine: "fake"
+      /etc/app.conf: "ok"
+"#,
+        &[
+            "4:3: volumes[\"outer/inner\"]: `outer/inner` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "5:3: volumes[\"../up\"]: `../up` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "8:11: volumes.kept.name: `../../etc` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "10:3: images[\"a/b\"]: `a/b` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "17:7: jobs.j.mounts[\"/dev\"]: mount path `/dev` is reserved: Gantry and the kernel own `/dev` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "18:7: jobs.j.mounts[\"/dev/shm\"]: mount path `/dev/shm` is reserved: Gantry and the kernel own `/dev` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "19:7: jobs.j.mounts[\"/\"]: mount path `/` is the container's root: mount volumes and put files below it",
+            "20:7: jobs.j.mounts[\"/proc/sys\"]: mount path `/proc/sys` is reserved: Gantry and the kernel own `/proc` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "21:7: jobs.j.mounts[\"//sys/.\"]: mount path `//sys/.` is reserved: Gantry and the kernel own `/sys` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "22:7: jobs.j.mounts[\"/.gantry\"]: mount path `/.gantry` is reserved: Gantry and the kernel own `/.gantry` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "24:7: jobs.j.files[\"/dev/confine\"]: file destination `/dev/confine` is reserved: Gantry and the kernel own `/dev` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+        ],
     );
 }

@@ -31,7 +31,6 @@
 //! the build exits 124. A stop from the server ends it the same way (exit 143, or the step's
 //! own code). The log says how long each phase took.
 
-mod files;
 pub mod layer;
 mod registry;
 pub mod userns;
@@ -49,6 +48,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use crate::beneath::{Dir, Owner, Rel, Resolve};
 use crate::image::{ImageStore, PreparedImage, PullConfig};
 use crate::net::Network;
 use crate::runtime::{
@@ -281,7 +281,7 @@ fn validate(spec: &BuildSpec) -> Result<(), String> {
         match s {
             BuildStep::Files { files, .. } => {
                 for f in files {
-                    files::target_path(&f.target).map_err(|e| format!("step {}: {e}", i + 1))?;
+                    Rel::container(&f.target).map_err(|e| format!("step {}: {e}", i + 1))?;
                     if f.mode > 0o7777 {
                         return Err(format!(
                             "step {}: mode {:o} of {} is not a permission mode",
@@ -1165,11 +1165,21 @@ fn files_step(
     }
     sys::mount_overlay(lowers, &up, &wk, &root, sys::PLAIN_UPPER)
         .map_err(|e| format!("mounting the image at {}: {e}", root.display()))?;
-    let written = files.iter().try_for_each(|(target, content, mode)| {
-        let rel = files::target_path(target)?;
-        files::write_file(&root, &rel, content, *mode, owner, owner)
-            .map_err(|e| format!("writing {target}: {e}"))
-    });
+    // The image's own symlinks lead where they would in a container, never out of it.
+    let written = Dir::open_root(&root)
+        .map_err(|e| format!("opening {}: {e}", root.display()))
+        .and_then(|image| {
+            files.iter().try_for_each(|(target, content, mode)| {
+                let rel = Rel::container(target)?;
+                let owner = Owner {
+                    uid: owner,
+                    gid: owner,
+                };
+                image
+                    .write_file(&rel, content, *mode, owner, Resolve::InRoot)
+                    .map_err(|e| format!("writing {target}: {e}"))
+            })
+        });
     let unmounted = sys::unmount_all(&root).map_err(|e| format!("unmounting: {e}"));
     written?;
     unmounted?;

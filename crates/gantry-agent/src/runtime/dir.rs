@@ -22,6 +22,8 @@ pub mod files {
     pub const UPPER: &str = "upper";
     pub const WORK: &str = "work";
     pub const INJECTED: &str = "files";
+    /// The mount sources the caller gave, bound here until the container has started.
+    pub const MOUNTS: &str = "mounts";
     pub const STDOUT: &str = "stdout";
     pub const STDERR: &str = "stderr";
     pub const SHIM_PID: &str = "shim.pid";

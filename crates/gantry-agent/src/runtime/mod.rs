@@ -8,6 +8,7 @@
 //! config.json     the OCI runtime config; rootfs/ is the overlay of the image layers
 //! upper/ work/    the container's private overlay layer
 //! files/N         injected files, bind-mounted read-only at their targets
+//! mounts/N        the caller's mount sources, bound here only while runc starts the container
 //! stdout stderr   the container's output, written by the container itself
 //! shim.pid shim.log runc.log container.pid
 //! exit.json       {"exit_code": N, "signal": S?, "start_error": "..."?}, written once at the end
@@ -54,6 +55,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a SIGKILLed container may take to be reaped before `stop` gives up.
 const KILL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
+/// How long runc's init may take to exec confine once runc reports the container started.
+const INIT_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `confine/main.rs` and `shim/main.rs`, linked statically by `build.rs`.
 const CONFINE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/confine"));
@@ -495,7 +498,13 @@ impl Runtime {
         build: Option<&BuildOptions>,
     ) -> Result<()> {
         self.create(spec, meta, opts, build)?;
-        match self.wait_started(&spec.id) {
+        let started = self.wait_started(&spec.id);
+        // runc has made its own mounts of them in the container by now (or never will).
+        let released = release_mount_sources(&self.container_dir(&spec.id));
+        match started
+            .and(released)
+            .and_then(|()| self.verify_init(&spec.id))
+        {
             Ok(()) => Ok(()),
             Err(e) => {
                 let _ = self.stop(&spec.id, Duration::ZERO);
@@ -522,11 +531,11 @@ impl Runtime {
         if !spec.cwd.starts_with('/') {
             return bad(format!("working directory `{}` is not absolute", spec.cwd));
         }
+        // The kernel's trees and the `/dev` holding confine and its filter: a mount there
+        // could put another init in place of confine (the workflow file is refused for it
+        // first, see `gantry_spec::names`).
         let reserved = |t: &str| {
-            let p = Path::new(t);
-            p.starts_with("/proc")
-                || p.starts_with("/sys")
-                || [CONFINE_PATH, SECCOMP_PATH].map(Path::new).contains(&p)
+            gantry_spec::names::at_or_below(t, &gantry_spec::names::KERNEL_TREES).is_some()
         };
         for b in &spec.mounts {
             if !valid_target(&b.target) || reserved(&b.target) {
@@ -633,6 +642,29 @@ impl Runtime {
         )))?;
 
         let (uid, gid, additional_gids) = resolve_user(&rootfs, spec.user.as_deref())?;
+        let mut spec = spec.clone();
+        // Bound into the container's directory by this process, so a source that is a
+        // descriptor of ours (`/proc/self/fd/N`) reaches runc, which mounts in a namespace of
+        // its own, as a path only the agent controls.
+        if !spec.mounts.is_empty() {
+            let at = dir.join(files::MOUNTS);
+            fs::create_dir(&at).map_err(io_err("creating mounts/"))?;
+            for (n, b) in spec.mounts.iter_mut().enumerate() {
+                let target = at.join(n.to_string());
+                let is_dir = fs::metadata(&b.source)
+                    .map_err(io_err(format!("mount source for {}", b.target)))?
+                    .is_dir();
+                if is_dir {
+                    fs::create_dir(&target)
+                } else {
+                    fs::File::create(&target).map(drop)
+                }
+                .map_err(io_err(format!("creating {}", target.display())))?;
+                sys::bind_mount(&b.source, &target)
+                    .map_err(io_err(format!("binding the source of {}", b.target)))?;
+                b.source = target;
+            }
+        }
         let mut injected = Vec::new();
         for (n, (target, content)) in spec.files.iter().enumerate() {
             let src = dir.join(files::INJECTED).join(n.to_string());
@@ -645,7 +677,6 @@ impl Runtime {
                 .map_err(io_err(format!("writing injected file for {target}")))?;
             injected.push((src, target.clone()));
         }
-        let mut spec = spec.clone();
         if spec.hostname.is_empty() {
             spec.hostname = spec.id.chars().take(12).collect();
         }
@@ -741,6 +772,39 @@ impl Runtime {
                 Some(w) => w.wait(POLL),
                 None => std::thread::sleep(Duration::from_millis(20)),
             }
+        }
+    }
+
+    /// Checks that the container's first process runs this agent's `confine` (the very file,
+    /// by device and inode), so that nothing mounted into the container or shipped in its image
+    /// took its place and ran without the seccomp filter. Waits for runc's init to exec it; a
+    /// container whose process has already ended passes (there is nothing left to check, and
+    /// its pid may be another process's by now).
+    fn verify_init(&self, id: &str) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let confine = fs::metadata(self.cfg.state_dir.join(files::CONFINE))
+            .map_err(io_err("reading confine's inode"))?;
+        let want = (confine.dev(), confine.ino());
+        let Some(pid) = self.pid(id) else {
+            return Ok(());
+        };
+        let cgroup = self.cgroups_path(id);
+        let deadline = Instant::now() + INIT_CHECK_TIMEOUT;
+        loop {
+            match executable_in_cgroup(pid, &cgroup) {
+                None => return Ok(()),
+                Some(exe) if exe == want => return Ok(()),
+                Some(_) => {}
+            }
+            if Instant::now() > deadline {
+                return Err(RuntimeError::StartFailed {
+                    id: id.to_owned(),
+                    message: format!(
+                        "its first process is not Gantry's {CONFINE_PATH}: refusing to let it run"
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -1153,12 +1217,45 @@ impl Runtime {
         // and the removal stops at any mount rather than walk the image's shared layers.
         let rootfs = dir.join(files::ROOTFS);
         sys::unmount_all(&rootfs).map_err(io_err(format!("unmounting {}", rootfs.display())))?;
+        release_mount_sources(&dir)?;
         sys::remove_tree(&dir).map_err(io_err(format!("removing {}", dir.display())))?;
         if !clean_end {
             sys::remove_cgroups(&self.cfg.cgroup_parent, id);
         }
         Ok(())
     }
+}
+
+/// The (device, inode) of what process `pid` executes, if it is a process of the cgroup
+/// `cgroup` (as runc names it) before and after the look, so never another process that
+/// reused the pid; `None` once it is not (it has ended).
+fn executable_in_cgroup(pid: i32, cgroup: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let member = || {
+        fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+            c.lines()
+                .any(|l| l.rsplit_once(':').is_some_and(|(_, p)| p == cgroup))
+        })
+    };
+    if !member() {
+        return None;
+    }
+    // Not readable for a moment while runc's init execs: report something that is no file.
+    let exe = fs::metadata(format!("/proc/{pid}/exe")).map_or((0, 0), |m| (m.dev(), m.ino()));
+    member().then_some(exe)
+}
+
+/// Takes the mount sources bound under `mounts/` off again and removes the directory.
+fn release_mount_sources(dir: &Path) -> Result<()> {
+    let at = dir.join(files::MOUNTS);
+    let Ok(entries) = fs::read_dir(&at) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        sys::unmount_all(&e.path())
+            .map_err(io_err(format!("unmounting {}", e.path().display())))?;
+    }
+    sys::remove_tree(&at).map_err(io_err(format!("removing {}", at.display())))
 }
 
 fn read_pid(p: &Path) -> Option<i32> {
@@ -1284,6 +1381,24 @@ mod tests {
         assert!(merge_image_config(&bare, &[], &[], None).is_err());
         assert!(merge_image_config(&bare, &["x".into()], &["NOVALUE".into()], None).is_err());
         assert!(merge_image_config(&bare, &["x".into()], &[], Some("rel")).is_err());
+    }
+
+    #[test]
+    fn a_process_executable_is_known_only_while_it_is_in_its_cgroup() {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::process::id() as i32;
+        let cgroup = fs::read_to_string("/proc/self/cgroup").unwrap();
+        let cgroup = cgroup.lines().next().unwrap().rsplit_once(':').unwrap().1;
+        let exe = fs::metadata("/proc/self/exe").unwrap();
+        assert_eq!(
+            executable_in_cgroup(me, cgroup),
+            Some((exe.dev(), exe.ino()))
+        );
+        assert_eq!(executable_in_cgroup(me, "/gantry/elsewhere"), None);
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert_eq!(executable_in_cgroup(pid, cgroup), None, "an ended process");
     }
 
     #[test]

@@ -189,18 +189,6 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         "tmpfs",
         &["nosuid", "nodev", "mode=1777"],
     )?);
-    mounts.push(mount(
-        CONFINE_PATH,
-        "bind",
-        &host.confine.to_string_lossy(),
-        &["bind", "ro", "nosuid", "nodev"],
-    )?);
-    mounts.push(mount(
-        SECCOMP_PATH,
-        "bind",
-        &host.seccomp.to_string_lossy(),
-        &["bind", "ro", "nosuid", "nodev", "noexec"],
-    )?);
     for b in &spec.mounts {
         let mut opts = vec!["rbind", "nosuid", "nodev"];
         if b.read_only {
@@ -221,6 +209,20 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
             &["bind", "ro", "nosuid", "nodev"],
         )?);
     }
+    // What every process of the container starts through goes last, read-only, so nothing
+    // mounted before it can shadow it (runc mounts in order).
+    mounts.push(mount(
+        CONFINE_PATH,
+        "bind",
+        &host.confine.to_string_lossy(),
+        &["bind", "ro", "nosuid", "nodev"],
+    )?);
+    mounts.push(mount(
+        SECCOMP_PATH,
+        "bind",
+        &host.seccomp.to_string_lossy(),
+        &["bind", "ro", "nosuid", "nodev", "noexec"],
+    )?);
 
     let caps: HashSet<Capability> = if host.build {
         BUILD_CAPS.into_iter().collect()
@@ -468,6 +470,14 @@ mod tests {
             m["source"].clone()
         };
         assert_eq!(source(CONFINE_PATH), "/agent/confine");
+        // Last, so no mount of the caller's goes on top of what the container starts through.
+        let last: Vec<&serde_json::Value> = mounts
+            .iter()
+            .rev()
+            .take(2)
+            .map(|m| &m["destination"])
+            .collect();
+        assert_eq!(last, [SECCOMP_PATH, CONFINE_PATH]);
         assert_eq!(source(SECCOMP_PATH), "/agent/seccomp.bpf");
         let data = mounts.iter().find(|m| m["destination"] == "/data").unwrap();
         assert!(data["options"].as_array().unwrap().contains(&"ro".into()));

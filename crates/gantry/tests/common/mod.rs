@@ -531,6 +531,27 @@ impl Drop for Split {
 }
 
 impl Cluster {
+    /// Runs a client verb with another user's token.
+    pub fn as_user(&self, token: &str, args: &[&str]) -> Output {
+        self.command(args)
+            .env("GANTRY_URL", format!("http://127.0.0.1:{}", self.port))
+            .env("GANTRY_TOKEN", token)
+            .output()
+            .expect("running gantry")
+    }
+
+    /// Submits a workflow file as another user; returns its id.
+    pub fn start_as(&self, token: &str, file: &Path) -> String {
+        let out = self.as_user(token, &["workflow", "start", file.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "workflow start failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Creates a user in `group`; returns the token `gantry admin user create` shows once.
     pub fn user_token(&self, name: &str, group: &str) -> String {
         self.json(&["admin", "user", "create", name, "--group", group])["token"]
