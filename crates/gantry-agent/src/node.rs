@@ -35,7 +35,7 @@ use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 use uuid::Uuid;
 
 use crate::beneath::{self, Dir, Owner, Rel, Resolve};
-use crate::build::{self, BuildEnv, Builder, StopSignal};
+use crate::build::{BuildEnv, Builder, StopSignal};
 use crate::image::{ImageStore, PullConfig};
 use crate::lock;
 use crate::metrics::{self, HealthConfig, Metrics};
@@ -70,6 +70,9 @@ pub struct AgentConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The node's Node Exporter (`host:port`), announced for Prometheus' service discovery.
     pub node_exporter: Option<String>,
+    /// Run job containers in user namespaces where the node can (see
+    /// `runtime::RuntimeConfig::job_userns`).
+    pub job_userns: bool,
 }
 
 /// Detects this machine's cores and memory.
@@ -198,7 +201,25 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", config.state_dir.display()))?;
     std::fs::create_dir_all(&config.storage_root)
         .with_context(|| format!("creating {}", config.storage_root.display()))?;
-    let runtime = Runtime::new(runtime_config(&config))?;
+    let mut rc = runtime_config(&config);
+    if !config.job_userns {
+        rc.job_userns = None;
+    } else if let Err(why) = runtime::userns::probe_idmapped_dir(
+        runtime::JOB_IDS.slot(0),
+        &config
+            .storage_root
+            .join(format!(".userns-probe.{}", std::process::id())),
+    ) {
+        // Volumes are mounted through the container's mapping, so their filesystem must
+        // take idmapped mounts too (NFS does not).
+        tracing::warn!(
+            "job containers run without a user namespace: the storage root {} cannot be \
+             mounted with shifted owners ({why})",
+            config.storage_root.display()
+        );
+        rc.job_userns = None;
+    }
+    let runtime = Runtime::new(rc)?;
     // The server's object cache is a registry too: plain HTTP when the server is.
     let mut pull = config.pull.clone();
     if let Some(host) =
@@ -241,7 +262,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         net: Some(net.clone()),
         pull: config.pull.clone(),
         token: Some(config.token.clone()),
-        userns: Some(build::userns::DEFAULT_MAP),
+        userns: Some(runtime::userns::BUILD_MAP),
     });
     let agent = Agent {
         config: Arc::new(config),
@@ -858,7 +879,12 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     let (rt, nw) = (agent.runtime.clone(), agent.net.clone());
     let hosts = network.hosts.clone();
     let started = tokio::task::spawn_blocking(move || -> anyhow::Result<std::net::Ipv4Addr> {
-        let att = nw.attach(&spec.id).context("network")?;
+        // Made in the user namespace the container will run in, so that its root holds its
+        // capabilities over its own network.
+        let userns = rt.job_userns_for(&spec.id)?;
+        let att = nw
+            .attach_in(&spec.id, userns.as_deref())
+            .context("network")?;
         let address = att.address.ok_or(net::NetError::NoAddress(String::new()))?;
         // The task's own /etc/hosts or resolv.conf, if it injects one, wins.
         let given = |files: &[(String, Vec<u8>)], t: &str| files.iter().any(|(f, _)| f == t);
@@ -878,8 +904,14 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     })
     .await?;
     if started.is_err() {
-        let nw = agent.net.clone();
-        let _ = tokio::task::spawn_blocking(move || nw.detach(&cid)).await;
+        let (nw, rt) = (agent.net.clone(), agent.runtime.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = nw.detach(&cid);
+            // Gives back what the attempt took before its container existed (its user
+            // namespace's ids); harmless where the failed start already removed it.
+            let _ = rt.remove(&cid);
+        })
+        .await;
     }
     started.map(Some)
 }

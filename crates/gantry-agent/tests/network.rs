@@ -84,7 +84,11 @@ impl Ctx {
 /// Attaches `spec` to the node's bridge and starts it there, with /etc/hosts and resolv.conf
 /// as the agent writes them. Returns its address.
 fn start_net(node: &Node, mut spec: ContainerSpec, hosts: &[HostEntry]) -> Ipv4Addr {
-    let att = node.net.attach(&spec.id).expect("attach");
+    let userns = node.rt.job_userns_for(&spec.id).expect("a user namespace");
+    let att = node
+        .net
+        .attach_in(&spec.id, userns.as_deref())
+        .expect("attach");
     let ip = att.address.expect("an address");
     spec.files.push((
         "/etc/hosts".into(),
@@ -741,6 +745,7 @@ fn agent_reports_running_after_readiness(c: &Ctx) {
         },
         metrics_listen: None,
         node_exporter: None,
+        job_userns: true,
     };
     let subnet: Subnet = c.agent_subnet.parse().unwrap();
     let probe = probe_of(http_probe(8080), 1);

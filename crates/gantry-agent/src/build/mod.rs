@@ -33,7 +33,6 @@
 
 pub mod layer;
 mod registry;
-pub mod userns;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -51,6 +50,7 @@ use tokio::sync::watch;
 use crate::beneath::{Dir, Owner, Rel, Resolve};
 use crate::image::{ImageStore, PreparedImage, PullConfig};
 use crate::net::Network;
+use crate::runtime::userns;
 use crate::runtime::{
     self, sys, BuildOptions, ContainerSpec, ContainerState, IdMap, Runtime, StartOptions,
 };

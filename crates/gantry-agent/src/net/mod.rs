@@ -318,6 +318,16 @@ impl Network {
     /// the bridge on first use). Returns what to give the runtime (the namespace path) and the
     /// address. If `id` is attached already, returns that attachment. On error nothing is left.
     pub fn attach(&self, id: &str) -> Result<Attachment, NetError> {
+        self.attach_in(id, None)
+    }
+
+    /// [`Network::attach`] with the namespace owned by `userns`, the user namespace the
+    /// container will run in (`Runtime::job_userns_for`).
+    pub fn attach_in(
+        &self,
+        id: &str,
+        userns: Option<&crate::runtime::userns::UserNs>,
+    ) -> Result<Attachment, NetError> {
         if !valid_id(id) {
             return Err(NetError::BadId(id.to_owned()));
         }
@@ -333,7 +343,7 @@ impl Network {
             tracing::warn!(container = id, "cleaning up an earlier attach: {e}");
         }
         let ns = self.netns_path(id);
-        netns::create(&ns).map_err(io_err(format!(
+        netns::create_in(&ns, userns).map_err(io_err(format!(
             "creating network namespace {}",
             ns.display()
         )))?;

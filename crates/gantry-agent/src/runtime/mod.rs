@@ -31,6 +31,7 @@ mod seccomp;
 mod shim;
 mod spec;
 pub(crate) mod sys;
+pub mod userns;
 
 use std::fs;
 use std::io::{self, Write};
@@ -73,6 +74,11 @@ pub struct RuntimeConfig {
     pub cgroup_parent: String,
     /// The runc binary.
     pub runc: PathBuf,
+    /// Host ids for job containers' user namespaces (see [`JOB_IDS`]); `None` runs jobs
+    /// without one. A node that cannot do it (see [`userns::probe`]) runs them without one
+    /// too, and says why ([`Runtime::job_userns`]).
+    #[serde(default)]
+    pub job_userns: Option<IdRange>,
 }
 
 impl RuntimeConfig {
@@ -102,6 +108,7 @@ impl RuntimeConfig {
             runc_root: runc_root.into(),
             cgroup_parent: cgroup_parent.into(),
             runc: PathBuf::from("runc"),
+            job_userns: Some(JOB_IDS),
         }
     }
 }
@@ -130,6 +137,38 @@ pub struct StartOptions {
 pub struct IdMap {
     pub host: u32,
     pub size: u32,
+}
+
+/// Host ids for the user namespaces of job containers: slot `n` maps the container's ids
+/// 0..65535 to `first + n * 65536` on the host, one slot per container of this agent, so no
+/// two of its containers share host ids and none is root on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdRange {
+    pub first: u32,
+    pub slots: u32,
+}
+
+/// Above the build steps' range (`userns::BUILD_MAP`), and below 2^31: some tools take ids
+/// for signed numbers.
+pub const JOB_IDS: IdRange = IdRange {
+    first: 0x7100_0000,
+    slots: 2048,
+};
+
+impl IdRange {
+    const SIZE: u32 = 65536;
+
+    pub fn slot(&self, n: u32) -> IdMap {
+        IdMap {
+            host: self.first + n * Self::SIZE,
+            size: Self::SIZE,
+        }
+    }
+
+    fn slot_of(&self, host: u32) -> Option<u32> {
+        let off = host.checked_sub(self.first)?;
+        (off % Self::SIZE == 0 && off / Self::SIZE < self.slots).then_some(off / Self::SIZE)
+    }
 }
 
 impl IdMap {
@@ -403,6 +442,24 @@ fn valid_target(t: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     cfg: Arc<RuntimeConfig>,
+    /// Job containers' user namespaces, or why there are none.
+    jobs: Arc<Result<JobIds, String>>,
+}
+
+/// The slots of [`IdRange`] in use, and a user namespace of each slot's mapping, kept for the
+/// idmapped mounts of later containers in that slot (making one forks a process).
+#[derive(Debug)]
+struct JobIds {
+    range: IdRange,
+    slots: std::sync::Mutex<Slots>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    /// Read from the containers' `config.json`s on first use (after an agent restart).
+    loaded: bool,
+    taken: std::collections::HashMap<String, u32>,
+    namespaces: std::collections::HashMap<u32, Arc<userns::UserNs>>,
 }
 
 impl Runtime {
@@ -438,13 +495,107 @@ impl Runtime {
             replace_file(&path, data, mode)
                 .map_err(io_err(format!("writing {}", path.display())))?;
         }
+        let jobs = match config.job_userns {
+            None => Err("switched off (`--job-userns off`)".to_string()),
+            Some(range) => {
+                let scratch = config
+                    .state_dir
+                    .join(format!("userns-probe.{}", std::process::id()));
+                let _ = fs::remove_dir_all(&scratch);
+                let probed = userns::probe(range.slot(0), &scratch);
+                let _ = fs::remove_dir_all(&scratch);
+                probed.map(|()| JobIds {
+                    range,
+                    slots: Default::default(),
+                })
+            }
+        };
+        if let Err(why) = &jobs {
+            tracing::warn!(
+                "job containers run without a user namespace (root in a container is root on \
+                 the node, under seccomp and a reduced capability set): {why}"
+            );
+        }
         Ok(Runtime {
             cfg: Arc::new(config),
+            jobs: Arc::new(jobs),
         })
     }
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.cfg
+    }
+
+    /// Whether job containers run in user namespaces here, or why not.
+    pub fn job_userns(&self) -> Result<IdRange, String> {
+        self.jobs
+            .as_ref()
+            .as_ref()
+            .map(|j| j.range)
+            .map_err(Clone::clone)
+    }
+
+    /// A free slot's mapping (and a namespace of it) for container `id`.
+    fn take_slot(&self, id: &str) -> Result<Option<(IdMap, Arc<userns::UserNs>)>> {
+        let Ok(jobs) = self.jobs.as_ref() else {
+            return Ok(None);
+        };
+        let mut s = jobs.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if !s.loaded {
+            for c in self.cfg.containers() {
+                if let Some(n) =
+                    container_host_id(&self.container_dir(&c)).and_then(|h| jobs.range.slot_of(h))
+                {
+                    s.taken.insert(c, n);
+                }
+            }
+            s.loaded = true;
+        }
+        if let Some(n) = s.taken.get(id).copied() {
+            if let Some(ns) = s.namespaces.get(&n) {
+                return Ok(Some((jobs.range.slot(n), ns.clone())));
+            }
+        }
+        let used: std::collections::HashSet<u32> = s.taken.values().copied().collect();
+        let n = (0..jobs.range.slots)
+            .find(|n| !used.contains(n))
+            .ok_or_else(|| {
+                RuntimeError::InvalidConfig(format!(
+                    "all {} user-namespace id ranges of this agent are in use",
+                    jobs.range.slots
+                ))
+            })?;
+        let map = jobs.range.slot(n);
+        let ns = match s.namespaces.get(&n) {
+            Some(ns) => ns.clone(),
+            None => {
+                let ns =
+                    Arc::new(userns::UserNs::new(map).map_err(io_err("making a user namespace"))?);
+                s.namespaces.insert(n, ns.clone());
+                ns
+            }
+        };
+        s.taken.insert(id.to_owned(), n);
+        Ok(Some((map, ns)))
+    }
+
+    /// The user namespace container `id` will run in, taken now when its network namespace
+    /// must be made in it before the container starts (see `UserNs::netns`). `None` where job
+    /// containers run without one. Released with the container ([`Runtime::remove`]).
+    pub fn job_userns_for(&self, id: &str) -> Result<Option<Arc<userns::UserNs>>> {
+        if !valid_id(id) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "bad container id `{id}`"
+            )));
+        }
+        Ok(self.take_slot(id)?.map(|(_, ns)| ns))
+    }
+
+    fn release_slot(&self, id: &str) {
+        if let Ok(jobs) = self.jobs.as_ref() {
+            let mut s = jobs.slots.lock().unwrap_or_else(|p| p.into_inner());
+            s.taken.remove(id);
+        }
     }
 
     /// The container's directory (bundle and state).
@@ -609,7 +760,30 @@ impl Runtime {
         {
             fs::create_dir(dir.join(d)).map_err(io_err(format!("creating {d}")))?;
         }
-        let userns = build.and_then(|b| b.userns);
+        // A job's container gets a user namespace of its own slot; a build step comes with
+        // its build's (and its layers already idmapped, see `crate::build`).
+        let job_ns = match build {
+            Some(_) => None,
+            None => self.take_slot(&spec.id)?,
+        };
+        if let (Some((_, ns)), Some(netns), false) =
+            (&job_ns, opts.netns.as_deref(), spec.host_network)
+        {
+            // runc joins the user namespace first, and from there only a network it owns.
+            if !ns
+                .owns_netns(netns)
+                .map_err(io_err("reading the network's owner"))?
+            {
+                return Err(RuntimeError::InvalidSpec(format!(
+                    "network namespace {} was not made in the container's user namespace \
+                     (see Runtime::job_userns_for)",
+                    netns.display()
+                )));
+            }
+        }
+        let userns = build
+            .and_then(|b| b.userns)
+            .or(job_ns.as_ref().map(|(m, _)| *m));
         if let Some(m) = userns {
             // The upper directory is the overlay's `/`: root in the container must own it.
             std::os::unix::fs::lchown(dir.join(files::UPPER), Some(m.host), Some(m.host))
@@ -629,8 +803,28 @@ impl Runtime {
         } else {
             &[]
         };
-        sys::mount_overlay(
-            &spec.layers,
+        // In a user namespace the image's files must look owned by the container's ids: each
+        // layer goes to overlayfs as an idmapped view of the shared cache (nothing on disk
+        // changes). overlayfs keeps its own clones of its layers' mounts, so the views are
+        // taken off again at once.
+        let layers = match &job_ns {
+            None => spec.layers.clone(),
+            Some((_, ns)) => {
+                let at = dir.join(files::LOWER);
+                fs::create_dir(&at).map_err(io_err("creating lower/"))?;
+                let mut views = Vec::new();
+                for (n, layer) in spec.layers.iter().enumerate() {
+                    let view = at.join(n.to_string());
+                    fs::create_dir(&view).map_err(io_err("creating a layer's view"))?;
+                    ns.idmapped_mount(layer, &view)
+                        .map_err(io_err(format!("idmapping layer {}", layer.display())))?;
+                    views.push(view);
+                }
+                views
+            }
+        };
+        let mounted = sys::mount_overlay(
+            &layers,
             &dir.join(files::UPPER),
             &dir.join(files::WORK),
             &rootfs,
@@ -639,7 +833,11 @@ impl Runtime {
         .map_err(io_err(format!(
             "mounting the image at {}",
             rootfs.display()
-        )))?;
+        )));
+        if job_ns.is_some() {
+            release_views(&dir.join(files::LOWER))?;
+        }
+        mounted?;
 
         let (uid, gid, additional_gids) = resolve_user(&rootfs, spec.user.as_deref())?;
         let mut spec = spec.clone();
@@ -660,8 +858,13 @@ impl Runtime {
                     fs::File::create(&target).map(drop)
                 }
                 .map_err(io_err(format!("creating {}", target.display())))?;
-                sys::bind_mount(&b.source, &target)
-                    .map_err(io_err(format!("binding the source of {}", b.target)))?;
+                match &job_ns {
+                    // Through the container's mapping, so that what is on disk keeps the
+                    // owners it would have without a user namespace.
+                    Some((_, ns)) => ns.idmapped_mount(&b.source, &target),
+                    None => sys::bind_mount(&b.source, &target),
+                }
+                .map_err(io_err(format!("binding the source of {}", b.target)))?;
                 b.source = target;
             }
         }
@@ -675,6 +878,11 @@ impl Runtime {
                 .open(&src)
                 .and_then(|mut f| f.write_all(content))
                 .map_err(io_err(format!("writing injected file for {target}")))?;
+            if let Some(m) = userns {
+                // Root's in the container, as without a user namespace.
+                std::os::unix::fs::lchown(&src, Some(m.host), Some(m.host))
+                    .map_err(io_err(format!("owning the injected file for {target}")))?;
+            }
             injected.push((src, target.clone()));
         }
         if spec.hostname.is_empty() {
@@ -693,6 +901,10 @@ impl Runtime {
             netns: opts.netns.as_deref(),
             build: build.is_some(),
             userns,
+            // A job's container joins its slot's namespace (the one its layers, volumes and
+            // network namespace were made with) rather than getting another of the same
+            // mapping.
+            userns_path: job_ns.as_ref().map(|(_, ns)| ns.path()),
         };
         let oci = spec::build(&spec, &host)?;
         let json = serde_json::to_vec_pretty(&oci).map_err(|e| io_err("config.json")(e.into()))?;
@@ -1218,7 +1430,9 @@ impl Runtime {
         let rootfs = dir.join(files::ROOTFS);
         sys::unmount_all(&rootfs).map_err(io_err(format!("unmounting {}", rootfs.display())))?;
         release_mount_sources(&dir)?;
+        release_views(&dir.join(files::LOWER))?;
         sys::remove_tree(&dir).map_err(io_err(format!("removing {}", dir.display())))?;
+        self.release_slot(id);
         if !clean_end {
             sys::remove_cgroups(&self.cfg.cgroup_parent, id);
         }
@@ -1247,15 +1461,29 @@ fn executable_in_cgroup(pid: i32, cgroup: &str) -> Option<(u64, u64)> {
 
 /// Takes the mount sources bound under `mounts/` off again and removes the directory.
 fn release_mount_sources(dir: &Path) -> Result<()> {
-    let at = dir.join(files::MOUNTS);
-    let Ok(entries) = fs::read_dir(&at) else {
+    release_views(&dir.join(files::MOUNTS))
+}
+
+/// Takes off what is mounted on each entry of `at` (mount sources, layer views) and removes
+/// `at`.
+fn release_views(at: &Path) -> Result<()> {
+    let Ok(entries) = fs::read_dir(at) else {
         return Ok(());
     };
     for e in entries.flatten() {
         sys::unmount_all(&e.path())
             .map_err(io_err(format!("unmounting {}", e.path().display())))?;
     }
-    sys::remove_tree(&at).map_err(io_err(format!("removing {}", at.display())))
+    sys::remove_tree(at).map_err(io_err(format!("removing {}", at.display())))
+}
+
+/// The host id that a container's root is in its `config.json`, when it has a user namespace.
+fn container_host_id(dir: &Path) -> Option<u32> {
+    let raw = fs::read(dir.join(files::CONFIG)).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&raw).ok()?;
+    v["linux"]["uidMappings"][0]["hostID"]
+        .as_u64()
+        .and_then(|h| u32::try_from(h).ok())
 }
 
 fn read_pid(p: &Path) -> Option<i32> {

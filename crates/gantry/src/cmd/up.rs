@@ -50,6 +50,24 @@ impl RegistryArgs {
     }
 }
 
+/// How a node confines its containers, beyond what every container gets.
+#[derive(Args, Clone, Debug)]
+pub struct ConfineArgs {
+    /// Run job containers in user namespaces, so that root in a container is an unprivileged
+    /// host uid (`on`, where the node supports it: Linux 5.19+ with idmapped mounts on the
+    /// state directory and the storage root), or never (`off`).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    job_userns: bool,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("expected `on` or `off`, not {s:?}")),
+    }
+}
+
 /// The MCP server at `/mcp`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct McpArgs {
@@ -96,6 +114,8 @@ pub struct UpArgs {
     )]
     monitoring_rules: Vec<PathBuf>,
     #[command(flatten)]
+    confine: ConfineArgs,
+    #[command(flatten)]
     registry: RegistryArgs,
     #[command(flatten)]
     mcp: McpArgs,
@@ -109,6 +129,8 @@ pub struct RunArgs {
     data_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     agents: u32,
+    #[command(flatten)]
+    confine: ConfineArgs,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -172,6 +194,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "HOST:PORT")]
     node_exporter: Option<String>,
     #[command(flatten)]
+    confine: ConfineArgs,
+    #[command(flatten)]
     registry: RegistryArgs,
 }
 
@@ -203,15 +227,26 @@ fn hostname() -> String {
 }
 
 /// A server plus `agents` local agents. Returns the server and the admin client.
+/// The agents `gantry up` and `gantry run` start in their own process.
+struct LocalAgents<'a> {
+    count: u32,
+    registry: &'a RegistryArgs,
+    confine: &'a ConfineArgs,
+}
+
 async fn embedded(
     data_dir: &Path,
     listen: SocketAddr,
-    agents: u32,
-    registry: &RegistryArgs,
+    local: LocalAgents<'_>,
     write_user_context: bool,
     monitoring: Option<&MonitoringOptions>,
     mcp: &McpArgs,
 ) -> anyhow::Result<(Server, Client, Option<Stack>, Vec<AgentConfig>)> {
+    let LocalAgents {
+        count: agents,
+        registry,
+        confine,
+    } = local;
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
     }
@@ -287,6 +322,7 @@ async fn embedded(
             // Each local agent its own port, picked by the system; Hello reports it.
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             node_exporter,
+            job_userns: confine.job_userns,
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -336,8 +372,11 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     let (server, client, stack, agents) = embedded(
         &data_dir,
         args.listen,
-        args.agents,
-        &args.registry,
+        LocalAgents {
+            count: args.agents,
+            registry: &args.registry,
+            confine: &args.confine,
+        },
         true,
         args.monitoring.then_some(&opts),
         &args.mcp,
@@ -402,8 +441,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (_server, client, _, _) = embedded(
         &data_dir,
         listen,
-        args.agents,
-        &args.registry,
+        LocalAgents {
+            count: args.agents,
+            registry: &args.registry,
+            confine: &args.confine,
+        },
         false,
         None,
         &McpArgs::default(),
@@ -483,6 +525,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         pull: args.registry.pull_config()?,
         node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
+        job_userns: args.confine.job_userns,
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,

@@ -121,6 +121,11 @@ impl Cluster {
             .prefix("gantry-e2e-")
             .tempdir()
             .unwrap();
+        // Root in a job's container is an unprivileged host uid (a user namespace), which must
+        // be able to pass through the data dir to reach its container's files: as under
+        // /var/lib, not a private 0700 temporary directory.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         let mut c = Cluster {
             dir,
             port: free_port(),

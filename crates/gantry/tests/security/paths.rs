@@ -303,3 +303,39 @@ jobs:
         "{out}"
     );
 }
+
+#[test]
+fn root_in_a_job_is_an_unprivileged_user_of_the_node() {
+    let c = Cluster::up(1);
+    let mallory = c.user_token("mallory", "outsiders");
+    let file = c.write(
+        "who.yaml",
+        r#"version: v4
+volumes:
+  scratch: {}
+jobs:
+  who:
+    image: { uri: docker://busybox:1 }
+    command: [/bin/sh, -c, "id -u; cat /proc/self/uid_map; touch /data/mine; stat -c %u /data/mine"]
+    mounts: { /data: { volume: scratch } }
+"#,
+    );
+    let id = c.start_as(&mallory, &file);
+    c.wait_status(&id, "FINISHED");
+    let out = log(&c, &id, "who");
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // Root inside, written files root's inside: as without a user namespace...
+    assert_eq!(lines[0], ["0"], "{out}");
+    assert_eq!(lines[2], ["0"], "{out}");
+    // ...but root of the container is a host uid far from root (and from any real user).
+    assert_eq!(lines[1][0], "0", "{out}");
+    let host: u32 = lines[1][1].parse().unwrap();
+    assert!(
+        host >= 0x7100_0000,
+        "container root is host uid {host}: {out}"
+    );
+    assert_eq!(lines[1][2], "65536", "{out}");
+}

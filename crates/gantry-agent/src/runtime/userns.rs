@@ -1,6 +1,10 @@
-//! User namespaces for build steps, and idmapped mounts of image layers.
+//! User namespaces for containers (job containers and build steps), and idmapped mounts of
+//! image layers and volumes.
 //!
-//! A RUN step's root is mapped to an unprivileged host id (`IdMap::host`), so a command that
+//! A job container's root (each its own range, see `runtime::JOB_IDS`), like a RUN step's,
+//! is mapped to an unprivileged host id, and the image's layers and the volumes are mounted
+//! through that mapping, so what the container writes into a volume keeps the owners it would
+//! have without one. For builds: a RUN step's root is mapped to an unprivileged host id (`IdMap::host`), so a command that
 //! escapes its container is nobody on the host. The image's files (owned by 0..65535 on disk,
 //! shared by every container on the node) must then look owned by the mapped ids from inside:
 //! each lower layer is given to overlayfs as an *idmapped mount* of the cached layer (a view
@@ -25,7 +29,7 @@ use crate::runtime::IdMap;
 /// Host ids `0x7000_0000..+65536` are root..65535 of build steps: far above what systems hand
 /// out to users and system services (systemd leaves 0x70000000 and up alone), so no process
 /// or file of the host is ever one of them.
-pub const DEFAULT_MAP: IdMap = IdMap {
+pub const BUILD_MAP: IdMap = IdMap {
     host: 0x7000_0000,
     size: 65536,
 };
@@ -44,6 +48,7 @@ struct MountAttr {
 }
 
 /// A user namespace with a mapping, held open for idmapped mounts.
+#[derive(Debug)]
 pub struct UserNs {
     fd: OwnedFd,
     map: IdMap,
@@ -53,52 +58,66 @@ impl UserNs {
     /// Makes a user namespace mapping 0..size to host..host+size: a child process unshares
     /// one, the mapping is written from here, and its namespace file is kept open.
     pub fn new(map: IdMap) -> io::Result<Self> {
-        let (ready_r, ready_w) = pipe()?;
-        let (done_r, done_w) = pipe()?;
-        // SAFETY: the child only makes async-signal-safe calls (unshare, write, read, _exit)
-        // before it exits; it never returns into Rust code.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // SAFETY: plain syscalls on fds this process owns; the child ends with _exit.
-            unsafe {
-                // Only its own ends: with the others open it would never see the parent's
-                // end of `done` close.
-                libc::close(ready_r.as_raw_fd());
-                libc::close(done_w.as_raw_fd());
-                let ok: u8 = u8::from(libc::unshare(libc::CLONE_NEWUSER) == 0);
-                libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
-                let mut b = 0u8;
-                libc::read(done_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
-                libc::_exit(0);
-            }
-        }
-        drop(ready_w);
-        drop(done_r);
-        let result = (|| -> io::Result<OwnedFd> {
-            let mut ok = 0u8;
-            // SAFETY: reading one byte into a valid buffer.
-            let n = unsafe { libc::read(ready_r.as_raw_fd(), (&mut ok as *mut u8).cast(), 1) };
-            if n != 1 || ok != 1 {
-                return Err(io::Error::other("could not make a user namespace"));
-            }
-            let line = format!("0 {} {}\n", map.host, map.size);
-            fs::write(format!("/proc/{pid}/uid_map"), &line)?;
-            fs::write(format!("/proc/{pid}/gid_map"), &line)?;
-            let f = fs::File::open(format!("/proc/{pid}/ns/user"))?;
-            Ok(OwnedFd::from(f))
-        })();
-        drop(done_w);
-        let mut status = 0;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        Ok(UserNs { fd: result?, map })
+        // SAFETY: unshare is async-signal-safe.
+        let fd = in_child(
+            || unsafe { libc::unshare(libc::CLONE_NEWUSER) == 0 },
+            "could not make a user namespace",
+            |pid| {
+                let line = format!("0 {} {}\n", map.host, map.size);
+                fs::write(format!("/proc/{pid}/uid_map"), &line)?;
+                fs::write(format!("/proc/{pid}/gid_map"), &line)?;
+                let f = fs::File::open(format!("/proc/{pid}/ns/user"))?;
+                Ok(OwnedFd::from(f))
+            },
+        )?;
+        Ok(UserNs { fd, map })
     }
 
     pub fn map(&self) -> IdMap {
         self.map
+    }
+
+    /// Whether the network namespace bound at `netns` is owned by this user namespace.
+    pub fn owns_netns(&self, netns: &Path) -> io::Result<bool> {
+        use std::os::unix::fs::MetadataExt;
+        const NS_GET_USERNS: libc::c_ulong = 0xb701;
+        let net = fs::File::open(netns)?;
+        // SAFETY: a valid fd; the ioctl returns a new fd of the owning namespace or -1.
+        let owner = unsafe { libc::ioctl(net.as_raw_fd(), NS_GET_USERNS) };
+        if owner < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd owned by nothing else.
+        let owner = fs::File::from(unsafe { OwnedFd::from_raw_fd(owner) });
+        let mine = fs::File::from(self.fd.try_clone()?);
+        let (a, b) = (owner.metadata()?, mine.metadata()?);
+        Ok((a.dev(), a.ino()) == (b.dev(), b.ino()))
+    }
+
+    /// This namespace as a path another process (runc) can join while this is open.
+    pub fn path(&self) -> std::path::PathBuf {
+        format!("/proc/{}/fd/{}", std::process::id(), self.fd.as_raw_fd()).into()
+    }
+
+    /// Makes a network namespace owned by this user namespace and binds it to `target` (an
+    /// existing file), as `netns::create` does for the host's: a container that joins both
+    /// holds its capabilities (binding low ports, ping) over its own network, and `runc exec`,
+    /// which joins the user namespace first, may then join the network too. A child process
+    /// enters this namespace (a thread cannot: setns into a user namespace needs a
+    /// single-threaded caller) and makes the network there; this process binds it.
+    pub fn netns(&self, target: &Path) -> io::Result<()> {
+        let userns = self.fd.as_raw_fd();
+        in_child(
+            // SAFETY: setns and unshare are async-signal-safe; `userns` stays open meanwhile.
+            || unsafe {
+                libc::setns(userns, libc::CLONE_NEWUSER) == 0
+                    && libc::unshare(libc::CLONE_NEWNET) == 0
+            },
+            "could not make a network namespace in the user namespace",
+            |pid| {
+                crate::runtime::sys::bind_mount(Path::new(&format!("/proc/{pid}/ns/net")), target)
+            },
+        )
     }
 
     /// Mounts `src` at `target` (an existing directory) with owners shifted by this
@@ -205,21 +224,90 @@ pub fn probe(map: IdMap, scratch: &Path) -> Result<(), String> {
             )
             .map_err(|e| format!("overlay over an idmapped layer: {e}"))
         })
-        .and_then(|()| {
-            use std::os::unix::fs::MetadataExt;
-            // `src` belongs to root: through the mapping it must read as the mapped root.
-            let lower_uid = fs::metadata(&lower).map(|m| m.uid()).unwrap_or(0);
-            if lower_uid == map.host {
-                Ok(())
-            } else {
-                Err(format!(
-                    "the idmapped mount shows owner {lower_uid}, not {}",
-                    map.host
-                ))
-            }
-        });
+        .and_then(|()| shows_mapped_root(&lower, map));
     let _ = crate::runtime::sys::unmount_all(&merged);
     let _ = crate::runtime::sys::unmount_all(&lower);
+    result
+}
+
+/// Whether a directory at `scratch` (made and removed here) can be mounted with owners shifted
+/// by `map`: what volumes need on the storage root. Leaves nothing mounted.
+pub fn probe_idmapped_dir(map: IdMap, scratch: &Path) -> Result<(), String> {
+    let (src, view) = (scratch.join("src"), scratch.join("view"));
+    let result = (|| {
+        for d in [&src, &view] {
+            fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        }
+        let ns = UserNs::new(map).map_err(|e| format!("user namespace: {e}"))?;
+        ns.idmapped_mount(&src, &view)
+            .map_err(|e| format!("idmapped mount: {e}"))?;
+        let shown = shows_mapped_root(&view, map);
+        let _ = crate::runtime::sys::unmount_all(&view);
+        shown
+    })();
+    let _ = fs::remove_dir_all(scratch);
+    result
+}
+
+/// Whether `view`, an idmapped mount of a directory of root's, reads as the mapped root's.
+fn shows_mapped_root(view: &Path, map: IdMap) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = fs::metadata(view).map(|m| m.uid()).unwrap_or(0);
+    if uid == map.host {
+        Ok(())
+    } else {
+        Err(format!(
+            "the idmapped mount shows owner {uid}, not {}",
+            map.host
+        ))
+    }
+}
+
+/// Forks a child that runs `enter` (which must make only async-signal-safe calls: this process
+/// has other threads) and then waits; once `enter` has succeeded, runs `then` here with the
+/// child's pid (to read or bind its namespaces through /proc), and then lets the child end.
+fn in_child<T>(
+    enter: impl FnOnce() -> bool,
+    failed: &str,
+    then: impl FnOnce(i32) -> io::Result<T>,
+) -> io::Result<T> {
+    let (ready_r, ready_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
+    // SAFETY: the child only runs `enter` and async-signal-safe calls (write, read, _exit)
+    // before it exits; it never returns into Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: plain syscalls on fds this process owns; the child ends with _exit.
+        unsafe {
+            // Only its own ends: with the others open it would never see the parent's end of
+            // `done` close.
+            libc::close(ready_r.as_raw_fd());
+            libc::close(done_w.as_raw_fd());
+            let ok = u8::from(enter());
+            libc::write(ready_w.as_raw_fd(), (&ok as *const u8).cast(), 1);
+            let mut b = 0u8;
+            libc::read(done_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop(ready_w);
+    drop(done_r);
+    let result = (|| {
+        let mut ok = 0u8;
+        // SAFETY: reading one byte into a valid buffer.
+        let n = unsafe { libc::read(ready_r.as_raw_fd(), (&mut ok as *mut u8).cast(), 1) };
+        if n != 1 || ok != 1 {
+            return Err(io::Error::other(failed.to_owned()));
+        }
+        then(pid)
+    })();
+    drop(done_w);
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
     result
 }
 
