@@ -70,11 +70,20 @@ fn pin(uri: &str, digest: &str) -> String {
 pub async fn plan(
     st: &AppState,
     wf: &Workflow,
-    owner: &str,
-    group: &str,
+    c: &crate::auth::Caller,
 ) -> Result<Vec<BuildPlan>, ApiError> {
+    let (owner, group) = (&c.user.name, &c.user.group);
     let mut out = vec![];
     for (name, r) in &wf.images {
+        // The agent pulls the base with its own token and may link the base's layers into the
+        // build's repository from the base's, so a base in the object cache must be one the
+        // submitter may use; checked before anything is asked of it.
+        may_use(
+            &r.from,
+            &st.registry_host(),
+            c,
+            &format!("images.{name}.from"),
+        )?;
         let src = ImageSource {
             uri: r.from.clone(),
             credential: None,
@@ -306,30 +315,41 @@ pub fn check_image_access(
     registry: &str,
     c: &crate::auth::Caller,
 ) -> Result<(), ApiError> {
-    let prefix = format!("docker://{registry}/");
     for j in plan
         .jobs
         .iter()
         .filter(|j| j.build.is_none() && j.image_build.is_none())
     {
-        let Some(rest) = j.image.strip_prefix(&prefix) else {
-            continue;
-        };
-        let repo = rest.split(['@', ':']).next().unwrap_or(rest);
-        let ok = c.is_admin()
-            || match repo_parts(repo) {
-                Some(("user", owner, _)) => owner == c.user.name,
-                Some(("group", group, _)) => group == c.user.group,
-                _ => false,
-            };
-        if !ok {
-            return Err(ApiError::BadRequest(format!(
-                "jobs.{}.image.uri: no image {repo} in this cluster's object cache that you may use",
-                j.name
-            )));
-        }
+        may_use(&j.image, registry, c, &format!("jobs.{}.image.uri", j.name))?;
     }
     Ok(())
+}
+
+/// Refuses an image of the object cache that the caller may not use; `field` says where the
+/// workflow file names it. Other images are not the cache's to judge.
+fn may_use(
+    uri: &str,
+    registry: &str,
+    c: &crate::auth::Caller,
+    field: &str,
+) -> Result<(), ApiError> {
+    let Some(rest) = uri.strip_prefix(&format!("docker://{registry}/")) else {
+        return Ok(());
+    };
+    let repo = rest.split(['@', ':']).next().unwrap_or(rest);
+    let ok = c.is_admin()
+        || match repo_parts(repo) {
+            Some(("user", owner, _)) => owner == c.user.name,
+            Some(("group", group, _)) => group == c.user.group,
+            _ => false,
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "{field}: no image {repo} in this cluster's object cache that you may use"
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -9,3 +9,5 @@
 mod common;
 #[path = "security/paths.rs"]
 mod paths;
+#[path = "security/registry.rs"]
+mod registry;

@@ -22,8 +22,11 @@
 //!    The upper directory then becomes the step's layer (`layer`).
 //! 5. The base's configuration (edited as JSON: unknown fields kept) gets `spec.env`, the new
 //!    diff_ids and history; each layer made or reused by a step is annotated with its step's key
-//!    ([`BUILD_KEY_ANNOTATION`]). Blobs the registry lacks are pushed, then the manifest as
-//!    `repository:tag`.
+//!    ([`BUILD_KEY_ANNOTATION`]). Blobs the build's repository lacks are pushed (or, for the
+//!    base's layers, mounted from the base's repository when it is in the same registry),
+//!    then the manifest as `repository:tag`. A registry that links blobs to repositories, as
+//!    the object cache and CNCF distribution do, answers for the build's repository only, so
+//!    a blob pushed elsewhere before is uploaded again (and stored once).
 //! 6. Exit 0, or non-zero with the failing step named in the log; mounts, containers, cgroups
 //!    and scratch directories are removed either way, before `exit.json` is written.
 //!
@@ -935,7 +938,9 @@ impl PreparedBuild {
         }
     }
 
-    /// Pushes what the registry lacks, then the manifest. Returns how much was uploaded.
+    /// Pushes what the target repository lacks, then the manifest. Returns how much was
+    /// uploaded. Cached steps' layers are the target repository's own (the server takes them
+    /// from its earlier images), so they are linked there already.
     async fn push(
         &self,
         target: &registry::Target,

@@ -126,7 +126,7 @@ pub async fn prepare(
                     .into(),
             ));
         }
-        let builds = crate::builds::plan(st, &wf, &c.user.name, &c.user.group).await?;
+        let builds = crate::builds::plan(st, &wf, c).await?;
         crate::builds::attach(&mut compiled, builds, &st.registry_host());
     }
     crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
