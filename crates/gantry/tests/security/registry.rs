@@ -114,30 +114,11 @@ jobs:
     )
 }
 
-/// Runs a client verb as a user; its output.
-fn as_user(c: &Cluster, token: &str, args: &[&str]) -> std::process::Output {
-    c.command(args)
-        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
-        .env("GANTRY_TOKEN", token)
-        .output()
-        .unwrap()
-}
-
 /// How many times the workflow's image build ran (0: a cache hit).
 fn builds(d: &Value) -> usize {
     Cluster::task(d, "build:tool")["attempts"]
         .as_array()
         .map_or(0, Vec::len)
-}
-
-fn start(c: &Cluster, token: &str, file: &std::path::Path) -> String {
-    let out = as_user(c, token, &["workflow", "start", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 #[test]
@@ -148,14 +129,14 @@ fn another_group_cannot_reach_a_built_image_through_its_own_repositories() {
 
     // Ana builds her image in a workflow; its job runs in it.
     let file = c.write("a.yaml", &recipe("\"echo built > /opt/app/built.txt\""));
-    let first = start(&c, &a, &file);
+    let first = c.start_as(&a, &file);
     let d = c.wait_status(&first, "FINISHED");
     assert_eq!(builds(&d), 1, "it built");
     assert_eq!(
         c.ok(&["workflow", "log", &first, "use-it"]),
         "only for group ga\nbuilt\n"
     );
-    let images = as_user(&c, &a, &["image", "list", "-o", "json"]);
+    let images = c.as_user(&a, &["image", "list", "-o", "json"]);
     let images: Value = serde_json::from_slice(&images.stdout).expect("JSON");
     let image = images
         .as_array()
@@ -254,7 +235,7 @@ fn another_group_cannot_reach_a_built_image_through_its_own_repositories() {
             "version: v4\njobs:\n  x:\n    image: {{ uri: \"docker://127.0.0.1:{port}/user/ben/tool@{digest}\" }}\n    command: [\"cat\", \"/opt/app/note.txt\"]\n"
         ),
     );
-    let stolen = start(&c, &b, &job);
+    let stolen = c.start_as(&b, &job);
     let d = c.wait_status(&stolen, "FAILED");
     let x = Cluster::task(&d, "x");
     let attempts = x["attempts"].as_array().unwrap();
@@ -276,7 +257,7 @@ fn another_group_cannot_reach_a_built_image_through_its_own_repositories() {
             &format!("docker://127.0.0.1:{port}/user/ana/tool:{tag}"),
         ),
     );
-    let out = as_user(&c, &b, &["workflow", "start", from_hers.to_str().unwrap()]);
+    let out = c.as_user(&b, &["workflow", "start", from_hers.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -285,10 +266,10 @@ fn another_group_cannot_reach_a_built_image_through_its_own_repositories() {
     );
 
     // Ben builds the same recipe: his own image, from his own uploads.
-    let bens = start(&c, &b, &file);
+    let bens = c.start_as(&b, &file);
     let d = c.wait_status(&bens, "FINISHED");
     assert_eq!(builds(&d), 1, "ben's build is his own, not a hit on ana's");
-    let got = as_user(&c, &b, &["workflow", "log", &bens, "use-it"]);
+    let got = c.as_user(&b, &["workflow", "log", &bens, "use-it"]);
     assert_eq!(
         String::from_utf8_lossy(&got.stdout),
         "only for group ga\nbuilt\n"
@@ -296,7 +277,7 @@ fn another_group_cannot_reach_a_built_image_through_its_own_repositories() {
 
     // Ana's use goes on: the same recipe is a cache hit and its job runs the image; a changed
     // step rebuilds from there, taking the unchanged step's layer from her repository.
-    let again = start(&c, &a, &file);
+    let again = c.start_as(&a, &file);
     let d = c.wait_status(&again, "FINISHED");
     assert_eq!(builds(&d), 0, "a cache hit: {d:#}");
     let why = &Cluster::task(&d, "build:tool")["reason"];
@@ -306,7 +287,7 @@ fn another_group_cannot_reach_a_built_image_through_its_own_repositories() {
         "only for group ga\nbuilt\n"
     );
     let changed = c.write("a2.yaml", &recipe("\"echo rebuilt > /opt/app/built.txt\""));
-    let rebuilt = start(&c, &a, &changed);
+    let rebuilt = c.start_as(&a, &changed);
     let d = c.wait_status(&rebuilt, "FINISHED");
     assert_eq!(builds(&d), 1);
     let log = c.ok(&["workflow", "log", &rebuilt, "build:tool"]);
