@@ -70,9 +70,9 @@ pub struct AgentConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The node's Node Exporter (`host:port`), announced for Prometheus' service discovery.
     pub node_exporter: Option<String>,
-    /// Run job containers in user namespaces where the node can (see
-    /// `runtime::RuntimeConfig::job_userns`).
-    pub job_userns: bool,
+    /// The host ids of job containers' user namespaces, where the node can run them so (see
+    /// `runtime::RuntimeConfig::job_userns`); `None` runs them without.
+    pub job_userns: Option<runtime::IdRange>,
 }
 
 /// Detects this machine's cores and memory.
@@ -202,14 +202,14 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.storage_root)
         .with_context(|| format!("creating {}", config.storage_root.display()))?;
     let mut rc = runtime_config(&config);
-    if !config.job_userns {
-        rc.job_userns = None;
-    } else if let Err(why) = runtime::userns::probe_idmapped_dir(
-        runtime::JOB_IDS.slot(0),
-        &config
-            .storage_root
-            .join(format!(".userns-probe.{}", std::process::id())),
-    ) {
+    rc.job_userns = config.job_userns;
+    let probe = config
+        .storage_root
+        .join(format!(".userns-probe.{}", std::process::id()));
+    if let Some(Err(why)) = rc
+        .job_userns
+        .map(|range| runtime::userns::probe_idmapped_dir(range.slot(0), &probe))
+    {
         // Volumes are mounted through the container's mapping, so their filesystem must
         // take idmapped mounts too (NFS does not).
         tracing::warn!(

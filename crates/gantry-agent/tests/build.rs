@@ -689,7 +689,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
         },
         metrics_listen: None,
         node_exporter: None,
-        job_userns: true,
+        job_userns: Some(gantry_agent::runtime::JOB_IDS),
     };
     let repo = repository("agent");
     let asg = assignment(c, &repo, vec![run("a1", "echo from-the-build")], json!({}));

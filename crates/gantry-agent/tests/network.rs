@@ -745,7 +745,7 @@ fn agent_reports_running_after_readiness(c: &Ctx) {
         },
         metrics_listen: None,
         node_exporter: None,
-        job_userns: true,
+        job_userns: Some(gantry_agent::runtime::JOB_IDS),
     };
     let subnet: Subnet = c.agent_subnet.parse().unwrap();
     let probe = probe_of(http_probe(8080), 1);

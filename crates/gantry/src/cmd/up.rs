@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use gantry_agent::image::PullConfig;
 use gantry_agent::node::{detect_capacity, AgentConfig};
+use gantry_agent::runtime::{IdRange, JOB_IDS};
 use gantry_api::agent::Capacity;
 use gantry_api::v1::Role;
 use gantry_server::{Server, ServerConfig};
@@ -322,7 +323,15 @@ async fn embedded(
             // Each local agent its own port, picked by the system; Hello reports it.
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             node_exporter,
-            job_userns: confine.job_userns,
+            // Agents of one host share its ids: each its own part of the range, so no two
+            // containers of the host share host ids.
+            job_userns: confine.job_userns.then(|| {
+                let share = JOB_IDS.slots / agents;
+                IdRange {
+                    first: JOB_IDS.first + (i - 1) * share * 65536,
+                    slots: share,
+                }
+            }),
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -525,7 +534,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         pull: args.registry.pull_config()?,
         node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
-        job_userns: args.confine.job_userns,
+        job_userns: args.confine.job_userns.then_some(JOB_IDS),
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,
