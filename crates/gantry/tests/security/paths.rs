@@ -339,3 +339,48 @@ jobs:
     );
     assert_eq!(lines[1][2], "65536", "{out}");
 }
+
+#[test]
+fn an_images_symlink_cannot_carry_a_mount_over_dev() {
+    // The file names a harmless path, but the image makes it a link to /dev: runc follows the
+    // link inside the container's root, so the volume (with a fake confine planted by an
+    // earlier job) lands on /dev. What the container starts through is mounted after every
+    // mount of the workflow's, and checked: the job still runs confined.
+    let c = Cluster::up(1);
+    let mallory = c.user_token("mallory", "outsiders");
+    let file = c.write(
+        "image-link.yaml",
+        r#"version: v4
+images:
+  sneaky:
+    from: docker://busybox:1
+    run: [ "ln -s /dev /shadow" ]
+volumes:
+  tools: {}
+jobs:
+  plant:
+    image: { uri: docker://busybox:1 }
+    command: [/bin/sh, -c, "printf '#!/bin/sh\nshift\nexec \"$@\"\n' > /t/confine && chmod +x /t/confine && : > /t/seccomp.bpf && : > /t/marker"]
+    mounts: { /t: { volume: tools } }
+  escape:
+    image: { build: sneaky }
+    depends-on: [{ name: plant }]
+    command: [/bin/sh, -c, "test -e /dev/marker && echo volume-on-dev; grep ^Seccomp: /proc/self/status; unshare -U -r true 2>&1; echo rc=$?"]
+    mounts: { /shadow: { volume: tools } }
+"#,
+    );
+    let id = c.start_as(&mallory, &file);
+    let d = c.wait_for(&id, "the workflow to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(Cluster::task(&d, "escape")["status"], "FINISHED", "{d:#}");
+    let out = log(&c, &id, "escape");
+    // The attack was real: the volume is what the container sees at /dev...
+    assert!(out.starts_with("volume-on-dev\n"), "{out}");
+    // ...and yet its first process was the agent's confine, and the filter is loaded.
+    assert!(out.contains("Seccomp:\t2\n"), "{out}");
+    assert!(
+        out.contains("Operation not permitted") && out.ends_with("rc=1\n"),
+        "{out}"
+    );
+}
