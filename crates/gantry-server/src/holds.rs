@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use axum::extract::{Path, State};
 use axum::Json;
 use gantry_api::v1::{HoldInfo, PlaceHold, ReleaseHolds};
-use gantry_core::holds::{self, Alert, Decision, Hold, HoldState, HoldType, PoolView, Release};
+use gantry_core::holds::{self, Decision, Hold, HoldState, HoldType, PoolView, Release};
+use gantry_intake::alertmanager::AlertEntry;
+use gantry_intake::requests;
 use gantry_store::{HoldChange, HoldRow, NewEvent};
 use uuid::Uuid;
 
@@ -131,13 +133,6 @@ pub async fn promote_all(st: &AppState) -> Result<(), ApiError> {
         promote(st, &p).await?;
     }
     Ok(())
-}
-
-/// One alert entry after its labels were read.
-pub struct AlertEntry {
-    pub alert: Alert,
-    pub alertname: String,
-    pub summary: String,
 }
 
 #[derive(Debug, PartialEq)]
@@ -326,17 +321,7 @@ pub async fn place(
     JsonBody(req): JsonBody<PlaceHold>,
 ) -> Result<Json<HoldInfo>, ApiError> {
     c.require_admin()?;
-    let kind = HoldType::parse(&req.kind).ok_or_else(|| {
-        ApiError::BadRequest(format!(
-            "hold type must be cordon or evict, not {:?}",
-            req.kind
-        ))
-    })?;
-    if req.reason.trim().is_empty() {
-        return Err(ApiError::BadRequest(
-            "a hold needs a reason (--reason)".into(),
-        ));
-    }
+    let (kind, reason) = requests::place_hold(&req).map_err(ApiError::BadRequest)?;
     let _guard = st.hold_lock.lock().await;
     let node = st
         .store
@@ -354,7 +339,7 @@ pub async fn place(
         fingerprint: None,
         episode: None,
         release_rule: "admin".into(),
-        reason: req.reason.trim().into(),
+        reason,
         created_by: c.user.name.clone(),
         created_at: now_ms(),
         activated_at: None,
@@ -378,6 +363,7 @@ pub async fn release(
     JsonBody(req): JsonBody<ReleaseHolds>,
 ) -> Result<Json<Vec<HoldInfo>>, ApiError> {
     c.require_admin()?;
+    let requests::Release { hold, reason } = requests::release_holds(req);
     let pool = {
         let _guard = st.hold_lock.lock().await;
         let node = st
@@ -386,12 +372,11 @@ pub async fn release(
             .await
             .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
         let holds = st.store.holds(Some(&node.name), false).await?;
-        let chosen: Vec<&HoldRow> = match &req.hold {
+        let chosen: Vec<&HoldRow> = match &hold {
             Some(p) => {
-                let p = p.to_ascii_lowercase();
                 let m: Vec<&HoldRow> = holds
                     .iter()
-                    .filter(|h| h.id.to_string().starts_with(&p))
+                    .filter(|h| h.id.to_string().starts_with(p.as_str()))
                     .collect();
                 match m.len() {
                     0 => {
@@ -414,10 +399,6 @@ pub async fn release(
                 "node {name} has no holds to release"
             )));
         }
-        let reason = req
-            .reason
-            .clone()
-            .unwrap_or_else(|| "released by an administrator".into());
         let mut changes = vec![];
         for h in &chosen {
             changes.push(HoldChange::Release {
