@@ -32,6 +32,9 @@ pub enum Refusal {
 /// Workflow files larger than this are refused before parsing.
 pub const MAX_SPEC_BYTES: usize = 4 << 20;
 
+/// Longest workflow name: it is shown in every listing.
+pub const MAX_WORKFLOW_NAME: usize = 256;
+
 /// The workflow file's diagnostics as the API carries them.
 pub fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
     ds.into_iter()
@@ -58,6 +61,27 @@ pub fn parse_spec(spec: &str) -> Result<Workflow, Refusal> {
     })
 }
 
+/// A workflow's name for listings: `None` (blank or absent) takes the default. Names are
+/// printed in other people's terminals (the group's members list them), so control characters,
+/// which could rewrite what they see, are refused.
+pub fn workflow_name(name: Option<&str>) -> Result<Option<String>, String> {
+    let Some(name) = name.filter(|n| !n.trim().is_empty()) else {
+        return Ok(None);
+    };
+    if name.len() > MAX_WORKFLOW_NAME {
+        return Err(format!(
+            "the workflow name is {} bytes; the limit is {MAX_WORKFLOW_NAME}",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "the workflow name {name:?} has control characters; use printable text"
+        ));
+    }
+    Ok(Some(name.to_string()))
+}
+
 /// A submit that passed every check that needs no store: the file parses, Gantry can run all
 /// of it, and its plan is compiled (builds, secrets and endpoints are checked against the
 /// store next).
@@ -65,6 +89,7 @@ pub fn parse_spec(spec: &str) -> Result<Workflow, Refusal> {
 pub struct Submission {
     pub workflow: Workflow,
     pub plan: WorkflowPlan,
+    pub name: Option<String>,
     /// Parts of the file Gantry accepts but does not act on.
     pub warnings: Vec<String>,
 }
@@ -72,6 +97,7 @@ pub struct Submission {
 /// `POST /workflows` (and MCP's `start_workflow`) up to the store.
 pub fn submission(req: &SubmitWorkflow) -> Result<Submission, Refusal> {
     let workflow = parse_spec(&req.spec)?;
+    let name = workflow_name(req.name.as_deref()).map_err(Refusal::Bad)?;
     let support = plan::support(&workflow);
     if !support.unsupported.is_empty() {
         return Err(Refusal::Bad(format!(
@@ -83,6 +109,7 @@ pub fn submission(req: &SubmitWorkflow) -> Result<Submission, Refusal> {
     Ok(Submission {
         workflow,
         plan,
+        name,
         warnings: support.ignored,
     })
 }
@@ -398,6 +425,19 @@ mod tests {
         ] {
             assert!(secret_ref(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn workflow_names_are_printable() {
+        assert_eq!(workflow_name(None), Ok(None));
+        assert_eq!(workflow_name(Some("  ")), Ok(None));
+        assert_eq!(
+            workflow_name(Some("train résumé")),
+            Ok(Some("train résumé".into()))
+        );
+        assert!(workflow_name(Some("ok\u{1b}[2J")).is_err());
+        assert!(workflow_name(Some("a\nb")).is_err());
+        assert!(workflow_name(Some(&"x".repeat(MAX_WORKFLOW_NAME + 1))).is_err());
     }
 
     #[test]

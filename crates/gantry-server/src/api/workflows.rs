@@ -81,6 +81,8 @@ pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
 pub struct Prepared {
     /// What was asked for: [`commit`] stores exactly the file that was checked.
     pub req: SubmitWorkflow,
+    /// The name checked; `None` takes the default.
+    name: Option<String>,
     id: Uuid,
     compiled: crate::plan::WorkflowPlan,
     warnings: Vec<String>,
@@ -96,6 +98,7 @@ pub async fn prepare(
     let requests::Submission {
         workflow: wf,
         plan: mut compiled,
+        name,
         warnings,
     } = requests::submission(&req).map_err(refused)?;
     if !wf.images.is_empty() {
@@ -116,6 +119,7 @@ pub async fn prepare(
     let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
     Ok(Prepared {
         req,
+        name,
         id,
         compiled,
         warnings,
@@ -133,6 +137,7 @@ pub async fn commit(
 ) -> Result<WorkflowCreated, ApiError> {
     let Prepared {
         req,
+        name,
         id,
         compiled,
         warnings,
@@ -159,10 +164,7 @@ pub async fn commit(
             }),
         }
     }
-    let name = req
-        .name
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
+    let name = name.unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
     let new = NewWorkflow {
         id,
         name,
