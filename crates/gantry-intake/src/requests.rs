@@ -169,6 +169,10 @@ pub fn create_user(req: CreateUser) -> Result<NewUser, String> {
 /// The object cache's size limit.
 pub const CACHE_BYTES_KEY: &str = "images.cache_bytes";
 
+/// The fraction of a pool's nodes monitoring may hold; `monitoring.hold_fraction.<pool>` sets
+/// it for one pool.
+pub const HOLD_FRACTION_KEY: &str = "monitoring.hold_fraction";
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -186,13 +190,23 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "10737418240",
         "the object cache's size limit in bytes; least recently used images are evicted beyond it",
     ),
+    (
+        HOLD_FRACTION_KEY,
+        "0.2",
+        "the fraction of a pool's nodes monitoring may hold at once, from 0 to 1 (it always may hold one); monitoring.hold_fraction.<pool> for one pool",
+    ),
 ];
 
 pub type SettingDef = (&'static str, &'static str, &'static str);
 
-/// The setting a URL names; an unknown one is refused as not found.
+/// The setting a URL names; an unknown one is refused as not found. A key that refines a
+/// setting for one pool (`monitoring.hold_fraction.<pool>`) names that setting's definition.
 pub fn setting_def(key: &str) -> Result<&'static SettingDef, String> {
-    SETTINGS.iter().find(|(k, _, _)| *k == key).ok_or_else(|| {
+    let base = match key.strip_prefix(HOLD_FRACTION_KEY) {
+        Some(pool) if pool.len() > 1 && pool.starts_with('.') => HOLD_FRACTION_KEY,
+        _ => key,
+    };
+    SETTINGS.iter().find(|(k, _, _)| *k == base).ok_or_else(|| {
         let known: Vec<&str> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
         format!("no setting {key:?}; known settings: {}", known.join(", "))
     })
@@ -216,6 +230,17 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
     if k.ends_with(".enabled") && !matches!(body.value.as_str(), "true" | "false") {
         return Err(format!(
             "{key} must be true or false ({help}), not {:?}",
+            body.value
+        ));
+    }
+    if k == HOLD_FRACTION_KEY
+        && !body
+            .value
+            .parse::<f64>()
+            .is_ok_and(|f| (0.0..=1.0).contains(&f))
+    {
+        return Err(format!(
+            "{key} must be a fraction from 0 to 1 ({help}), not {:?}",
             body.value
         ));
     }
@@ -467,5 +492,17 @@ mod tests {
         let cache = setting_def(CACHE_BYTES_KEY).unwrap();
         assert!(check_setting(cache, CACHE_BYTES_KEY, &set(CACHE_BYTES_KEY, "0")).is_err());
         assert!(setting_def("no.such").is_err());
+        let pool = "monitoring.hold_fraction.gpu";
+        let fraction = setting_def(pool).unwrap();
+        assert_eq!(fraction.0, HOLD_FRACTION_KEY);
+        assert!(check_setting(fraction, pool, &set(pool, "0.5")).is_ok());
+        for bad in ["1.5", "-0.1", "NaN", "inf", "", "20%"] {
+            assert!(
+                check_setting(fraction, pool, &set(pool, bad)).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(setting_def("monitoring.hold_fraction.").is_err());
+        assert!(setting_def("monitoring.hold_fractions").is_err());
     }
 }

@@ -64,9 +64,10 @@ fn core_hold(h: &HoldRow) -> Hold {
 /// The fraction of a pool monitoring may hold: `monitoring.hold_fraction.<pool>`, else
 /// `monitoring.hold_fraction`, else 0.20.
 pub async fn fraction(st: &AppState, pool: &str) -> Result<f64, ApiError> {
+    use requests::HOLD_FRACTION_KEY;
     for key in [
-        format!("monitoring.hold_fraction.{pool}"),
-        "monitoring.hold_fraction".into(),
+        format!("{HOLD_FRACTION_KEY}.{pool}"),
+        HOLD_FRACTION_KEY.into(),
     ] {
         if let Some(v) = st.store.setting(&key).await? {
             if let Ok(f) = v.parse::<f64>() {

@@ -66,11 +66,12 @@ pub async fn get_setting(
 ) -> Result<Json<Setting>, ApiError> {
     c.require_admin()?;
     let (k, default, _) = setting_def(&key)?;
-    let value = st
-        .store
-        .setting(k)
-        .await?
-        .unwrap_or_else(|| default.to_string());
+    let mut value = st.store.setting(&key).await?;
+    // A pool's own value falls back to the cluster's, as the hold cap reads them.
+    if value.is_none() && key != *k {
+        value = st.store.setting(k).await?;
+    }
+    let value = value.unwrap_or_else(|| default.to_string());
     Ok(Json(Setting { key, value }))
 }
 
@@ -84,7 +85,7 @@ pub async fn set_setting(
     let def = setting_def(&key)?;
     gantry_intake::requests::check_setting(def, &key, &body).map_err(ApiError::BadRequest)?;
     st.store
-        .set_setting(def.0, &body.value, &c.user.name, now_ms())
+        .set_setting(&key, &body.value, &c.user.name, now_ms())
         .await?;
     Ok(Json(body))
 }
