@@ -6,51 +6,12 @@
 use base64::Engine;
 use gantry_api::agent::{BuildFile, BuildStep, ImageSource};
 use gantry_core::build::{self as keys, FileInput, Step};
+use gantry_intake::builds::{step_key, BuildPlan, PLATFORM};
 use gantry_spec::{ImageScope, Workflow};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::api::ApiError;
 use crate::state::AppState;
-
-/// Builds run for this platform.
-pub const PLATFORM: &str = "linux/amd64";
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BuildPlan {
-    pub name: String,
-    /// `user/<owner>/<name>` or `group/<group>/<name>` in the object cache.
-    pub repository: String,
-    /// The base, pinned to the digest the keys were computed from.
-    pub base: String,
-    pub base_digest: String,
-    pub steps: Vec<BuildStep>,
-    pub env: Vec<String>,
-}
-
-impl BuildPlan {
-    /// The cache key of the whole image: the tag it is pushed as.
-    pub fn final_key(&self) -> String {
-        self.steps
-            .last()
-            .map(step_key)
-            .unwrap_or_else(|| keys::base_key(PLATFORM, &self.base_digest))
-    }
-
-    pub fn task_name(&self) -> String {
-        task_name(&self.name)
-    }
-}
-
-pub fn task_name(image: &str) -> String {
-    format!("build:{image}")
-}
-
-pub fn step_key(s: &BuildStep) -> String {
-    match s {
-        BuildStep::Files { key, .. } | BuildStep::Run { key, .. } => key.clone(),
-    }
-}
 
 /// `docker://host/repo:tag` -> `docker://host/repo@digest`, so every node builds on exactly the
 /// base the keys name. Layouts (`oci://`) are kept as they are: their digest is their content.

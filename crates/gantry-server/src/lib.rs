@@ -13,7 +13,6 @@ mod holds;
 mod logs;
 pub mod mcp;
 mod monitoring;
-pub mod plan;
 pub mod proxy;
 mod registry;
 mod secrets;
@@ -28,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context;
 use gantry_store::{SqliteStore, Store};
 
+pub use gantry_intake::plan;
 pub use state::AppState;
 
 /// One controller tick, as the server's loop runs it. For `benches/controller.rs` only: a

@@ -10,17 +10,16 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gantry_api::v1::{TargetGroup, WebhookOutcome};
-use gantry_core::holds::{Alert, HoldState, HoldType, Release};
+use gantry_core::holds::HoldState;
+use gantry_intake::alertmanager;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::ApiError;
 use crate::auth::MonitoringCaller;
-use crate::holds::{apply_alerts, AlertEntry, Applied};
+use crate::holds::{apply_alerts, Applied};
 use crate::state::{now_ms, AppState};
 
 type Labels = Vec<(&'static str, String)>;
@@ -33,37 +32,6 @@ pub struct Metrics {
     webhook_alerts: Family<Labels, Counter>,
     /// When the last watchdog alert arrived (ms since the epoch; 0: never).
     watchdog_at: AtomicI64,
-}
-
-#[derive(Deserialize)]
-struct Payload {
-    alerts: Vec<AmAlert>,
-}
-
-#[derive(Deserialize)]
-struct AmAlert {
-    status: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    #[serde(default)]
-    annotations: BTreeMap<String, String>,
-    #[serde(rename = "startsAt", default)]
-    starts_at: String,
-    #[serde(default)]
-    fingerprint: Option<String>,
-}
-
-/// Alertmanager's fingerprint is stable per label set; derive one the same way when a sender
-/// leaves it out.
-fn fingerprint(labels: &BTreeMap<String, String>) -> String {
-    let mut h = Sha256::new();
-    for (k, v) in labels {
-        h.update(k.as_bytes());
-        h.update([0xff]);
-        h.update(v.as_bytes());
-        h.update([0xff]);
-    }
-    hex::encode(&h.finalize()[..8])
 }
 
 fn count(st: &AppState, code: StatusCode) {
@@ -81,123 +49,41 @@ pub async fn webhook(
     MonitoringCaller(_): MonitoringCaller,
     body: Bytes,
 ) -> Response {
-    let payload: Payload = match serde_json::from_slice(&body) {
+    let payload = match alertmanager::decode(&body) {
         Ok(p) => p,
-        Err(e) => {
+        Err(message) => {
             count(&st, StatusCode::BAD_REQUEST);
             st.metrics.webhook_errors.inc();
-            return ApiError::BadRequest(format!(
-                "not an Alertmanager webhook payload (version 4, with an `alerts` list): {e}"
-            ))
-            .into_response();
+            return ApiError::BadRequest(message).into_response();
         }
-    };
-    let mut out = WebhookOutcome {
-        alerts: payload.alerts.len(),
-        ..Default::default()
     };
     let known: std::collections::BTreeSet<String> = match st.store.nodes().await {
         Ok(nodes) => nodes.into_iter().map(|n| n.name).collect(),
         Err(e) => return transient(&st, e.into()),
     };
-    let mut unknown = vec![];
-    let mut entries = vec![];
-    for a in &payload.alerts {
-        let name = a
-            .labels
-            .get("alertname")
-            .cloned()
-            .unwrap_or_else(|| "unnamed alert".into());
-        if a.labels.get("gantry_watchdog").is_some_and(|v| v == "true") {
-            if a.status == "firing" {
-                st.metrics.watchdog_at.store(now_ms(), Ordering::Relaxed);
-            }
-            out.unchanged += 1;
-            continue;
-        }
-        let firing = match a.status.as_str() {
-            "firing" => true,
-            "resolved" => false,
-            other => {
-                out.ignored
-                    .push(format!("{name}: unknown status {other:?}"));
-                continue;
-            }
-        };
-        let Some(node) = a.labels.get("node").filter(|n| !n.is_empty()) else {
-            out.ignored.push(format!("{name}: no `node` label"));
-            continue;
-        };
-        let kind = match a.labels.get("gantry_hold").map(String::as_str) {
-            Some("cordon") => HoldType::Cordon,
-            Some("evict") => HoldType::Evict,
-            Some(other) => {
-                out.ignored.push(format!(
-                    "{name} on {node}: gantry_hold must be cordon or evict, not {other:?}"
-                ));
-                continue;
-            }
-            None => {
-                out.ignored.push(format!(
-                    "{name} on {node}: no `gantry_hold` label, so Gantry does not act on it"
-                ));
-                continue;
-            }
-        };
-        let release = match a.labels.get("gantry_release").map(String::as_str) {
-            Some("admin") => Release::Admin,
-            None | Some("auto") => Release::Auto,
-            Some(other) => {
-                out.ignored.push(format!(
-                    "{name} on {node}: gantry_release must be auto or admin, not {other:?}"
-                ));
-                continue;
-            }
-        };
-        if !known.contains(node.as_str()) {
-            let msg = format!("{name}: node {node} is not known to Gantry");
-            unknown.push(gantry_store::NewEvent {
-                workflow_id: None,
-                node: Some(node.clone()),
-                task: None,
-                kind: "alert.unknown_node".into(),
-                message: format!(
-                    "{name} ({}) names node {node}, which Gantry does not know",
-                    a.status
-                ),
-            });
-            out.ignored.push(msg);
-            continue;
-        }
-        let entry = AlertEntry {
-            alert: Alert {
-                fingerprint: a
-                    .fingerprint
-                    .clone()
-                    .filter(|f| !f.is_empty())
-                    .unwrap_or_else(|| fingerprint(&a.labels)),
-                starts_at: a.starts_at.clone(),
-                firing,
-                node: node.clone(),
-                kind,
-                release,
-            },
-            summary: a
-                .annotations
-                .get("summary")
-                .cloned()
-                .filter(|s| !s.trim().is_empty())
-                .unwrap_or_else(|| format!("{name} on {node}")),
-            alertname: name,
-        };
-        entries.push(entry);
+    let reading = alertmanager::read(&payload, |node| known.contains(node));
+    if reading.watchdog_firing {
+        st.metrics.watchdog_at.store(now_ms(), Ordering::Relaxed);
     }
-    for ev in &unknown {
-        if let Err(e) = st.store.record_event(ev, now_ms()).await {
+    let mut out = WebhookOutcome {
+        alerts: payload.alerts.len(),
+        unchanged: reading.watchdogs,
+        ignored: reading.ignored,
+        ..Default::default()
+    };
+    for u in reading.unknown {
+        let ev = gantry_store::NewEvent {
+            workflow_id: None,
+            node: Some(u.node),
+            task: None,
+            kind: "alert.unknown_node".into(),
+            message: u.message,
+        };
+        if let Err(e) = st.store.record_event(&ev, now_ms()).await {
             return transient(&st, e.into());
         }
     }
-    match apply_alerts(&st, &entries).await {
+    match apply_alerts(&st, &reading.entries).await {
         Ok(applied) => {
             for a in applied {
                 match a {

@@ -1746,9 +1746,9 @@ impl Cx<'_> {
             self.err(f.key_pos("end"), path, msg);
             return None;
         }
-        if end - start >= 1_000_000 {
+        if u64::from(end - start) >= MAX_TASKS {
             let msg = format!(
-                "{} tasks is too many; a task array runs at most 1000000",
+                "{} tasks is too many; a task array runs at most {MAX_TASKS}",
                 u64::from(end - start) + 1
             );
             self.err(f.key_pos("end"), path, msg);
@@ -2666,6 +2666,50 @@ fn unknown_key(key: &str, schema: &Schema) -> String {
 /// Converts and checks a loaded document. Returns the workflow when the
 /// document is usable at all; the caller decides by the diagnostics whether
 /// it is valid.
+/// Every task of a workflow is stored when it is submitted, so a file may ask for at most
+/// this many, in one task array and in all.
+pub const MAX_TASKS: u64 = 1_000_000;
+
+/// The workflow's tasks in all (one per job or service, or per task-array member) within
+/// [`MAX_TASKS`]; past it, the job that crosses the limit, in file order, is named.
+pub(crate) fn check_task_total(wf: &Workflow, diags: &mut Diags) {
+    let mut steps: Vec<(Pos, &str, Option<u64>)> = wf
+        .jobs
+        .values()
+        .map(|j| {
+            (
+                j.pos,
+                j.name.as_str(),
+                j.task_array.as_ref().map(TaskArray::len),
+            )
+        })
+        .collect();
+    let services = wf.services.len() as u64;
+    let total = services + steps.iter().map(|s| s.2.unwrap_or(1)).sum::<u64>();
+    if total <= MAX_TASKS {
+        return;
+    }
+    steps.sort();
+    let mut so_far = services;
+    for (pos, name, array) in steps {
+        so_far += array.unwrap_or(1);
+        if so_far > MAX_TASKS {
+            let (path, with) = match array {
+                Some(n) => (
+                    child(&child("jobs", name), "task-array"),
+                    format!("its {n} tasks"),
+                ),
+                None => (child("jobs", name), "it".to_string()),
+            };
+            let msg = format!(
+                "with {with}, the workflow makes {total} tasks; a workflow runs at most {MAX_TASKS} in all"
+            );
+            diags.err(pos, &path, msg);
+            return;
+        }
+    }
+}
+
 pub(crate) fn convert(root: &Node, diags: &mut Diags) -> Option<Workflow> {
     let mut cx = Cx {
         d: diags,

@@ -241,6 +241,41 @@ jobs:
     );
 }
 
+/// The `api` fuzz target asserts that an accepted workflow's tasks fit in one submit: arrays
+/// within the per-array limit could add up to any number, and the server stores every task
+/// of a workflow when it is submitted, so one 4 MiB file could take all of its memory.
+#[test]
+fn a_workflow_has_at_most_a_million_tasks_in_all() {
+    let job = |name: &str, end: u32| {
+        format!("  {name}:\n    image: {{uri: docker://alpine}}\n    task-array: {{start: 1, end: {end}}}\n")
+    };
+    let file = |jobs: &[String]| {
+        format!(
+            "version: v4\nservices:\n  s:\n    image: {{uri: docker://alpine}}\njobs:\n{}",
+            jobs.concat()
+        )
+    };
+    // In file order, `b` (line 9) is where the total passes the limit; `a` sorts first by name
+    // but is written last.
+    let over = file(&[job("c", 600_000), job("b", 400_000), job("a", 10)]);
+    check(
+        &over,
+        &["9:3: jobs.b.task-array: with its 400000 tasks, the workflow makes 1000011 tasks; a workflow runs at most 1000000 in all"],
+    );
+    // Exactly the limit, the service included, is fine.
+    let at = file(&[job("c", 600_000), job("b", 399_999)]);
+    assert!(gantry_spec::parse(&at).is_ok());
+    // A job without an array counts one.
+    let plain = format!(
+        "{}  d:\n    image: {{uri: docker://alpine}}\n",
+        file(&[job("c", 999_999)])
+    );
+    check(
+        &plain,
+        &["9:3: jobs.d: with it, the workflow makes 1000001 tasks; a workflow runs at most 1000000 in all"],
+    );
+}
+
 #[test]
 fn command_script_and_image() {
     check(

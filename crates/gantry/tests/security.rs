@@ -7,6 +7,8 @@
 //! modules beside itself, hence the `#[path]`s).
 
 mod common;
+#[path = "security/fuzz.rs"]
+mod fuzz;
 #[path = "security/paths.rs"]
 mod paths;
 #[path = "security/registry.rs"]

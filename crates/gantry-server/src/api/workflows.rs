@@ -3,10 +3,11 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{
-    AttemptInfo, Diagnostic, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation,
-    WorkflowCreated, WorkflowDetail, WorkflowSummary,
+    AttemptInfo, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation, WorkflowCreated,
+    WorkflowDetail, WorkflowSummary,
 };
 use gantry_api::TaskStatus;
+use gantry_intake::requests::{self, Refusal};
 use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -14,48 +15,32 @@ use uuid::Uuid;
 
 use super::{ApiError, JsonBody};
 use crate::auth::{Caller, UserCaller};
-use crate::plan;
 use crate::state::{now_ms, AppState};
-
-/// Workflow files larger than this are refused before parsing.
-const MAX_SPEC_BYTES: usize = 4 << 20;
 
 pub fn ts(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
-fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
-    ds.into_iter()
-        .map(|d| Diagnostic {
-            line: d.line,
-            column: d.column,
-            message: d.message,
-        })
-        .collect()
-}
-
-fn parse(spec: &str) -> Result<gantry_spec::Workflow, ApiError> {
-    if spec.len() > MAX_SPEC_BYTES {
-        return Err(ApiError::BadRequest(format!(
-            "the workflow file is {} bytes; the limit is {MAX_SPEC_BYTES}",
-            spec.len()
-        )));
+/// A refusal of a workflow file (or of a submit) before the store.
+fn refused(r: Refusal) -> ApiError {
+    match r {
+        Refusal::Bad(message) => ApiError::BadRequest(message),
+        Refusal::Invalid {
+            message,
+            diagnostics,
+        } => ApiError::Invalid {
+            message,
+            diagnostics,
+        },
     }
-    gantry_spec::parse(spec).map_err(|ds| {
-        let n = ds.len();
-        ApiError::Invalid {
-            message: format!("the workflow file has {n} problem(s)"),
-            diagnostics: diagnostics(ds),
-        }
-    })
 }
 
 pub async fn validate(
     UserCaller(_): UserCaller,
     JsonBody(req): JsonBody<ValidateWorkflow>,
 ) -> Result<Json<Validation>, ApiError> {
-    match parse(&req.spec) {
+    match requests::parse_spec(&req.spec).map_err(refused) {
         Ok(_) => Ok(Json(Validation {
             valid: true,
             diagnostics: vec![],
@@ -96,8 +81,10 @@ pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
 pub struct Prepared {
     /// What was asked for: [`commit`] stores exactly the file that was checked.
     pub req: SubmitWorkflow,
+    /// The name checked; `None` takes the default.
+    name: Option<String>,
     id: Uuid,
-    compiled: plan::WorkflowPlan,
+    compiled: crate::plan::WorkflowPlan,
     warnings: Vec<String>,
     pub takeovers: Vec<gantry_store::TakeoverRow>,
 }
@@ -108,15 +95,12 @@ pub async fn prepare(
     req: SubmitWorkflow,
     channel: &str,
 ) -> Result<Prepared, ApiError> {
-    let wf = parse(&req.spec)?;
-    let support = plan::support(&wf);
-    if !support.unsupported.is_empty() {
-        return Err(ApiError::BadRequest(format!(
-            "this workflow uses what Gantry cannot run yet:\n  {}",
-            support.unsupported.join("\n  ")
-        )));
-    }
-    let mut compiled = plan::compile(&wf);
+    let requests::Submission {
+        workflow: wf,
+        plan: mut compiled,
+        name,
+        warnings,
+    } = requests::submission(&req).map_err(refused)?;
     if !wf.images.is_empty() {
         let enabled = st.store.setting("builds.enabled").await?;
         if enabled.as_deref() == Some("false") {
@@ -135,9 +119,10 @@ pub async fn prepare(
     let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
     Ok(Prepared {
         req,
+        name,
         id,
         compiled,
-        warnings: support.ignored,
+        warnings,
         takeovers,
     })
 }
@@ -152,6 +137,7 @@ pub async fn commit(
 ) -> Result<WorkflowCreated, ApiError> {
     let Prepared {
         req,
+        name,
         id,
         compiled,
         warnings,
@@ -178,10 +164,7 @@ pub async fn commit(
             }),
         }
     }
-    let name = req
-        .name
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
+    let name = name.unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
     let new = NewWorkflow {
         id,
         name,
@@ -268,14 +251,7 @@ pub async fn list(
     UserCaller(c): UserCaller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
-    let want = match q.status.as_deref() {
-        Some(s) => Some(s.parse::<gantry_api::WorkflowStatus>().map_err(|_| {
-            ApiError::BadRequest(format!(
-                "unknown status {s:?}: use PENDING, RUNNING, FINISHED, FAILED or STOPPED"
-            ))
-        })?),
-        None => None,
-    };
+    let want = requests::status_filter(q.status.as_deref()).map_err(ApiError::BadRequest)?;
     let mut out = vec![];
     for w in st.store.list_workflows(&c.visibility()).await? {
         if want.is_some_and(|s| s != w.status) {

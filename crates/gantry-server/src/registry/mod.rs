@@ -54,7 +54,7 @@ use names::{sha256_hex, Reference, Repo};
 use storage::{BlobStore, Upload};
 
 /// The admin setting that bounds the cache, in bytes.
-pub const CACHE_BYTES_KEY: &str = "images.cache_bytes";
+pub use gantry_intake::requests::CACHE_BYTES_KEY;
 pub const DEFAULT_CACHE_BYTES: u64 = 10 << 30;
 /// Pulls refresh an image's (or blob's) last use at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
