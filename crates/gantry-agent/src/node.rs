@@ -219,7 +219,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         );
         rc.job_userns = None;
     }
-    let runtime = Runtime::new(rc)?;
+    // It compiles the seccomp profile and probes user namespaces (forking): blocking work.
+    let runtime = tokio::task::spawn_blocking(move || Runtime::new(rc)).await??;
     // The server's object cache is a registry too: plain HTTP when the server is.
     let mut pull = config.pull.clone();
     if let Some(host) =

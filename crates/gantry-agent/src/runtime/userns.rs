@@ -282,8 +282,6 @@ fn in_child<T>(
     if pid == 0 {
         // SAFETY: plain syscalls on fds this process owns; the child ends with _exit.
         unsafe {
-            // Only its own ends: with the others open it would never see the parent's end of
-            // `done` close.
             libc::close(ready_r.as_raw_fd());
             libc::close(done_w.as_raw_fd());
             let ok = u8::from(enter());
@@ -304,6 +302,10 @@ fn in_child<T>(
         }
         then(pid)
     })();
+    // A byte, not just the pipe's end: another thread may fork meanwhile, and its child then
+    // holds a copy of `done_w` (and we of its), so an end of file alone might never come.
+    // SAFETY: writing one byte from a valid buffer.
+    unsafe { libc::write(done_w.as_raw_fd(), (&1u8 as *const u8).cast(), 1) };
     drop(done_w);
     let mut status = 0;
     // SAFETY: reaping our own child.
@@ -324,4 +326,32 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 fn cstr(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Agents of one process (`gantry up --agents N`) make namespaces at the same time: each
+    /// child then holds copies of the others' pipes, which must not keep any of them waiting.
+    #[test]
+    fn namespaces_made_from_many_threads_at_once_all_finish() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for _ in 0..8 {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    let ns = UserNs::new(BUILD_MAP).map(|ns| ns.map());
+                    let _ = tx.send(ns.map_err(|e| e.to_string()));
+                }
+            });
+        }
+        drop(tx);
+        for _ in 0..80 {
+            let made = rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("a namespace within a minute: the children are waiting on each other");
+            assert_eq!(made, Ok(BUILD_MAP));
+        }
+    }
 }
