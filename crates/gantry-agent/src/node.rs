@@ -69,6 +69,9 @@ pub struct AgentConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The node's Node Exporter (`host:port`), announced for Prometheus' service discovery.
     pub node_exporter: Option<String>,
+    /// Ports of the host that containers may reach (`--host-allow tcp/7070`); the server's
+    /// own port needs none when the agent reaches the server at a host address.
+    pub host_allow: Vec<net::HostPort>,
 }
 
 /// Detects this machine's cores and memory.
@@ -152,6 +155,9 @@ struct Agent {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Container starts in progress at once: see [`start_permits`].
     starts: Arc<tokio::sync::Semaphore>,
+    /// The server's `Peers`, applied in the order they came (each is whole: a late older one
+    /// must not undo a newer one).
+    peers: std::sync::mpsc::Sender<(Uuid, Vec<String>)>,
 }
 
 impl Agent {
@@ -208,8 +214,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         }
     }
     let images = Arc::new(ImageStore::new(config.state_dir.join("images"), pull)?);
-    let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))
-        .context("container networking")?;
+    let mut net_config = NetConfig::for_agent(&config.state_dir, &config.name);
+    net_config.host_allow = config.host_allow.clone();
+    net_config.server = server_addrs(&config.server);
+    let net = Network::new(net_config).context("container networking")?;
     let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
     let mut metrics_addr = None;
     if let Some(listen) = config.metrics_listen {
@@ -245,6 +253,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let agent = Agent {
         config: Arc::new(config),
         runtime: Arc::new(runtime),
+        peers: peers_worker(net.clone()),
         net,
         images,
         builder,
@@ -344,6 +353,61 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
 }
 
 /// `host:port` of the server, where its object cache serves images.
+/// Applies the server's `Peers` to the firewall, one after the other, on a thread of its own.
+fn peers_worker(net: Arc<Network>) -> std::sync::mpsc::Sender<(Uuid, Vec<String>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(Uuid, Vec<String>)>();
+    std::thread::spawn(move || {
+        for (workflow, addresses) in rx {
+            let addrs: Vec<std::net::Ipv4Addr> =
+                addresses.iter().filter_map(|a| a.parse().ok()).collect();
+            if let Err(e) = net.set_peers(&workflow.to_string(), &addrs) {
+                tracing::warn!(workflow = %workflow, "its containers on other nodes: {e}");
+            }
+        }
+    });
+    tx
+}
+
+/// The server's IPv4 addresses and port as this agent reaches it, for the firewall: its
+/// containers may reach the server's endpoint proxy. Loopback ones are left out (containers
+/// never reach the host's loopback).
+fn server_addrs(server: &str) -> Vec<std::net::SocketAddrV4> {
+    use std::net::ToSocketAddrs;
+    let Some(hostport) = server_registry(server) else {
+        return vec![];
+    };
+    let default_port = if server.starts_with("https://") {
+        443
+    } else {
+        80
+    };
+    let with_port = if hostport
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        hostport
+    } else {
+        format!("{hostport}:{default_port}")
+    };
+    let mut out: Vec<std::net::SocketAddrV4> = with_port
+        .to_socket_addrs()
+        .map(|it| {
+            it.filter_map(|a| match a {
+                std::net::SocketAddr::V4(v4)
+                    if !v4.ip().is_loopback() && !v4.ip().is_unspecified() =>
+                {
+                    Some(v4)
+                }
+                _ => None,
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn server_registry(server: &str) -> Option<String> {
     let rest = server.split("://").nth(1)?;
     let host = rest.split('/').next()?.trim();
@@ -517,6 +581,12 @@ fn handle(agent: &Agent, msg: ServerMessage) {
                     }
                 });
             }
+        }
+        ServerMessage::Peers {
+            workflow_id,
+            addresses,
+        } => {
+            let _ = agent.peers.send((workflow_id, addresses));
         }
         ServerMessage::Forget { attempt_id } => {
             let a = agent.clone();
@@ -819,8 +889,17 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     let cid = spec.id.clone();
     let (rt, nw) = (agent.runtime.clone(), agent.net.clone());
     let hosts = network.hosts.clone();
+    let policy = net::Policy {
+        workflow: asg.workflow_id.to_string(),
+        egress: network.egress,
+        peers: network
+            .peers
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect(),
+    };
     let started = tokio::task::spawn_blocking(move || -> anyhow::Result<std::net::Ipv4Addr> {
-        let att = nw.attach(&spec.id).context("network")?;
+        let att = nw.attach(&spec.id, &policy).context("network")?;
         let address = att.address.ok_or(net::NetError::NoAddress(String::new()))?;
         // The task's own /etc/hosts or resolv.conf, if it injects one, wins.
         let given = |files: &[(String, Vec<u8>)], t: &str| files.iter().any(|(f, _)| f == t);

@@ -685,6 +685,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
         },
         metrics_listen: None,
         node_exporter: None,
+        host_allow: vec![],
     };
     let repo = repository("agent");
     let asg = assignment(c, &repo, vec![run("a1", "echo from-the-build")], json!({}));
@@ -876,7 +877,7 @@ fn teardown(dir: &Path) {
             if let Ok(n) = Network::new(NetConfig {
                 state_dir: net,
                 bridge,
-                plugin_dir: None,
+                ..Default::default()
             }) {
                 n.cleanup(&[]);
                 if let Err(e) = n.remove_bridge() {

@@ -21,6 +21,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "the network of image build steps: none (only lo) or bridge (NAT'd on the node's bridge; never the host's)",
     ),
     (
+        crate::netpolicy::EGRESS_KEY,
+        "allow",
+        "whether containers of workflows with services may open connections outside the cluster: allow or deny (other workflows are never reachable but through endpoints)",
+    ),
+    (
         crate::registry::CACHE_BYTES_KEY,
         "10737418240",
         "the object cache's size limit in bytes; least recently used images are evicted beyond it",
@@ -133,6 +138,12 @@ pub async fn set_setting(
     if *k == "builds.network" && !matches!(body.value.as_str(), "none" | "bridge") {
         return Err(ApiError::BadRequest(format!(
             "builds.network must be none or bridge ({help}), not {:?}",
+            body.value
+        )));
+    }
+    if *k == crate::netpolicy::EGRESS_KEY && !matches!(body.value.as_str(), "allow" | "deny") {
+        return Err(ApiError::BadRequest(format!(
+            "{key} must be allow or deny ({help}), not {:?}",
             body.value
         )));
     }

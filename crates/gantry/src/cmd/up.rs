@@ -171,6 +171,11 @@ pub struct AgentArgs {
     /// Prometheus' service discovery scrapes it with the node's name.
     #[arg(long, value_name = "HOST:PORT")]
     node_exporter: Option<String>,
+    /// A port of this host that containers may reach, e.g. tcp/7070 or udp/53 (repeatable).
+    /// Nothing else listening on the host is reachable from a container; the server named by
+    /// --server needs none unless it is reached at a loopback address.
+    #[arg(long = "host-allow", value_name = "PROTO/PORT")]
+    host_allow: Vec<gantry_agent::net::HostPort>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -258,6 +263,17 @@ async fn embedded(
     };
     let host = detect_capacity();
     let host_name = hostname();
+    // The local agents reach the server over loopback, which containers cannot; they reach it
+    // (its endpoint proxy) at the host's addresses when it listens on one, and need nothing
+    // else of the host.
+    let host_allow: Vec<gantry_agent::net::HostPort> = if listen.ip().is_loopback() {
+        vec![]
+    } else {
+        vec![gantry_agent::net::HostPort {
+            proto: gantry_agent::net::Proto::Tcp,
+            port: server.addr.port(),
+        }]
+    };
     let mut exporters = vec![];
     let mut configs = vec![];
     for i in 1..=agents {
@@ -287,6 +303,7 @@ async fn embedded(
             // Each local agent its own port, picked by the system; Hello reports it.
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             node_exporter,
+            host_allow: host_allow.clone(),
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -483,6 +500,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         pull: args.registry.pull_config()?,
         node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
+        host_allow: args.host_allow,
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,
