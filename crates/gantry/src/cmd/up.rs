@@ -81,6 +81,9 @@ pub struct UpArgs {
     /// Local agents, each with 1/N of this machine.
     #[arg(long, default_value_t = 1)]
     agents: u32,
+    /// Cores each local agent offers (default: 1/N of this machine's).
+    #[arg(long)]
+    cpus: Option<u32>,
     /// Also run the bundled node-health stack: Prometheus, Alertmanager and a Node Exporter
     /// per agent (Debian's packages), with deploy/monitoring's rules and routes.
     #[arg(long)]
@@ -207,16 +210,26 @@ fn hostname() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
-/// A server plus `agents` local agents. Returns the server and the admin client.
+/// How many local agents, and the cores each offers (default: its share of the machine).
+struct LocalAgents {
+    count: u32,
+    cpus: Option<u32>,
+}
+
+/// A server plus local agents. Returns the server and the admin client.
 async fn embedded(
     data_dir: &Path,
     listen: SocketAddr,
-    agents: u32,
+    local: LocalAgents,
     registry: &RegistryArgs,
     write_user_context: bool,
     monitoring: Option<&MonitoringOptions>,
     mcp: &McpArgs,
 ) -> anyhow::Result<(Server, Client, Option<Stack>, Vec<AgentConfig>)> {
+    let LocalAgents {
+        count: agents,
+        cpus,
+    } = local;
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
     }
@@ -293,7 +306,7 @@ async fn embedded(
             pool: "default".into(),
             name: name.clone(),
             capacity: Capacity {
-                cpus: (host.cpus / agents).max(1),
+                cpus: cpus.unwrap_or(host.cpus / agents).max(1),
                 memory_bytes: host.memory_bytes / agents as u64,
                 devices: Default::default(),
             },
@@ -353,7 +366,10 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     let (server, client, stack, agents) = embedded(
         &data_dir,
         args.listen,
-        args.agents,
+        LocalAgents {
+            count: args.agents,
+            cpus: args.cpus,
+        },
         &args.registry,
         true,
         args.monitoring.then_some(&opts),
@@ -419,7 +435,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (_server, client, _, _) = embedded(
         &data_dir,
         listen,
-        args.agents,
+        LocalAgents {
+            count: args.agents,
+            cpus: None,
+        },
         &args.registry,
         false,
         None,
