@@ -1066,6 +1066,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn containers_may_reach_the_server_where_the_agent_does() {
+        let v4 = |s: &str| s.parse::<std::net::SocketAddrV4>().unwrap();
+        assert_eq!(
+            server_addrs("http://192.0.2.10:7070"),
+            vec![v4("192.0.2.10:7070")]
+        );
+        assert_eq!(
+            server_addrs("https://192.0.2.10/"),
+            vec![v4("192.0.2.10:443")]
+        );
+        assert_eq!(server_addrs("http://192.0.2.10"), vec![v4("192.0.2.10:80")]);
+        // Containers never reach the host's loopback, and 0.0.0.0 is no address to reach.
+        assert!(server_addrs("http://127.0.0.1:7070").is_empty());
+        assert!(server_addrs("http://0.0.0.0:7070").is_empty());
+        assert!(server_addrs("not a url").is_empty());
+    }
+
+    #[test]
     fn paths_from_the_server_stay_under_the_root() {
         let root = Path::new("/srv/gantry");
         assert_eq!(
