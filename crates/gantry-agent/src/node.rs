@@ -352,7 +352,6 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
     });
 }
 
-/// `host:port` of the server, where its object cache serves images.
 /// Applies the server's `Peers` to the firewall, one after the other, on a thread of its own.
 fn peers_worker(net: Arc<Network>) -> std::sync::mpsc::Sender<(Uuid, Vec<String>)> {
     let (tx, rx) = std::sync::mpsc::channel::<(Uuid, Vec<String>)>();
@@ -408,6 +407,7 @@ fn server_addrs(server: &str) -> Vec<std::net::SocketAddrV4> {
     out
 }
 
+/// `host:port` of the server, where its object cache serves images.
 fn server_registry(server: &str) -> Option<String> {
     let rest = server.split("://").nth(1)?;
     let host = rest.split('/').next()?.trim();
