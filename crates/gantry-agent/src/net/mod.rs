@@ -617,6 +617,7 @@ impl Network {
         // with nothing attached and no bridge has none.
         let result = if recorded.is_empty() && !self.bridge_exists() {
             fw.ready = false;
+            fw.members.clear();
             match firewall::available() {
                 true => firewall::apply(&self.tables().delete()).map_err(NetError::Firewall),
                 false => Ok(()),
@@ -836,6 +837,7 @@ impl Network {
         {
             let mut fw = lock(&self.firewall);
             fw.ready = false;
+            fw.members.clear();
             if firewall::available() {
                 firewall::apply(&self.tables().delete()).map_err(NetError::Firewall)?;
             }
