@@ -73,6 +73,9 @@ pub struct AgentConfig {
     /// The host ids of job containers' user namespaces, where the node can run them so (see
     /// `runtime::RuntimeConfig::job_userns`); `None` runs them without.
     pub job_userns: Option<runtime::IdRange>,
+    /// Ports of the host that containers may reach (`--host-allow tcp/7070`); the server's
+    /// own port needs none when the agent reaches the server at a host address.
+    pub host_allow: Vec<net::HostPort>,
 }
 
 /// Detects this machine's cores and memory.
@@ -156,6 +159,9 @@ struct Agent {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Container starts in progress at once: see [`start_permits`].
     starts: Arc<tokio::sync::Semaphore>,
+    /// The server's `Peers`, applied in the order they came (each is whole: a late older one
+    /// must not undo a newer one).
+    peers: std::sync::mpsc::Sender<(Uuid, Vec<String>)>,
 }
 
 impl Agent {
@@ -231,8 +237,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         }
     }
     let images = Arc::new(ImageStore::new(config.state_dir.join("images"), pull)?);
-    let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))
-        .context("container networking")?;
+    let mut net_config = NetConfig::for_agent(&config.state_dir, &config.name);
+    net_config.host_allow = config.host_allow.clone();
+    net_config.server = server_addrs(&config.server);
+    let net = Network::new(net_config).context("container networking")?;
     let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
     let mut metrics_addr = None;
     if let Some(listen) = config.metrics_listen {
@@ -268,6 +276,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let agent = Agent {
         config: Arc::new(config),
         runtime: Arc::new(runtime),
+        peers: peers_worker(net.clone()),
         net,
         images,
         builder,
@@ -364,6 +373,61 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
             }
         }
     });
+}
+
+/// Applies the server's `Peers` to the firewall, one after the other, on a thread of its own.
+fn peers_worker(net: Arc<Network>) -> std::sync::mpsc::Sender<(Uuid, Vec<String>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(Uuid, Vec<String>)>();
+    std::thread::spawn(move || {
+        for (workflow, addresses) in rx {
+            let addrs: Vec<std::net::Ipv4Addr> =
+                addresses.iter().filter_map(|a| a.parse().ok()).collect();
+            if let Err(e) = net.set_peers(&workflow.to_string(), &addrs) {
+                tracing::warn!(workflow = %workflow, "its containers on other nodes: {e}");
+            }
+        }
+    });
+    tx
+}
+
+/// The server's IPv4 addresses and port as this agent reaches it, for the firewall: its
+/// containers may reach the server's endpoint proxy. Loopback ones are left out (containers
+/// never reach the host's loopback).
+fn server_addrs(server: &str) -> Vec<std::net::SocketAddrV4> {
+    use std::net::ToSocketAddrs;
+    let Some(hostport) = server_registry(server) else {
+        return vec![];
+    };
+    let default_port = if server.starts_with("https://") {
+        443
+    } else {
+        80
+    };
+    let with_port = if hostport
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        hostport
+    } else {
+        format!("{hostport}:{default_port}")
+    };
+    let mut out: Vec<std::net::SocketAddrV4> = with_port
+        .to_socket_addrs()
+        .map(|it| {
+            it.filter_map(|a| match a {
+                std::net::SocketAddr::V4(v4)
+                    if !v4.ip().is_loopback() && !v4.ip().is_unspecified() =>
+                {
+                    Some(v4)
+                }
+                _ => None,
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `host:port` of the server, where its object cache serves images.
@@ -540,6 +604,12 @@ fn handle(agent: &Agent, msg: ServerMessage) {
                     }
                 });
             }
+        }
+        ServerMessage::Peers {
+            workflow_id,
+            addresses,
+        } => {
+            let _ = agent.peers.send((workflow_id, addresses));
         }
         ServerMessage::Forget { attempt_id } => {
             let a = agent.clone();
@@ -879,12 +949,21 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     let cid = spec.id.clone();
     let (rt, nw) = (agent.runtime.clone(), agent.net.clone());
     let hosts = network.hosts.clone();
+    let policy = net::Policy {
+        workflow: asg.workflow_id.to_string(),
+        egress: network.egress,
+        peers: network
+            .peers
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect(),
+    };
     let started = tokio::task::spawn_blocking(move || -> anyhow::Result<std::net::Ipv4Addr> {
         // Made in the user namespace the container will run in, so that its root holds its
         // capabilities over its own network.
         let userns = rt.job_userns_for(&spec.id)?;
         let att = nw
-            .attach_in(&spec.id, userns.as_deref())
+            .attach(&spec.id, &policy, userns.as_deref())
             .context("network")?;
         let address = att.address.ok_or(net::NetError::NoAddress(String::new()))?;
         // The task's own /etc/hosts or resolv.conf, if it injects one, wins.
@@ -1056,6 +1135,24 @@ fn read_at(path: &Path, offset: u64, limit: u64) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containers_may_reach_the_server_where_the_agent_does() {
+        let v4 = |s: &str| s.parse::<std::net::SocketAddrV4>().unwrap();
+        assert_eq!(
+            server_addrs("http://192.0.2.10:7070"),
+            vec![v4("192.0.2.10:7070")]
+        );
+        assert_eq!(
+            server_addrs("https://192.0.2.10/"),
+            vec![v4("192.0.2.10:443")]
+        );
+        assert_eq!(server_addrs("http://192.0.2.10"), vec![v4("192.0.2.10:80")]);
+        // Containers never reach the host's loopback, and 0.0.0.0 is no address to reach.
+        assert!(server_addrs("http://127.0.0.1:7070").is_empty());
+        assert!(server_addrs("http://0.0.0.0:7070").is_empty());
+        assert!(server_addrs("not a url").is_empty());
+    }
 
     #[test]
     fn websocket_url_follows_the_scheme() {

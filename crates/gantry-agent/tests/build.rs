@@ -690,6 +690,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
         metrics_listen: None,
         node_exporter: None,
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
+        host_allow: vec![],
     };
     let repo = repository("agent");
     let asg = assignment(c, &repo, vec![run("a1", "echo from-the-build")], json!({}));
@@ -881,7 +882,7 @@ fn teardown(dir: &Path) {
             if let Ok(n) = Network::new(NetConfig {
                 state_dir: net,
                 bridge,
-                plugin_dir: None,
+                ..Default::default()
             }) {
                 n.cleanup(&[]);
                 if let Err(e) = n.remove_bridge() {

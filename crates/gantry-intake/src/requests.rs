@@ -173,6 +173,10 @@ pub const CACHE_BYTES_KEY: &str = "images.cache_bytes";
 /// it for one pool.
 pub const HOLD_FRACTION_KEY: &str = "monitoring.hold_fraction";
 
+/// Whether containers of networked workflows may reach outside the cluster: `allow` (the
+/// default) or `deny` (see the server's `netpolicy`).
+pub const EGRESS_KEY: &str = "network.egress";
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -184,6 +188,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "builds.network",
         "none",
         "the network of image build steps: none (only lo) or bridge (NAT'd on the node's bridge; never the host's)",
+    ),
+    (
+        EGRESS_KEY,
+        "allow",
+        "whether containers of workflows with services may open connections outside the cluster: allow or deny (other workflows are never reachable but through endpoints)",
     ),
     (
         CACHE_BYTES_KEY,
@@ -224,6 +233,12 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
     if k == "builds.network" && !matches!(body.value.as_str(), "none" | "bridge") {
         return Err(format!(
             "builds.network must be none or bridge ({help}), not {:?}",
+            body.value
+        ));
+    }
+    if k == EGRESS_KEY && !matches!(body.value.as_str(), "allow" | "deny") {
+        return Err(format!(
+            "{key} must be allow or deny ({help}), not {:?}",
             body.value
         ));
     }

@@ -13,6 +13,7 @@ mod holds;
 mod logs;
 pub mod mcp;
 mod monitoring;
+mod netpolicy;
 pub mod proxy;
 mod registry;
 mod secrets;

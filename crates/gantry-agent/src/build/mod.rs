@@ -899,7 +899,14 @@ impl PreparedBuild {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let id = work.attempt.clone();
-        let att = tokio::task::spawn_blocking(move || net.attach(&id))
+        // The administrator allowed builds a NAT'd network for what they fetch: the outside
+        // world, and like any step, its own workflow's containers, but no one else's.
+        let policy = crate::net::Policy {
+            workflow: self.asg.workflow_id.to_string(),
+            egress: true,
+            peers: vec![],
+        };
+        let att = tokio::task::spawn_blocking(move || net.attach(&id, &policy, None))
             .await
             .map_err(|e| Failure::new(e.to_string()))?
             .map_err(|e| Failure::new(format!("the build's network: {e}")))?;

@@ -100,6 +100,9 @@ pub struct UpArgs {
     /// Local agents, each with 1/N of this machine.
     #[arg(long, default_value_t = 1)]
     agents: u32,
+    /// Cores each local agent offers (default: 1/N of this machine's).
+    #[arg(long)]
+    cpus: Option<u32>,
     /// Also run the bundled node-health stack: Prometheus, Alertmanager and a Node Exporter
     /// per agent (Debian's packages), with deploy/monitoring's rules and routes.
     #[arg(long)]
@@ -194,6 +197,11 @@ pub struct AgentArgs {
     /// Prometheus' service discovery scrapes it with the node's name.
     #[arg(long, value_name = "HOST:PORT")]
     node_exporter: Option<String>,
+    /// A port of this host that containers may reach, e.g. tcp/7070 or udp/53 (repeatable).
+    /// Nothing else listening on the host is reachable from a container; the server named by
+    /// --server needs none unless it is reached at a loopback address.
+    #[arg(long = "host-allow", value_name = "PROTO/PORT")]
+    host_allow: Vec<gantry_agent::net::HostPort>,
     #[command(flatten)]
     confine: ConfineArgs,
     #[command(flatten)]
@@ -227,14 +235,16 @@ fn hostname() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
-/// A server plus `agents` local agents. Returns the server and the admin client.
-/// The agents `gantry up` and `gantry run` start in their own process.
+/// The agents `gantry up` and `gantry run` start in their own process: how many, the cores
+/// each offers (default: its share of the machine), and how they pull and confine.
 struct LocalAgents<'a> {
     count: u32,
+    cpus: Option<u32>,
     registry: &'a RegistryArgs,
     confine: &'a ConfineArgs,
 }
 
+/// A server plus local agents. Returns the server and the admin client.
 async fn embedded(
     data_dir: &Path,
     listen: SocketAddr,
@@ -245,6 +255,7 @@ async fn embedded(
 ) -> anyhow::Result<(Server, Client, Option<Stack>, Vec<AgentConfig>)> {
     let LocalAgents {
         count: agents,
+        cpus,
         registry,
         confine,
     } = local;
@@ -294,6 +305,17 @@ async fn embedded(
     };
     let host = detect_capacity();
     let host_name = hostname();
+    // The local agents reach the server over loopback, which containers cannot; they reach it
+    // (its endpoint proxy) at the host's addresses when it listens on one, and need nothing
+    // else of the host.
+    let host_allow: Vec<gantry_agent::net::HostPort> = if listen.ip().is_loopback() {
+        vec![]
+    } else {
+        vec![gantry_agent::net::HostPort {
+            proto: gantry_agent::net::Proto::Tcp,
+            port: server.addr.port(),
+        }]
+    };
     let mut exporters = vec![];
     let mut configs = vec![];
     for i in 1..=agents {
@@ -313,7 +335,7 @@ async fn embedded(
             pool: "default".into(),
             name: name.clone(),
             capacity: Capacity {
-                cpus: (host.cpus / agents).max(1),
+                cpus: cpus.unwrap_or(host.cpus / agents).max(1),
                 memory_bytes: host.memory_bytes / agents as u64,
                 devices: Default::default(),
             },
@@ -332,6 +354,7 @@ async fn embedded(
                     slots: share,
                 }
             }),
+            host_allow: host_allow.clone(),
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -383,6 +406,7 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
         args.listen,
         LocalAgents {
             count: args.agents,
+            cpus: args.cpus,
             registry: &args.registry,
             confine: &args.confine,
         },
@@ -452,6 +476,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         listen,
         LocalAgents {
             count: args.agents,
+            cpus: None,
             registry: &args.registry,
             confine: &args.confine,
         },
@@ -535,6 +560,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
         job_userns: args.confine.job_userns.then_some(JOB_IDS),
+        host_allow: args.host_allow,
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,

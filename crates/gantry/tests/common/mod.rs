@@ -109,6 +109,8 @@ pub struct Cluster {
     child: Option<Child>,
     /// More arguments for `gantry up`.
     extra: Vec<String>,
+    /// The address `gantry up` listens on (with `port`); clients always use 127.0.0.1.
+    listen_ip: String,
 }
 
 impl Cluster {
@@ -117,6 +119,12 @@ impl Cluster {
     }
 
     pub fn up_with(agents: u32, extra: Vec<String>) -> Cluster {
+        Cluster::up_listening(agents, "127.0.0.1", extra)
+    }
+
+    /// A cluster whose server listens on `ip` (e.g. `0.0.0.0`, so that containers can reach
+    /// it at their bridge's gateway).
+    pub fn up_listening(agents: u32, ip: &str, extra: Vec<String>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("gantry-e2e-")
             .tempdir()
@@ -132,6 +140,7 @@ impl Cluster {
             agents,
             child: None,
             extra,
+            listen_ip: ip.to_owned(),
         };
         c.start();
         c
@@ -159,7 +168,11 @@ impl Cluster {
             .open(self.dir.path().join("up.log"))
             .unwrap();
         let child = Command::new(GANTRY)
-            .args(["up", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .args([
+                "up",
+                "--listen",
+                &format!("{}:{}", self.listen_ip, self.port),
+            ])
             .arg("--data-dir")
             .arg(self.dir.path())
             .args(["--agents", &self.agents.to_string()])
@@ -383,6 +396,13 @@ impl Drop for Cluster {
                 .args(["link", "del", &bridge])
                 .stderr(Stdio::null())
                 .status();
+            // And its firewall's tables, named after it.
+            for family in ["bridge", "inet"] {
+                let _ = Command::new("nft")
+                    .args(["delete", "table", family, &bridge])
+                    .stderr(Stdio::null())
+                    .status();
+            }
         }
         // Unmount anything left under the data dir, deepest first.
         if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
@@ -420,6 +440,7 @@ impl Split {
             agents: 1,
             child: None,
             extra: vec![],
+            listen_ip: "127.0.0.1".into(),
         };
         let log = cluster.log_file();
         let server = Command::new(GANTRY)
