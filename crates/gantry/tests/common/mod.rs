@@ -495,6 +495,8 @@ impl Split {
                 &self.agent_name,
             ])
             .args(["--cpus", "2", "--memory", "4GiB"])
+            // Two split clusters may run at once: the default metrics port is one per host.
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .arg("--storage-root")
             .arg(d.join("storage"))
             .arg("--state-dir")
