@@ -239,7 +239,7 @@ fn transient(st: &AppState, e: ApiError) -> Response {
         StatusCode::SERVICE_UNAVAILABLE,
         Json(gantry_api::v1::ErrorBody {
             error: format!("try again: {e}"),
-            diagnostics: vec![],
+            ..Default::default()
         }),
     )
         .into_response()

@@ -6,3 +6,5 @@
 //! One module per class of attack, in `tests/security/`.
 
 mod common;
+#[path = "security/holes.rs"]
+mod holes;

@@ -12,13 +12,10 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{ApiError, JsonBody};
+use super::{ApiError, JsonBody, WORKFLOW_BODY_LIMIT};
 use crate::auth::{Caller, UserCaller};
 use crate::plan;
 use crate::state::{now_ms, AppState};
-
-/// Workflow files larger than this are refused before parsing.
-const MAX_SPEC_BYTES: usize = 4 << 20;
 
 pub fn ts(ms: i64) -> OffsetDateTime {
     OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
@@ -36,11 +33,17 @@ fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
 }
 
 fn parse(spec: &str) -> Result<gantry_spec::Workflow, ApiError> {
-    if spec.len() > MAX_SPEC_BYTES {
-        return Err(ApiError::BadRequest(format!(
-            "the workflow file is {} bytes; the limit is {MAX_SPEC_BYTES}",
-            spec.len()
-        )));
+    // Refused before parsing: the parser's work grows with the file.
+    let max = gantry_api::v1::MAX_WORKFLOW_FILE_BYTES;
+    if spec.len() > max {
+        return Err(ApiError::TooLarge {
+            message: format!(
+                "the workflow file is {}; the server takes at most {}",
+                crate::web::bytes(spec.len() as u64),
+                crate::web::bytes(max as u64)
+            ),
+            limit: max as u64,
+        });
     }
     gantry_spec::parse(spec).map_err(|ds| {
         let n = ds.len();
@@ -53,7 +56,7 @@ fn parse(spec: &str) -> Result<gantry_spec::Workflow, ApiError> {
 
 pub async fn validate(
     UserCaller(_): UserCaller,
-    JsonBody(req): JsonBody<ValidateWorkflow>,
+    JsonBody(req): JsonBody<ValidateWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<Validation>, ApiError> {
     match parse(&req.spec) {
         Ok(_) => Ok(Json(Validation {
@@ -72,7 +75,7 @@ pub async fn submit(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
     headers: axum::http::HeaderMap,
-    JsonBody(req): JsonBody<SubmitWorkflow>,
+    JsonBody(req): JsonBody<SubmitWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
     let prepared = prepare(&st, &c, req, channel_of(&headers)).await?;
     Ok(Json(commit(&st, &c, prepared, None).await?))
