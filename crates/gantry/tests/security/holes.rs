@@ -142,3 +142,41 @@ fn workflow_files_up_to_4_mib_are_taken_and_bigger_ones_get_a_clear_413() {
     assert_eq!(reply["limit_bytes"], 2 << 20, "{reply}");
     assert_eq!(c.json(&["workflow", "list"]).as_array().unwrap().len(), 1);
 }
+
+// --- 8. workflow log past 8 MiB ----------------------------------------------------------
+
+#[test]
+fn workflow_log_reads_a_log_past_8_mib_to_its_end() {
+    let c = Cluster::up(1);
+    let bob = c.user_token("bob", "chem");
+    // 9 MiB of numbered lines, then a last line: any page lost or repeated shows.
+    let spec = job_file(
+        "docker://busybox:1",
+        "i=0\nwhile [ $i -lt 147456 ]; do printf '%063d\\n' $i; i=$((i+1)); done\necho THE-END",
+    );
+    let f = c.write("big-log.yaml", &spec);
+    let id = ok_as(&c, &bob, &["workflow", "start", f.to_str().unwrap()]);
+    let id = id.trim();
+    c.wait_status(id, "FINISHED");
+    let check = |out: &str| {
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 147_457, "{} bytes", out.len());
+        for (i, l) in lines[..147_456].iter().enumerate() {
+            assert_eq!(*l, format!("{i:063}"), "line {i}");
+        }
+        assert_eq!(lines[147_456], "THE-END");
+    };
+    let out = ok_as(&c, &bob, &["workflow", "log", id, "main"]);
+    assert!(out.len() > 8 << 20);
+    check(&out);
+    check(&ok_as(
+        &c,
+        &bob,
+        &["workflow", "log", id, "main", "--follow"],
+    ));
+    // Someone of another group reads none of it.
+    let mallory = c.user_token("mallory", "intruders");
+    let out = as_user(&c, &mallory, &["workflow", "log", id, "main"]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+}
