@@ -153,10 +153,7 @@ pub async fn create(
     JsonBody(req): JsonBody<CreateEndpoint>,
 ) -> Result<Json<EndpointInfo>, ApiError> {
     if !valid_name(&req.name) {
-        return Err(ApiError::BadRequest(format!(
-            "endpoint name {:?} must be 1-63 lower-case letters, digits or '-' (it becomes a host name)",
-            req.name
-        )));
+        return Err(unavailable(&req.name));
     }
     let scope = req.scope.unwrap_or_else(|| "user".into());
     if !matches!(scope.as_str(), "user" | "group" | "organization" | "public") {
@@ -189,8 +186,37 @@ pub async fn create(
         port: None,
         since: None,
     };
-    st.store.create_endpoint(&row, now_ms()).await?;
+    match st.store.create_endpoint(&row, now_ms()).await {
+        Ok(()) => {}
+        Err(gantry_store::StoreError::Conflict(_)) => {
+            return Err(name_taken(&st, &c, &req.name).await);
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(Json(info(&st, st.store.endpoint(&req.name).await?).await?))
+}
+
+/// Why a name that is in use cannot be created again. Only someone who may see the endpoint
+/// learns that it exists; anyone else gets the answer an invalid name gets (400, the same
+/// shape), since a 409 would confirm that a name they cannot see is someone's endpoint.
+async fn name_taken(st: &AppState, c: &Caller, name: &str) -> ApiError {
+    match visible(st, c, name).await {
+        Ok(e) if e.owner == c.user.name => {
+            ApiError::Conflict(format!("you already have an endpoint {name}"))
+        }
+        Ok(e) => ApiError::Conflict(format!(
+            "endpoint {name} already exists (owned by {})",
+            e.owner
+        )),
+        Err(_) => unavailable(name),
+    }
+}
+
+fn unavailable(name: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "endpoint name {name:?} cannot be used: names are 1-63 lower-case letters, digits or '-' \
+         (it becomes a host name), and must not be taken; choose another"
+    ))
 }
 
 pub async fn list(

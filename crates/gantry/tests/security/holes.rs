@@ -180,3 +180,76 @@ fn workflow_log_reads_a_log_past_8_mib_to_its_end() {
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
 }
+
+// --- 9. an endpoint name someone else holds --------------------------------------------
+
+#[test]
+fn an_endpoint_name_held_by_someone_you_cannot_see_answers_as_any_unusable_name() {
+    let c = Cluster::up(1);
+    let alice = c.user_token("alice", "physics");
+    let carol = c.user_token("carol", "physics");
+    let bob = c.user_token("bob", "chem");
+    let create = |token: &str, name: &str, scope: &str| {
+        curl_json(
+            &c,
+            "POST",
+            "/api/v1/endpoints",
+            token,
+            &json!({"name": name, "scope": scope}),
+        )
+    };
+    let (code, _) = create(&alice, "chat", "user");
+    assert_eq!(code, 200);
+    let (code, _) = create(&alice, "team", "group");
+    assert_eq!(code, 200);
+
+    // Bob, of another group: a name held by an endpoint he cannot see answers exactly as a
+    // name nobody can use.
+    let (taken_code, taken) = create(&bob, "chat", "user");
+    let (bad_code, bad) = create(&bob, "Not_A_Name", "user");
+    assert_eq!(taken_code, bad_code);
+    assert_eq!(taken_code, 400, "{taken}");
+    let keys = |v: &Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<String>>()
+    };
+    assert_eq!(keys(&taken), keys(&bad));
+    assert_eq!(
+        taken["error"].as_str().unwrap().replace("\"chat\"", "NAME"),
+        bad["error"]
+            .as_str()
+            .unwrap()
+            .replace("\"Not_A_Name\"", "NAME"),
+    );
+    assert!(!taken.to_string().contains("alice"), "{taken}");
+    assert!(!taken.to_string().contains("exists"), "{taken}");
+    // Carol shares alice's group, but `chat` is alice's alone: the same answer.
+    let (code, same) = create(&carol, "chat", "user");
+    assert_eq!((code, &same), (taken_code, &taken));
+    // The legitimate use: a free name is bob's.
+    let (code, mine) = create(&bob, "bobs-chat", "user");
+    assert_eq!(code, 200, "{mine}");
+
+    // Whoever may see the endpoint learns that it exists; its owner is told plainly.
+    let (code, again) = create(&alice, "chat", "user");
+    assert_eq!(code, 409, "{again}");
+    assert_eq!(again["error"], "you already have an endpoint chat");
+    let (code, group) = create(&carol, "team", "group");
+    assert_eq!(code, 409, "{group}");
+    assert!(
+        group["error"].as_str().unwrap().contains("alice"),
+        "{group}"
+    );
+    let out = ok_as(&c, &alice, &["endpoint", "list", "-o", "json"]);
+    let names: Vec<String> = serde_json::from_str::<Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(names.contains(&"chat".to_string()) && !names.contains(&"bobs-chat".to_string()));
+}
