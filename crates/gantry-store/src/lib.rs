@@ -4,9 +4,11 @@
 //! durable (WAL with `synchronous = FULL`).
 
 mod sqlite;
+mod text;
 mod types;
 
 pub use sqlite::SqliteStore;
+pub use text::{cap_text, MAX_TEXT_BYTES};
 pub use types::*;
 
 use async_trait::async_trait;

@@ -12,6 +12,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
+use crate::text::cap_opt;
 use crate::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -282,7 +283,7 @@ async fn event(tx: &mut Transaction<'_, Sqlite>, ev: &NewEvent, now: Millis) -> 
     .bind(&ev.node)
     .bind(&ev.task)
     .bind(&ev.kind)
-    .bind(&ev.message)
+    .bind(cap_text(&ev.message))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -761,7 +762,7 @@ impl Store for SqliteStore {
                         "UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?",
                     )
                     .bind(status.as_str())
-                    .bind(reason)
+                    .bind(cap_text(reason))
                     .bind(now)
                     .bind(task_id.to_string())
                     .execute(&mut *tx)
@@ -798,7 +799,7 @@ impl Store for SqliteStore {
                          ORDER BY idx",
                     )
                     .bind(now)
-                    .bind(format!("{status}: {reason}"))
+                    .bind(cap_text(&format!("{status}: {reason}")).into_owned())
                     .bind(workflow_id.to_string())
                     .bind(job)
                     .execute(&mut *tx)
@@ -808,7 +809,7 @@ impl Store for SqliteStore {
                          WHERE workflow_id = ? AND job = ? AND status = 'PENDING'",
                     )
                     .bind(status.as_str())
-                    .bind(reason)
+                    .bind(cap_text(reason))
                     .bind(now)
                     .bind(workflow_id.to_string())
                     .bind(job)
@@ -817,7 +818,7 @@ impl Store for SqliteStore {
                 }
                 Change::TaskWaiting { task_id, reason } => {
                     sqlx::query("UPDATE tasks SET reason = ? WHERE id = ? AND status = 'PENDING'")
-                        .bind(reason)
+                        .bind(cap_opt(reason))
                         .bind(task_id.to_string())
                         .execute(&mut *tx)
                         .await?;
@@ -833,7 +834,7 @@ impl Store for SqliteStore {
                          WHERE id = ? AND status IN ('PENDING', 'RUNNING') AND status != ?",
                     )
                     .bind(status.as_str())
-                    .bind(reason)
+                    .bind(cap_opt(reason))
                     .bind(ended)
                     .bind(workflow_id.to_string())
                     .bind(status.as_str())
@@ -948,7 +949,7 @@ impl Store for SqliteStore {
         .bind(end.status.as_str())
         .bind(end.cause.as_str())
         .bind(end.exit_code.map(i64::from))
-        .bind(&end.reason)
+        .bind(cap_opt(&end.reason))
         .bind(now)
         .bind(end.attempt_id.to_string())
         .fetch_optional(&mut *tx)
@@ -993,7 +994,7 @@ impl Store for SqliteStore {
              WHERE id = ? AND live_attempt = ?",
         )
         .bind(status.as_str())
-        .bind(&reason)
+        .bind(cap_opt(&reason))
         .bind(end.exit_code.map(i64::from))
         .bind(ended)
         .bind(task_id.to_string())
@@ -1453,11 +1454,11 @@ impl Store for SqliteStore {
                     .bind(&h.kind)
                     .bind(&h.source)
                     .bind(&h.state)
-                    .bind(&h.alertname)
+                    .bind(cap_opt(&h.alertname))
                     .bind(&h.fingerprint)
                     .bind(&h.episode)
                     .bind(&h.release_rule)
-                    .bind(&h.reason)
+                    .bind(cap_text(&h.reason))
                     .bind(&h.created_by)
                     .bind(now)
                     .bind((h.state == "ACTIVE").then_some(now))
@@ -1524,7 +1525,7 @@ impl Store for SqliteStore {
                     )
                     .bind(by)
                     .bind(now)
-                    .bind(reason)
+                    .bind(cap_text(reason))
                     .bind(id.to_string())
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -1786,7 +1787,7 @@ impl Store for SqliteStore {
                          WHERE id = ? AND ended_at IS NULL AND phase != ? RETURNING endpoint, to_workflow",
                     )
                     .bind(phase)
-                    .bind(reason)
+                    .bind(cap_opt(reason))
                     .bind(now)
                     .bind(end)
                     .bind(now)

@@ -437,3 +437,90 @@ async fn everything_survives_reopening() {
         "stop twice is one stop"
     );
 }
+
+#[tokio::test]
+async fn free_text_is_stored_capped_with_a_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let summary = "ü".repeat(750_000); // a 1.5 MB alert summary
+    let hold = HoldRow {
+        id: Uuid::new_v4(),
+        node: "n1".into(),
+        pool: "default".into(),
+        kind: "cordon".into(),
+        source: "monitoring".into(),
+        state: "ACTIVE".into(),
+        alertname: Some("A".repeat(100_000)),
+        fingerprint: Some("f".into()),
+        episode: Some("2026-11-30T10:00:00Z".into()),
+        release_rule: "auto".into(),
+        reason: summary.clone(),
+        created_by: "monitoring".into(),
+        created_at: 1,
+        activated_at: None,
+        alert_resolved_at: None,
+        released_by: None,
+        released_at: None,
+        release_reason: None,
+    };
+    s.apply_holds(&[HoldChange::Place(Box::new(hold.clone()))], 1)
+        .await
+        .unwrap();
+    s.apply_holds(
+        &[HoldChange::Release {
+            id: hold.id,
+            by: "root".into(),
+            reason: "x".repeat(10_000),
+        }],
+        2,
+    )
+    .await
+    .unwrap();
+    s.record_event(
+        &NewEvent {
+            workflow_id: None,
+            node: Some("n1".into()),
+            task: None,
+            kind: "test".into(),
+            message: summary.clone(),
+        },
+        3,
+    )
+    .await
+    .unwrap();
+    let h = s.hold(hold.id).await.unwrap();
+    let checks = [
+        (h.reason.clone(), 1_500_000),
+        (h.alertname.clone().unwrap(), 100_000),
+        (h.release_reason.clone().unwrap(), 10_000),
+    ];
+    for (text, was) in checks {
+        assert!(text.len() <= MAX_TEXT_BYTES, "{}", text.len());
+        assert!(
+            text.ends_with(&format!("… (truncated, {was} bytes)")),
+            "{}",
+            &text[text.len() - 60..]
+        );
+    }
+    assert!(h.reason.starts_with("üü"));
+    let events = s
+        .events(&EventQuery {
+            node: Some("n1".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!events.is_empty());
+    for e in &events {
+        assert!(
+            e.message.len() <= MAX_TEXT_BYTES,
+            "{}: {}",
+            e.kind,
+            e.message.len()
+        );
+    }
+    assert!(events
+        .iter()
+        .any(|e| e.message.ends_with("… (truncated, 1500000 bytes)")));
+}
