@@ -263,6 +263,10 @@ pub struct WebhookOutcome {
     /// Entries Gantry could not act on, with why (missing labels, unknown nodes).
     #[serde(default)]
     pub ignored: Vec<String>,
+    /// Entries that can never be accepted (no valid `startsAt`, a malformed fingerprint),
+    /// with why: nothing of them was stored, and sending them again changes nothing.
+    #[serde(default)]
+    pub refused: Vec<String>,
 }
 
 /// One target group of Prometheus HTTP service discovery.

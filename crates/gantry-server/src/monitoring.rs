@@ -53,6 +53,41 @@ struct AmAlert {
     fingerprint: Option<String>,
 }
 
+/// An episode's `startsAt` as a key: it must be an RFC 3339 time after the Unix epoch. An
+/// empty or zero one (Go's `0001-01-01T00:00:00Z`, what a sender leaves unset) would make every
+/// episode of its fingerprint one and the same, so one bad post could hold a node for good or
+/// end every later episode before it began.
+fn episode_start(starts_at: &str) -> Result<(), String> {
+    use time::format_description::well_known::Rfc3339;
+    match time::OffsetDateTime::parse(starts_at, &Rfc3339) {
+        Ok(t) if t.unix_timestamp() > 0 => Ok(()),
+        Ok(_) => Err(format!(
+            "startsAt {starts_at:?} is not a real start (zero or before 1970)"
+        )),
+        Err(_) if starts_at.is_empty() => Err("no startsAt".into()),
+        Err(e) => Err(format!(
+            "startsAt {:?} is not an RFC 3339 time ({e})",
+            cut(starts_at)
+        )),
+    }
+}
+
+/// Alertmanager's fingerprints are 16 hex digits; anything short, plain and printable is taken.
+fn valid_fingerprint(f: &str) -> bool {
+    !f.is_empty()
+        && f.len() <= 64
+        && f.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// At most 64 characters of what a sender sent, for a reply.
+fn cut(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 /// Alertmanager's fingerprint is stable per label set; derive one the same way when a sender
 /// leaves it out.
 fn fingerprint(labels: &BTreeMap<String, String>) -> String {
@@ -154,28 +189,47 @@ pub async fn webhook(
                 continue;
             }
         };
+        let fp = match a.fingerprint.as_deref().filter(|f| !f.is_empty()) {
+            Some(f) if valid_fingerprint(f) => f.to_string(),
+            Some(f) => {
+                out.refused.push(format!(
+                    "{} on {}: fingerprint {:?} is not 1-64 letters, digits, '-' or '_'",
+                    cut(&name),
+                    cut(node),
+                    cut(f)
+                ));
+                continue;
+            }
+            None => fingerprint(&a.labels),
+        };
+        if let Err(why) = episode_start(&a.starts_at) {
+            out.refused
+                .push(format!("{} on {}: {why}", cut(&name), cut(node)));
+            continue;
+        }
         if !known.contains(node.as_str()) {
             let msg = format!("{name}: node {node} is not known to Gantry");
-            unknown.push(gantry_store::NewEvent {
-                workflow_id: None,
-                node: Some(node.clone()),
-                task: None,
-                kind: "alert.unknown_node".into(),
-                message: format!(
-                    "{name} ({}) names node {node}, which Gantry does not know",
-                    a.status
-                ),
+            unknown.push(gantry_store::UnknownNodeAlert {
+                fingerprint: fp,
+                episode: a.starts_at.clone(),
+                status: a.status.clone(),
+                event: gantry_store::NewEvent {
+                    workflow_id: None,
+                    node: Some(node.clone()),
+                    task: None,
+                    kind: "alert.unknown_node".into(),
+                    message: format!(
+                        "{name} ({}) names node {node}, which Gantry does not know",
+                        a.status
+                    ),
+                },
             });
             out.ignored.push(msg);
             continue;
         }
         let entry = AlertEntry {
             alert: Alert {
-                fingerprint: a
-                    .fingerprint
-                    .clone()
-                    .filter(|f| !f.is_empty())
-                    .unwrap_or_else(|| fingerprint(&a.labels)),
+                fingerprint: fp,
                 starts_at: a.starts_at.clone(),
                 firing,
                 node: node.clone(),
@@ -192,10 +246,24 @@ pub async fn webhook(
         };
         entries.push(entry);
     }
-    for ev in &unknown {
-        if let Err(e) = st.store.record_event(ev, now_ms()).await {
-            return transient(&st, e.into());
-        }
+    if !out.refused.is_empty() && out.refused.len() == out.alerts {
+        // Nothing of this post can ever be accepted: a 4xx, which Alertmanager does not retry.
+        count(&st, StatusCode::BAD_REQUEST);
+        st.metrics.webhook_errors.inc();
+        return ApiError::BadRequest(format!(
+            "no alert of this post can be accepted: {}",
+            out.refused.join("; ")
+        ))
+        .into_response();
+    }
+    // Repeats of an episode (Alertmanager re-sends every group interval, HA peers each send
+    // it) record nothing more.
+    if let Err(e) = st
+        .store
+        .record_unknown_node_alerts(&unknown, now_ms())
+        .await
+    {
+        return transient(&st, e.into());
     }
     match apply_alerts(&st, &entries).await {
         Ok(applied) => {
@@ -218,6 +286,7 @@ pub async fn webhook(
         ("awaiting_admin", out.awaiting_admin),
         ("unchanged", out.unchanged),
         ("ignored", out.ignored.len()),
+        ("refused", out.refused.len()),
     ] {
         if n > 0 {
             st.metrics

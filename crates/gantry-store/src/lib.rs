@@ -123,6 +123,13 @@ pub trait Store: Send + Sync + 'static {
         fingerprints: &[String],
     ) -> Result<std::collections::HashSet<(String, String)>>;
     async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()>;
+    /// Records each alert's event unless one was recorded for its (fingerprint, episode,
+    /// status) already, in one transaction; returns how many were recorded.
+    async fn record_unknown_node_alerts(
+        &self,
+        alerts: &[UnknownNodeAlert],
+        now: Millis,
+    ) -> Result<usize>;
 
     // --- services and endpoints --------------------------------------------------------------
     /// Records a running attempt's address on its node's bridge.

@@ -1208,6 +1208,37 @@ impl Store for SqliteStore {
         rows.iter().map(event_row).collect()
     }
 
+    async fn record_unknown_node_alerts(
+        &self,
+        alerts: &[UnknownNodeAlert],
+        now: Millis,
+    ) -> Result<usize> {
+        if alerts.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.writer.begin().await?;
+        let mut recorded = 0;
+        for a in alerts {
+            let new = sqlx::query(
+                "INSERT INTO unknown_node_alerts (fingerprint, episode, status, seen_at)
+                 VALUES (?, ?, ?, ?) ON CONFLICT (fingerprint, episode, status) DO NOTHING",
+            )
+            .bind(&a.fingerprint)
+            .bind(&a.episode)
+            .bind(&a.status)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if new > 0 {
+                event(&mut tx, &a.event, now).await?;
+                recorded += 1;
+            }
+        }
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
     async fn record_event(&self, e: &NewEvent, now: Millis) -> Result<()> {
         let mut tx = self.writer.begin().await?;
         event(&mut tx, e, now).await?;

@@ -230,6 +230,16 @@ pub struct NewEvent {
     pub message: String,
 }
 
+/// An alert about a node the store does not know, as the webhook saw it: its event is recorded
+/// once per (fingerprint, episode, status).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownNodeAlert {
+    pub fingerprint: String,
+    pub episode: String,
+    pub status: String,
+    pub event: NewEvent,
+}
+
 #[derive(Debug, Clone)]
 pub struct EventRow {
     pub seq: i64,

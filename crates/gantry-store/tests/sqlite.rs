@@ -439,6 +439,55 @@ async fn everything_survives_reopening() {
 }
 
 #[tokio::test]
+async fn an_unknown_node_alert_is_recorded_once_per_episode_and_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let alert = |fp: &str, starts: &str, status: &str| UnknownNodeAlert {
+        fingerprint: fp.into(),
+        episode: starts.into(),
+        status: status.into(),
+        event: NewEvent {
+            workflow_id: None,
+            node: Some("ghost".into()),
+            task: None,
+            kind: "alert.unknown_node".into(),
+            message: format!("{fp} {starts} {status}"),
+        },
+    };
+    let firing = alert("a1", "2026-11-30T10:00:00Z", "firing");
+    // A post repeating one alert, then the same post again (an HA peer, a re-send).
+    let post = vec![firing.clone(); 1001];
+    assert_eq!(s.record_unknown_node_alerts(&post, 1).await.unwrap(), 1);
+    assert_eq!(s.record_unknown_node_alerts(&post, 2).await.unwrap(), 0);
+    // Its resolve, a next episode and another alert are each new.
+    let more = vec![
+        alert("a1", "2026-11-30T10:00:00Z", "resolved"),
+        alert("a1", "2026-11-30T11:00:00Z", "firing"),
+        alert("b2", "2026-11-30T10:00:00Z", "firing"),
+        firing,
+    ];
+    assert_eq!(s.record_unknown_node_alerts(&more, 3).await.unwrap(), 3);
+    let events = s
+        .events(&EventQuery {
+            node: Some("ghost".into()),
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "a1 2026-11-30T10:00:00Z firing",
+            "a1 2026-11-30T10:00:00Z resolved",
+            "a1 2026-11-30T11:00:00Z firing",
+            "b2 2026-11-30T10:00:00Z firing",
+        ]
+    );
+}
+
+#[tokio::test]
 async fn free_text_is_stored_capped_with_a_marker() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir).await;

@@ -81,6 +81,201 @@ fn job_file(image: &str, script: &str) -> String {
     )
 }
 
+// --- 3, 4, 5. the Alertmanager webhook -------------------------------------------------
+
+/// A one-node cluster, Alertmanager's token for it, and the node's name.
+fn with_monitoring() -> (Cluster, String, String) {
+    let c = Cluster::up(1);
+    let token = c.json(&["admin", "user", "create", "alertmanager", "--monitoring"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = c.json(&["node", "list"])[0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (c, token, node)
+}
+
+fn alert(status: &str, node: &str, name: &str, starts: &str, fingerprint: &str) -> Value {
+    json!({
+        "status": status,
+        "labels": {"alertname": name, "node": node, "gantry_hold": "cordon", "gantry_release": "auto"},
+        "annotations": {"summary": format!("{name} on {node}")},
+        "startsAt": starts,
+        "endsAt": "0001-01-01T00:00:00Z",
+        "fingerprint": fingerprint,
+    })
+}
+
+fn hook(c: &Cluster, token: &str, alerts: Vec<Value>) -> (u16, Value) {
+    curl_json(
+        c,
+        "POST",
+        "/api/v1/monitoring/alertmanager",
+        token,
+        &json!({"version": "4", "status": "firing", "receiver": "gantry", "alerts": alerts}),
+    )
+}
+
+fn node_state(c: &Cluster, node: &str) -> String {
+    c.json(&["node", "show", node])["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn an_alert_without_a_real_start_is_refused_and_does_not_poison_its_fingerprint() {
+    let (c, token, node) = with_monitoring();
+    const FP: &str = "0123456789abcdef";
+    const T1: &str = "2026-11-30T10:00:00Z";
+
+    for bad in [
+        "",
+        "0001-01-01T00:00:00Z",
+        "1970-01-01T00:00:00Z",
+        "yesterday",
+    ] {
+        let (code, body) = hook(
+            &c,
+            &token,
+            vec![alert("firing", &node, "DiskFull", bad, FP)],
+        );
+        assert_eq!(code, 400, "startsAt {bad:?}: {body}");
+        assert!(
+            body["error"].as_str().unwrap().contains("startsAt")
+                || body["error"].as_str().unwrap().contains("no startsAt"),
+            "{body}"
+        );
+        assert_eq!(
+            node_state(&c, &node),
+            "READY",
+            "startsAt {bad:?} held the node"
+        );
+    }
+    let (code, body) = hook(
+        &c,
+        &token,
+        vec![alert("resolved", &node, "DiskFull", "", FP)],
+    );
+    assert_eq!(code, 400, "{body}");
+    // A fingerprint that is no fingerprint is refused the same way.
+    let (code, body) = hook(
+        &c,
+        &token,
+        vec![alert("firing", &node, "DiskFull", T1, &"f".repeat(5000))],
+    );
+    assert_eq!(code, 400, "{body}");
+
+    // In a post with a good entry, the bad one is reported and the good one acted on.
+    let (code, body) = hook(
+        &c,
+        &token,
+        vec![
+            alert("firing", &node, "DiskFull", "", FP),
+            alert("firing", &node, "DiskFull", T1, FP),
+        ],
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["placed"], 1, "{body}");
+    assert_eq!(body["refused"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(node_state(&c, &node), "CORDONED");
+    let holds = c.json(&["node", "show", &node])["holds"].clone();
+    assert_eq!(holds.as_array().unwrap().len(), 1, "{holds}");
+    assert_eq!(holds[0]["fingerprint"], FP);
+
+    // That fingerprint's episodes still work: its resolve releases the node.
+    let (code, body) = hook(
+        &c,
+        &token,
+        vec![alert("resolved", &node, "DiskFull", T1, FP)],
+    );
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["released"], 1, "{body}");
+    assert_eq!(node_state(&c, &node), "READY");
+}
+
+/// One answer of a query to the server's store, read as its files are (sqlite3).
+fn sql(c: &Cluster, query: &str) -> String {
+    let out = std::process::Command::new("sqlite3")
+        .arg(c.data_dir().join("server/gantry.db"))
+        .arg(query)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
+fn count_events(c: &Cluster, kind: &str) -> usize {
+    sql(
+        c,
+        &format!("SELECT count(*) FROM events WHERE kind = '{kind}'"),
+    )
+    .parse()
+    .unwrap()
+}
+
+#[test]
+fn unknown_node_alerts_are_recorded_once_per_episode_and_summaries_are_capped() {
+    let (c, token, node) = with_monitoring();
+    const T1: &str = "2026-11-30T10:00:00Z";
+
+    // The report's post: one alert about an unknown node, repeated, sent twice.
+    let one = alert("firing", "no-such-node", "Ghost", T1, "00000000deadbeef");
+    let (code, body) = hook(&c, &token, vec![one.clone(); 1001]);
+    assert_eq!(code, 200, "{body}");
+    let (code, _) = hook(&c, &token, vec![one.clone(); 1001]);
+    assert_eq!(code, 200);
+    assert_eq!(count_events(&c, "alert.unknown_node"), 1);
+    // Its resolve, and a next episode, are new: one event each.
+    let mut resolved = one.clone();
+    resolved["status"] = json!("resolved");
+    let mut next = one.clone();
+    next["startsAt"] = json!("2026-11-30T11:00:00Z");
+    hook(
+        &c,
+        &token,
+        vec![resolved.clone(), next.clone(), resolved, next],
+    );
+    assert_eq!(count_events(&c, "alert.unknown_node"), 3);
+
+    // A 1.5 MB summary is kept as a hold's reason cut to the documented size, marked.
+    let mut big = alert("firing", &node, "Loud", T1, "1111222233334444");
+    let summary = "ß".repeat(750_000);
+    big["annotations"]["summary"] = json!(summary);
+    let (code, body) = hook(&c, &token, vec![big]);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["placed"], 1);
+    let shown = c.json(&["node", "show", &node]);
+    let reason = shown["holds"][0]["reason"].as_str().unwrap();
+    assert!(reason.len() <= 4096, "{}", reason.len());
+    assert!(reason.starts_with("ßß"));
+    assert!(
+        reason.ends_with("… (truncated, 1500000 bytes)"),
+        "{}",
+        &reason[reason.len() - 40..]
+    );
+    // An administrator's release reason likewise.
+    let long = "r".repeat(100_000);
+    c.ok(&["node", "release", &node, "--reason", &long]);
+    let shown = c.json(&["node", "show", &node]);
+    let released = shown["hold_history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["state"] == "RELEASED")
+        .unwrap()
+        .clone();
+    let why = released["release_reason"].as_str().unwrap();
+    assert!(why.len() <= 4096 && why.ends_with("… (truncated, 100000 bytes)"));
+    // And no event message is longer.
+    let longest: usize = sql(&c, "SELECT max(length(CAST(message AS BLOB))) FROM events")
+        .parse()
+        .unwrap();
+    assert!(longest <= 4096, "an event message of {longest} bytes");
+}
+
 // --- 7. request body limits --------------------------------------------------------------
 
 /// A valid workflow file of about `bytes`, padded with a comment.
