@@ -7,3 +7,7 @@ CREATE TABLE unknown_node_alerts (
     seen_at INTEGER NOT NULL,
     PRIMARY KEY (fingerprint, episode, status)
 );
+
+-- A task back in PENDING after a failed attempt waits out its retry backoff: no attempt
+-- starts before this time (ms since the epoch).
+ALTER TABLE tasks ADD COLUMN not_before INTEGER;

@@ -113,6 +113,7 @@ fn task_row(r: &SqliteRow) -> Result<TaskRow> {
         exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
         created_at: r.get("created_at"),
         ended_at: r.get("ended_at"),
+        not_before: r.get("not_before"),
     })
 }
 
@@ -985,18 +986,24 @@ impl Store for SqliteStore {
         )
         .await?;
         // Only the task's current attempt moves the task: a stale attempt never overwrites a newer one.
-        let (status, reason, ended) = match &end.task {
-            TaskNext::Retry { reason } => (TaskStatus::Pending, Some(reason.clone()), None),
-            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now)),
+        let (status, reason, ended, not_before) = match &end.task {
+            TaskNext::Retry { reason, not_before } => (
+                TaskStatus::Pending,
+                Some(reason.clone()),
+                None,
+                Some(*not_before),
+            ),
+            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
         };
         let moved = sqlx::query(
-            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?
-             WHERE id = ? AND live_attempt = ?",
+            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
+             not_before = ? WHERE id = ? AND live_attempt = ?",
         )
         .bind(status.as_str())
         .bind(cap_opt(&reason))
         .bind(end.exit_code.map(i64::from))
         .bind(ended)
+        .bind(not_before)
         .bind(task_id.to_string())
         .bind(end.attempt_id.to_string())
         .execute(&mut *tx)

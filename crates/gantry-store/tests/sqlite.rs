@@ -142,6 +142,7 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
     // A retry takes a task back to PENDING: open again.
     let retry = TaskNext::Retry {
         reason: "again".into(),
+        not_before: 1003,
     };
     s.end_attempt(&end(a2, retry), 3).await.unwrap();
     s.apply(
@@ -319,6 +320,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
         reason: None,
         task: TaskNext::Retry {
             reason: "exited with code 1; retrying".into(),
+            not_before: 1004,
         },
     };
     assert!(s.end_attempt(&end, 4).await.unwrap());
@@ -329,6 +331,11 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let t = s.task(task).await.unwrap();
     assert_eq!(t.status, TaskStatus::Pending);
     assert_eq!(t.attempts, 1);
+    assert_eq!(
+        t.not_before,
+        Some(1004),
+        "the retry's backoff is kept with the task"
+    );
 
     // Second attempt, then a stale report from the first must not move the task.
     let a2 = Uuid::new_v4();

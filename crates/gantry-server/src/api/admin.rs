@@ -8,6 +8,9 @@ use super::{ApiError, JsonBody};
 use crate::auth::{hash_token, new_token, UserCaller};
 use crate::state::{now_ms, AppState};
 
+/// A site's cap on `policy.retry.attempts`, at most the file format's own.
+pub const RETRY_MAX_ATTEMPTS_KEY: &str = "retry.max_attempts";
+
 /// Settings an administrator may change, with their defaults.
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -19,6 +22,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "builds.network",
         "none",
         "the network of image build steps: none (only lo) or bridge (NAT'd on the node's bridge; never the host's)",
+    ),
+    (
+        RETRY_MAX_ATTEMPTS_KEY,
+        "100",
+        "the most starts of one step a workflow may ask for (policy.retry.attempts), 1-100",
     ),
     (
         crate::registry::CACHE_BYTES_KEY,
@@ -145,6 +153,18 @@ pub async fn set_setting(
     if *k == crate::registry::CACHE_BYTES_KEY && !body.value.parse::<u64>().is_ok_and(|n| n > 0) {
         return Err(ApiError::BadRequest(format!(
             "{key} must be a positive whole number of bytes ({help}), not {:?}",
+            body.value
+        )));
+    }
+    let max = gantry_spec::MAX_RETRY_ATTEMPTS;
+    if *k == RETRY_MAX_ATTEMPTS_KEY
+        && !body
+            .value
+            .parse::<u32>()
+            .is_ok_and(|n| (1..=max).contains(&n))
+    {
+        return Err(ApiError::BadRequest(format!(
+            "{key} must be a whole number from 1 to {max} ({help}), not {:?}",
             body.value
         )));
     }

@@ -119,6 +119,7 @@ pub async fn prepare(
             support.unsupported.join("\n  ")
         )));
     }
+    check_retries(st, &wf).await?;
     let mut compiled = plan::compile(&wf);
     if !wf.images.is_empty() {
         let enabled = st.store.setting("builds.enabled").await?;
@@ -143,6 +144,37 @@ pub async fn prepare(
         warnings: support.ignored,
         takeovers,
     })
+}
+
+/// Refuses a file whose steps ask for more attempts than this cluster allows: the file
+/// format's own maximum is checked by `validate`; an administrator may set a lower one.
+async fn check_retries(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiError> {
+    let key = super::admin::RETRY_MAX_ATTEMPTS_KEY;
+    let allowed = match st.store.setting(key).await? {
+        Some(v) => v.parse::<u32>().unwrap_or(gantry_spec::MAX_RETRY_ATTEMPTS),
+        None => gantry_spec::MAX_RETRY_ATTEMPTS,
+    };
+    let steps = wf
+        .jobs
+        .iter()
+        .map(|(n, j)| (format!("jobs.{n}"), &j.policy.retry))
+        .chain(
+            wf.services
+                .iter()
+                .map(|(n, s)| (format!("services.{n}"), &s.policy.retry)),
+        );
+    let over: Vec<String> = steps
+        .filter(|(_, r)| r.attempts > allowed)
+        .map(|(at, r)| format!("{at}.policy.retry.attempts: {}", r.attempts))
+        .collect();
+    if over.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::BadRequest(format!(
+        "this cluster starts a step at most {allowed} times (an administrator set {key}={allowed}); \
+         ask for fewer attempts:\n  {}",
+        over.join("\n  ")
+    )))
 }
 
 /// Stores a prepared workflow. `confirmed_via` says that the submitter confirmed its takeovers

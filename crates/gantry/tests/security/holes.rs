@@ -81,6 +81,11 @@ fn job_file(image: &str, script: &str) -> String {
     )
 }
 
+/// The one task of a one-job workflow.
+fn main_task(d: &Value) -> &Value {
+    Cluster::task(d, "main")
+}
+
 // --- 3, 4, 5. the Alertmanager webhook -------------------------------------------------
 
 /// A one-node cluster, Alertmanager's token for it, and the node's name.
@@ -274,6 +279,95 @@ fn unknown_node_alerts_are_recorded_once_per_episode_and_summaries_are_capped() 
         .parse()
         .unwrap();
     assert!(longest <= 4096, "an event message of {longest} bytes");
+}
+
+// --- 6. retries: capped, and spaced by a backoff ----------------------------------------
+
+#[test]
+fn retries_are_capped_and_each_attempt_waits_out_a_growing_backoff() {
+    let c = Cluster::up(1);
+    let bob = c.user_token("bob", "chem");
+    let retry = |attempts: &str| {
+        format!(
+            "version: v4\njobs:\n  main:\n    image: {{ uri: docker://busybox:1 }}\n    command: [sh, -c, \"exit 3\"]\n    policy:\n      retry: {{ attempts: {attempts}, on: [failure] }}\n"
+        )
+    };
+    // Past the file format's hard maximum: refused with its position, locally and by the server.
+    let huge = c.write("huge.yaml", &retry("4294967295"));
+    let out = as_user(&c, &bob, &["workflow", "validate", huge.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("huge.yaml:7:")
+            && text(&out.stderr).contains(
+                "jobs.main.policy.retry.attempts: 4294967295 is out of range; it must be between 1 and 100"
+            ),
+        "{}",
+        text(&out.stderr)
+    );
+    let (code, body) = curl_json(
+        &c,
+        "POST",
+        "/api/v1/workflows",
+        &bob,
+        &json!({"spec": retry("4294967295")}),
+    );
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(body["diagnostics"][0]["line"], 7, "{body}");
+
+    // An administrator's lower cap is applied at submit, saying so.
+    c.ok(&["admin", "settings", "set", "retry.max_attempts=3"]);
+    let five = c.write("five.yaml", &retry("5"));
+    let out = as_user(&c, &bob, &["workflow", "start", five.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("at most 3 times")
+            && text(&out.stderr).contains("jobs.main.policy.retry.attempts: 5"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Within the cap: three attempts, each starting only after the one before ended and its
+    // backoff (1 s, then 2 s) passed; the wait is the task's reason meanwhile.
+    let three = c.write("three.yaml", &retry("3"));
+    let id = ok_as(&c, &bob, &["workflow", "start", three.to_str().unwrap()]);
+    let d = c.wait_status(id.trim(), "FAILED");
+    let attempts = main_task(&d)["attempts"].as_array().unwrap().clone();
+    assert_eq!(attempts.len(), 3, "{d:#}");
+    let at = |v: &Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap()
+    };
+    for (n, pair) in attempts.windows(2).enumerate() {
+        let ended = at(&pair[0]["ended_at"]);
+        let next = at(&pair[1]["created_at"]);
+        let backoff = time::Duration::seconds(1 << n);
+        assert!(
+            next - ended >= backoff,
+            "attempt {} started {} after attempt {} ended; the backoff is {backoff}",
+            n + 2,
+            next - ended,
+            n + 1
+        );
+    }
+    let events = c.json(&["workflow", "events", id.trim()]);
+    let messages: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    for want in [
+        "attempt 2 of 3 starts after a 1s backoff",
+        "attempt 3 of 3 starts after a 2s backoff",
+    ] {
+        assert!(
+            messages.iter().any(|m| m.contains(want)),
+            "no {want:?} in {messages:#?}"
+        );
+    }
 }
 
 // --- 7. request body limits --------------------------------------------------------------
