@@ -120,6 +120,7 @@ pub async fn prepare(
         )));
     }
     check_retries(st, &wf).await?;
+    check_layouts(st, &wf)?;
     let mut compiled = plan::compile(&wf);
     if !wf.images.is_empty() {
         let enabled = st.store.setting("builds.enabled").await?;
@@ -174,6 +175,32 @@ async fn check_retries(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), 
         "this cluster starts a step at most {allowed} times (an administrator set {key}={allowed}); \
          ask for fewer attempts:\n  {}",
         over.join("\n  ")
+    )))
+}
+
+/// Refuses `oci://` layouts outside the directories this server allows (`--oci-root`), by
+/// name alone: nothing on disk is looked at, so the answer says nothing of what exists. The
+/// node checks again, opening the layout beneath its own roots.
+fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiError> {
+    let roots = &st.config.pull.oci_roots;
+    let outside: Vec<String> = plan::layouts(wf)
+        .into_iter()
+        .filter(|(_, uri)| !gantry_agent::image::oci_path_allowed(roots, uri))
+        .map(|(at, uri)| format!("{at}: {uri}"))
+        .collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    let allowed = if roots.is_empty() {
+        "this cluster allows none".to_string()
+    } else {
+        let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        format!("this cluster allows those under {}", list.join(", "))
+    };
+    Err(ApiError::BadRequest(format!(
+        "oci:// images are read only from directories an administrator allows (--oci-root), \
+         and {allowed}:\n  {}",
+        outside.join("\n  ")
     )))
 }
 

@@ -30,6 +30,11 @@ pub struct RegistryArgs {
     /// Registries (host:port) that speak plain HTTP (repeatable).
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure: Vec<String>,
+    /// A directory whose OCI image layouts workflows may run as `oci://DIR/...` (repeatable,
+    /// absolute). Without one, `oci://` images are refused. Give the server the same list as
+    /// its agents: it refuses at submit what none allows.
+    #[arg(long = "oci-root", value_name = "DIR")]
+    pub oci_roots: Vec<PathBuf>,
 }
 
 impl RegistryArgs {
@@ -43,9 +48,12 @@ impl RegistryArgs {
             };
             mirrors.insert(reg.to_string(), url.to_string());
         }
+        gantry_agent::image::check_oci_roots(&self.oci_roots)
+            .map_err(|e| UsageError(e.to_string()))?;
         Ok(PullConfig {
             mirrors,
             insecure_hosts: self.insecure.clone(),
+            oci_roots: self.oci_roots.clone(),
         })
     }
 }

@@ -7,7 +7,7 @@ use std::process::Output;
 
 use serde_json::{json, Value};
 
-use crate::common::Cluster;
+use crate::common::{test_env, Cluster};
 
 /// Runs a client verb as the user whose token this is.
 fn as_user(c: &Cluster, token: &str, args: &[&str]) -> Output {
@@ -84,6 +84,100 @@ fn job_file(image: &str, script: &str) -> String {
 /// The one task of a one-job workflow.
 fn main_task(d: &Value) -> &Value {
     Cluster::task(d, "main")
+}
+
+// --- 1. oci:// layouts only from the roots an administrator allows ---------------------
+
+#[test]
+fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exists() {
+    let roots = tempfile::Builder::new()
+        .prefix("gantry-oci-")
+        .tempdir()
+        .unwrap();
+    let root = roots.path().join("layouts");
+    let outside = roots.path().join("outside");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    let layout = test_env("GANTRY_TEST_OCI_BUSYBOX");
+    for to in [root.join("busybox"), outside.join("busybox")] {
+        let st = std::process::Command::new("cp")
+            .args(["-a", layout])
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    // A link from inside the root to a real layout outside it.
+    std::os::unix::fs::symlink(outside.join("busybox"), root.join("linked")).unwrap();
+    let c = Cluster::up_with(1, vec!["--oci-root".into(), root.display().to_string()]);
+    let mallory = c.user_token("mallory", "intruders");
+    let bob = c.user_token("bob", "chem");
+
+    // The legitimate use: a layout under the allowed root runs.
+    let good = c.write(
+        "good.yaml",
+        &job_file(
+            &format!("oci://{}/busybox:1", root.display()),
+            "echo from-a-layout",
+        ),
+    );
+    let id = ok_as(&c, &bob, &["workflow", "start", good.to_str().unwrap()]);
+    let id = id.trim();
+    c.wait_status(id, "FINISHED");
+    let log = ok_as(&c, &bob, &["workflow", "log", id, "main"]);
+    assert_eq!(log.trim(), "from-a-layout");
+
+    // Outside every root, or climbing out of one, or a build base there: refused at submit,
+    // by name alone, before anything on the node is opened.
+    let host_paths = [
+        "oci:///etc".to_string(),
+        format!("oci://{}/busybox:1", outside.display()),
+        format!("oci://{}/../outside/busybox:1", root.display()),
+    ];
+    for uri in &host_paths {
+        let f = c.write("bad.yaml", &job_file(uri, "true"));
+        let out = as_user(&c, &mallory, &["workflow", "start", f.to_str().unwrap()]);
+        assert!(!out.status.success(), "{uri} was accepted");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("read only from directories an administrator allows")
+                && err.contains(&format!("jobs.main.image.uri: {uri}")),
+            "{uri}: {err}"
+        );
+    }
+    let build = "version: v4\nimages:\n  x:\n    from: oci:///etc\n    run: [\"true\"]\njobs:\n  main:\n    image: { build: x }\n    command: [\"true\"]\n";
+    let f = c.write("build.yaml", build);
+    let out = as_user(&c, &mallory, &["workflow", "start", f.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("images.x.from: oci:///etc"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        c.json(&["workflow", "list"]).as_array().unwrap().len() == 1,
+        "nothing was stored"
+    );
+
+    // Beneath the root by name but not a layout there (missing, or a symlink out of it): the
+    // node refuses, and the two refusals read the same, but for the path the user gave.
+    let mut reasons = vec![];
+    for name in ["missing", "linked"] {
+        let uri = format!("oci://{}/{name}", root.display());
+        let f = c.write(&format!("{name}.yaml"), &job_file(&uri, "true"));
+        let id = ok_as(&c, &mallory, &["workflow", "start", f.to_str().unwrap()]);
+        let d = c.wait_status(id.trim(), "FAILED");
+        let reason = main_task(&d)["reason"].as_str().unwrap().to_string();
+        assert!(
+            reason.contains("is not available on this node"),
+            "{name}: {reason}"
+        );
+        reasons.push(reason.replace(&format!("{}/{name}", root.display()), "PATH"));
+    }
+    assert_eq!(
+        reasons[0], reasons[1],
+        "a refusal must not tell what exists"
+    );
 }
 
 // --- 3, 4, 5. the Alertmanager webhook -------------------------------------------------
