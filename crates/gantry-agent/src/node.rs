@@ -193,10 +193,14 @@ pub fn release_if_idle(config: &AgentConfig) -> anyhow::Result<bool> {
 }
 
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.state_dir)
-        .with_context(|| format!("creating {}", config.state_dir.display()))?;
-    std::fs::create_dir_all(&config.storage_root)
-        .with_context(|| format!("creating {}", config.storage_root.display()))?;
+    for (dir, keep) in [
+        (&config.state_dir, crate::PASS_THROUGH),
+        // Volumes are bind-mounted by path: nothing needs to list the root they live in.
+        (&config.storage_root, crate::PASS_THROUGH),
+    ] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::restrict_dir(dir, keep).with_context(|| format!("restricting {}", dir.display()))?;
+    }
     let runtime = Runtime::new(runtime_config(&config))?;
     // The server's object cache is a registry too: plain HTTP when the server is.
     let mut pull = config.pull.clone();

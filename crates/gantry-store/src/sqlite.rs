@@ -28,7 +28,38 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file and brings its schema up to date.
+    /// Opens (creating if needed) the database at `path`. The file and its `-wal` and `-shm`
+    /// are the owner's alone (0600): they hold every user's workflows, token hashes and
+    /// sealed secrets. SQLite gives the `-wal` and `-shm` files the database file's mode, so
+    /// it is made private before SQLite first opens it; files an older version left readable
+    /// are made private here too.
     pub async fn open(path: &Path) -> Result<Self> {
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+        }
+        let private = || -> Result<()> {
+            use std::os::unix::fs::PermissionsExt;
+            for suffix in ["", "-wal", "-shm"] {
+                let mut name = path.as_os_str().to_owned();
+                name.push(suffix);
+                let p = std::path::PathBuf::from(name);
+                match std::fs::metadata(&p) {
+                    Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                            .map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        };
+        private()?;
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -46,6 +77,8 @@ impl SqliteStore {
             .max_connections(4)
             .connect_with(opts)
             .await?;
+        // An older version's `-wal` and `-shm` live on while SQLite has the database open.
+        private()?;
         Ok(Self { pool, writer })
     }
 }

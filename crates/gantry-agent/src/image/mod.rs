@@ -199,6 +199,19 @@ impl ImageStore {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
         }
+        // Private images' blobs and layers are their owners' alone: blobs are read by the agent
+        // only; layers are overlays' lower directories, reached by path, never listed.
+        for (d, keep) in [
+            ("", crate::PASS_THROUGH),
+            ("blobs", crate::OWNER_ONLY),
+            ("layers", crate::PASS_THROUGH),
+            ("locks", crate::OWNER_ONLY),
+            ("tmp", crate::OWNER_ONLY),
+        ] {
+            let p = root.join(d);
+            crate::restrict_dir(&p, keep)
+                .map_err(io_err(format!("restricting {}", p.display())))?;
+        }
         // reqwest is built without a bundled crypto provider; ring is the light one. An error
         // only means some other part of the process installed one first.
         let _ = rustls::crypto::ring::default_provider().install_default();

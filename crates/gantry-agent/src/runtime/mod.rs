@@ -413,11 +413,16 @@ impl Runtime {
                 config.cgroup_parent
             )));
         }
+        // Bundles (with their assignments' secrets) and runc's state are nobody else's; image
+        // builds' user namespaces must still pass through to their bundles.
         for d in [
+            config.state_dir.clone(),
             config.state_dir.join("containers"),
             config.runc_root.clone(),
         ] {
             fs::create_dir_all(&d).map_err(io_err(format!("creating {}", d.display())))?;
+            crate::restrict_dir(&d, crate::PASS_THROUGH)
+                .map_err(io_err(format!("restricting {}", d.display())))?;
         }
         if sys::noexec(&config.state_dir).map_err(io_err("statvfs of the state directory"))? {
             return Err(RuntimeError::InvalidConfig(format!(
@@ -599,6 +604,11 @@ impl Runtime {
             .chain(injected_dir)
         {
             fs::create_dir(dir.join(d)).map_err(io_err(format!("creating {d}")))?;
+        }
+        if let Some(d) = injected_dir {
+            // A job's files may carry its secrets; runc (root) bind-mounts them from here.
+            fs::set_permissions(dir.join(d), fs::Permissions::from_mode(0o700))
+                .map_err(io_err(format!("chmod {d}")))?;
         }
         let userns = build.and_then(|b| b.userns);
         if let Some(m) = userns {
@@ -973,7 +983,13 @@ impl Runtime {
             write_atomic(&dir.join(files::META), &meta_bytes)
                 .map_err(io_err("writing meta.json"))?;
             for f in [files::STDOUT, files::STDERR] {
-                fs::File::create(dir.join(f)).map_err(io_err(format!("creating {f}")))?;
+                fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(true)
+                    .write(true)
+                    .mode(0o600)
+                    .open(dir.join(f))
+                    .map_err(io_err(format!("creating {f}")))?;
             }
             let owner = serde_json::to_vec(&owner).map_err(|e| io_err("task")(e.into()))?;
             write_atomic(&dir.join(files::TASK), &owner).map_err(io_err("writing task.json"))

@@ -2,8 +2,10 @@
 //! user of another group (or the monitoring token), against a real `gantry up` cluster, next
 //! to the legitimate use it resembles.
 
-use std::path::Path;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -68,6 +70,21 @@ fn curl_json(c: &Cluster, method: &str, path: &str, token: &str, body: &Value) -
     let (code, text) = curl(c, method, path, token, Some(&file));
     let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
     (code, v)
+}
+
+fn wait_until(what: &str, mut pred: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !pred() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
 }
 
 fn job_file(image: &str, script: &str) -> String {
@@ -178,6 +195,127 @@ fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exis
         reasons[0], reasons[1],
         "a refusal must not tell what exists"
     );
+}
+
+// --- 2. what the server and agents write is not world-readable --------------------------
+
+fn assert_private(p: &Path, want: u32) {
+    assert_eq!(mode(p), want, "{} is mode {:o}", p.display(), mode(p));
+}
+
+/// Every server file that holds data or secrets, and each log file of `attempt`.
+fn server_files(c: &Cluster) -> Vec<(PathBuf, u32)> {
+    let server = c.data_dir().join("server");
+    let mut out = vec![(server.clone(), 0o700)];
+    for f in ["gantry.db", "gantry.db-wal", "gantry.db-shm", "secret.key"] {
+        out.push((server.join(f), 0o600));
+    }
+    out.push((server.join("logs"), 0o700));
+    out.push((server.join("objects"), 0o700));
+    for e in std::fs::read_dir(server.join("logs")).unwrap().flatten() {
+        out.push((e.path(), 0o700));
+        for f in std::fs::read_dir(e.path()).unwrap().flatten() {
+            out.push((f.path(), 0o600));
+        }
+    }
+    out.push((c.data_dir().join("agent.token"), 0o600));
+    out.push((c.data_dir().join("context.toml"), 0o600));
+    out
+}
+
+#[test]
+fn the_store_logs_and_secrets_are_private_and_old_modes_are_fixed_at_start() {
+    let mut c = Cluster::up(1);
+    let bob = c.user_token("bob", "chem");
+    let mallory = c.user_token("mallory", "intruders");
+    let mut set = c
+        .command(&["secret", "set", "api-key"])
+        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+        .env("GANTRY_TOKEN", &bob)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        set.stdin
+            .take()
+            .unwrap()
+            .write_all(b"s3cret-value")
+            .unwrap();
+    }
+    assert!(set.wait().unwrap().success());
+    // A job whose environment carries a secret, still running so its bundle can be looked at.
+    let spec = "version: v4\njobs:\n  main:\n    image: { uri: docker://busybox:1 }\n    env: [ KEY=secret://user/api-key ]\n    script: |\n      #!/bin/sh\n      echo private-output\n      sleep 600\n";
+    let f = c.write("secret.yaml", spec);
+    let id = ok_as(&c, &bob, &["workflow", "start", f.to_str().unwrap()]);
+    let id = id.trim().to_string();
+    c.wait_for(&id, "main running", |d| main_task(d)["status"] == "RUNNING");
+    wait_until("its output reaches the server", || {
+        ok_as(&c, &bob, &["workflow", "log", &id, "main"]).contains("private-output")
+    });
+    // Its owner reads it through the API; someone of another group does not even see it.
+    let out = as_user(&c, &mallory, &["workflow", "log", &id, "main"]);
+    assert!(!out.status.success());
+    assert!(!text(&out.stdout).contains("private-output"));
+
+    let d = c.detail(&id);
+    let attempt = main_task(&d)["attempts"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let node = main_task(&d)["node"].as_str().unwrap().to_string();
+    let state = c.data_dir().join("agents").join(&node);
+    let bundle = state.join("runtime/containers").join(&attempt);
+    let config = std::fs::read_to_string(bundle.join("config.json")).unwrap();
+    assert!(
+        config.contains("KEY=s3cret-value"),
+        "the bundle carries the secret's value"
+    );
+    for (p, m) in [
+        (bundle.join("config.json"), 0o600),
+        (bundle.join("meta.json"), 0o600),
+        (bundle.join("stdout"), 0o600),
+        (bundle.join("stderr"), 0o600),
+    ] {
+        assert_private(&p, m);
+    }
+    // Directories on the way to bundles: others may pass (image builds' user namespaces
+    // must), never list.
+    for d in [
+        state.clone(),
+        state.join("runtime"),
+        state.join("runtime/containers"),
+        bundle.clone(),
+    ] {
+        assert_eq!(
+            mode(&d) & 0o066,
+            0,
+            "{} is mode {:o}",
+            d.display(),
+            mode(&d)
+        );
+    }
+    assert_eq!(mode(&state.join("images/blobs")) & 0o077, 0);
+    for (p, m) in server_files(&c) {
+        assert_private(&p, m);
+    }
+    ok_as(&c, &bob, &["workflow", "stop", &id]);
+    c.wait_status(&id, "STOPPED");
+
+    // Files an older version left world-readable are made private by the next start (killed,
+    // so that the store's -wal and -shm are left behind too).
+    c.kill9();
+    let loose: Vec<(PathBuf, u32)> = server_files(&c);
+    for (p, m) in &loose {
+        let wide = if *m == 0o700 { 0o755 } else { 0o644 };
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(wide)).unwrap();
+    }
+    c.start();
+    for (p, m) in server_files(&c) {
+        assert_private(&p, m);
+    }
+    let log = ok_as(&c, &bob, &["workflow", "log", &id, "main"]);
+    assert!(log.contains("private-output"), "{log}");
 }
 
 // --- 3, 4, 5. the Alertmanager webhook -------------------------------------------------
