@@ -57,6 +57,9 @@ bench_setup() { # NAME
   # Not /tmp/gantry-bench-*: scripts/cleanup.sh (run by every `make test`, maybe someone else's
   # while this runs) unmounts everything under such directories.
   WORK=$(mktemp -d "/tmp/gbench-$1.XXXXXX")
+  # Root in a job's container is an unprivileged host uid (a user namespace) that must pass
+  # through the agent's state directory, as under /var/lib: not a private 0700 directory.
+  chmod 711 "$WORK"
   trap bench_on_exit EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
@@ -425,6 +428,8 @@ gantry_agent_start() {
   # Agents that serve metrics would all want 127.0.0.1:9464; the benchmark needs none.
   local extra=()
   "$GANTRY" agent --help 2>/dev/null | grep -q -- --metrics-listen && extra+=(--metrics-listen off)
+  # JOB_USERNS=off measures jobs without user namespaces (the default is on).
+  "$GANTRY" agent --help 2>/dev/null | grep -q -- --job-userns && extra+=(--job-userns "${JOB_USERNS:-on}")
   GANTRY_AGENT_TOKEN=$GAGENT_TOKEN GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" agent "${extra[@]}" \
     --server "$GURL" --pool default --name "$GNODE" --cpus "$cpus" \
     --storage-root "$GDATA/storage" --state-dir "$GDATA/agent" \

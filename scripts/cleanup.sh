@@ -24,4 +24,10 @@ done
 for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep '^gtr'); do
   [ -z "$(ip -o link show master "$br" 2>/dev/null)" ] && ip link del "$br" 2>/dev/null
 done
+# The agents' firewall tables (named after their bridge) whose bridge is gone.
+if command -v nft >/dev/null 2>&1; then
+  nft list tables 2>/dev/null | awk '$3 ~ /^gtr/ {print $2, $3}' | while read -r family name; do
+    [ -e "/sys/class/net/$name" ] || nft delete table "$family" "$name" 2>/dev/null
+  done
+fi
 exit 0

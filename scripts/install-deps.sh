@@ -21,6 +21,8 @@ have ip || need="$need iproute2"
 # their NAT rules.
 [ -x /usr/lib/cni/bridge ] || need="$need containernetworking-plugins"
 have iptables || need="$need iptables"
+# The agents' tenant firewall: one nftables table per agent keeps workflows apart.
+[ -x /usr/sbin/nft ] || need="$need nftables"
 # The node-health stack (`gantry up --monitoring`, its tests, scripts/check-monitoring.sh).
 [ -x /usr/bin/prometheus ] || need="$need prometheus"
 [ -x /usr/bin/prometheus-alertmanager ] || need="$need prometheus-alertmanager"

@@ -13,14 +13,15 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
-echo "== fuzzing the workflow parser for ${GANTRY_FUZZ_SECONDS:-60}s"
+echo "== fuzzing the workflow parser, the API's bodies, MCP's arguments and the webhook for ${GANTRY_FUZZ_SECONDS:-60}s"
 mkdir -p target
 if ! fuzz/run.sh "${GANTRY_FUZZ_SECONDS:-60}" > target/fuzz.log 2>&1; then
+  # The end of the log says which target failed and where its input was saved.
   tail -n 60 target/fuzz.log
-  echo "fuzzing found a problem: see fuzz/artifacts/" >&2
+  echo "fuzzing found a problem (whole log: target/fuzz.log)" >&2
   exit 1
 fi
-grep -E '^Done|^#[0-9]+.*DONE' target/fuzz.log | tail -n 1 || true
+grep -E '^== fuzzing|^Done' target/fuzz.log || true
 
 if [ -x scripts/check-monitoring.sh ]; then
   echo "== monitoring rules, routes and dashboards"

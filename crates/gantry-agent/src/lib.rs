@@ -1,6 +1,7 @@
 //! Gantry's node agent: registration, runc runtime via shims, image pull and unpack, container
 //! networking (CNI) and readiness probes, image builds, and the node's Prometheus exporter.
 
+pub mod beneath;
 pub mod build;
 pub mod image;
 pub mod metrics;
@@ -17,8 +18,8 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Takes permissions off a directory the agent keeps, never adding any: `keep` is what group
 /// and others may still have. The agent's state holds assignments (with their secrets filled
 /// in), job output and private images' layers, so nobody else may list or read it; where an
-/// image build's unprivileged user namespace must pass through to its bundle, 0o7711 keeps
-/// the right to pass (x) and nothing else.
+/// image build's or a job's user namespace (an unprivileged host uid) must pass through to its
+/// bundle, 0o7711 keeps the right to pass (x) and nothing else.
 pub(crate) fn restrict_dir(path: &std::path::Path, keep: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(path)?.permissions().mode() & 0o7777;

@@ -34,7 +34,8 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
 use uuid::Uuid;
 
-use crate::build::{self, BuildEnv, Builder, StopSignal};
+use crate::beneath::{self, Dir, Owner, Rel, Resolve};
+use crate::build::{BuildEnv, Builder, StopSignal};
 use crate::image::{ImageStore, PullConfig};
 use crate::lock;
 use crate::metrics::{self, HealthConfig, Metrics};
@@ -69,6 +70,12 @@ pub struct AgentConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The node's Node Exporter (`host:port`), announced for Prometheus' service discovery.
     pub node_exporter: Option<String>,
+    /// The host ids of job containers' user namespaces, where the node can run them so (see
+    /// `runtime::RuntimeConfig::job_userns`); `None` runs them without.
+    pub job_userns: Option<runtime::IdRange>,
+    /// Ports of the host that containers may reach (`--host-allow tcp/7070`); the server's
+    /// own port needs none when the agent reaches the server at a host address.
+    pub host_allow: Vec<net::HostPort>,
 }
 
 /// Detects this machine's cores and memory.
@@ -152,6 +159,9 @@ struct Agent {
     metrics_addr: Option<std::net::SocketAddr>,
     /// Container starts in progress at once: see [`start_permits`].
     starts: Arc<tokio::sync::Semaphore>,
+    /// The server's `Peers`, applied in the order they came (each is whole: a late older one
+    /// must not undo a newer one).
+    peers: std::sync::mpsc::Sender<(Uuid, Vec<String>)>,
 }
 
 impl Agent {
@@ -201,7 +211,26 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         crate::restrict_dir(dir, keep).with_context(|| format!("restricting {}", dir.display()))?;
     }
-    let runtime = Runtime::new(runtime_config(&config))?;
+    let mut rc = runtime_config(&config);
+    rc.job_userns = config.job_userns;
+    let probe = config
+        .storage_root
+        .join(format!(".userns-probe.{}", std::process::id()));
+    if let Some(Err(why)) = rc
+        .job_userns
+        .map(|range| runtime::userns::probe_idmapped_dir(range.slot(0), &probe))
+    {
+        // Volumes are mounted through the container's mapping, so their filesystem must
+        // take idmapped mounts too (NFS does not).
+        tracing::warn!(
+            "job containers run without a user namespace: the storage root {} cannot be \
+             mounted with shifted owners ({why})",
+            config.storage_root.display()
+        );
+        rc.job_userns = None;
+    }
+    // It compiles the seccomp profile and probes user namespaces (forking): blocking work.
+    let runtime = tokio::task::spawn_blocking(move || Runtime::new(rc)).await??;
     // The server's object cache is a registry too: plain HTTP when the server is.
     let mut pull = config.pull.clone();
     if let Some(host) =
@@ -212,8 +241,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         }
     }
     let images = Arc::new(ImageStore::new(config.state_dir.join("images"), pull)?);
-    let net = Network::new(NetConfig::for_agent(&config.state_dir, &config.name))
-        .context("container networking")?;
+    let mut net_config = NetConfig::for_agent(&config.state_dir, &config.name);
+    net_config.host_allow = config.host_allow.clone();
+    net_config.server = server_addrs(&config.server);
+    let net = Network::new(net_config).context("container networking")?;
     let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
     let mut metrics_addr = None;
     if let Some(listen) = config.metrics_listen {
@@ -244,11 +275,12 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         net: Some(net.clone()),
         pull: config.pull.clone(),
         token: Some(config.token.clone()),
-        userns: Some(build::userns::DEFAULT_MAP),
+        userns: Some(runtime::userns::BUILD_MAP),
     });
     let agent = Agent {
         config: Arc::new(config),
         runtime: Arc::new(runtime),
+        peers: peers_worker(net.clone()),
         net,
         images,
         builder,
@@ -345,6 +377,61 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
             }
         }
     });
+}
+
+/// Applies the server's `Peers` to the firewall, one after the other, on a thread of its own.
+fn peers_worker(net: Arc<Network>) -> std::sync::mpsc::Sender<(Uuid, Vec<String>)> {
+    let (tx, rx) = std::sync::mpsc::channel::<(Uuid, Vec<String>)>();
+    std::thread::spawn(move || {
+        for (workflow, addresses) in rx {
+            let addrs: Vec<std::net::Ipv4Addr> =
+                addresses.iter().filter_map(|a| a.parse().ok()).collect();
+            if let Err(e) = net.set_peers(&workflow.to_string(), &addrs) {
+                tracing::warn!(workflow = %workflow, "its containers on other nodes: {e}");
+            }
+        }
+    });
+    tx
+}
+
+/// The server's IPv4 addresses and port as this agent reaches it, for the firewall: its
+/// containers may reach the server's endpoint proxy. Loopback ones are left out (containers
+/// never reach the host's loopback).
+fn server_addrs(server: &str) -> Vec<std::net::SocketAddrV4> {
+    use std::net::ToSocketAddrs;
+    let Some(hostport) = server_registry(server) else {
+        return vec![];
+    };
+    let default_port = if server.starts_with("https://") {
+        443
+    } else {
+        80
+    };
+    let with_port = if hostport
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        hostport
+    } else {
+        format!("{hostport}:{default_port}")
+    };
+    let mut out: Vec<std::net::SocketAddrV4> = with_port
+        .to_socket_addrs()
+        .map(|it| {
+            it.filter_map(|a| match a {
+                std::net::SocketAddr::V4(v4)
+                    if !v4.ip().is_loopback() && !v4.ip().is_unspecified() =>
+                {
+                    Some(v4)
+                }
+                _ => None,
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `host:port` of the server, where its object cache serves images.
@@ -522,6 +609,12 @@ fn handle(agent: &Agent, msg: ServerMessage) {
                 });
             }
         }
+        ServerMessage::Peers {
+            workflow_id,
+            addresses,
+        } => {
+            let _ = agent.peers.send((workflow_id, addresses));
+        }
         ServerMessage::Forget { attempt_id } => {
             let a = agent.clone();
             tokio::spawn(async move { forget(&a, attempt_id, Duration::from_secs(10)).await });
@@ -556,26 +649,64 @@ fn handle(agent: &Agent, msg: ServerMessage) {
     }
 }
 
-/// A path under the storage root from a server-given relative path, refusing escapes.
-fn under_root(root: &Path, rel: &str) -> anyhow::Result<PathBuf> {
-    let p = Path::new(rel);
-    if p.is_absolute()
-        || p.components()
-            .any(|c| !matches!(c, std::path::Component::Normal(_)))
-    {
-        anyhow::bail!("refusing path {rel:?}: it must stay under the storage root");
+/// A volume of an assignment, opened beneath the storage root.
+struct OpenVolume {
+    dir: Dir,
+    /// Where it is mounted in the container, and that path relative to the container's `/`.
+    target: String,
+    at: Rel,
+    read_only: bool,
+}
+
+/// Opens (making what is missing) each mounted volume's directory beneath the storage root,
+/// never through a symlink.
+fn open_volumes(
+    storage_root: &Path,
+    mounts: &[gantry_api::agent::VolumeMount],
+) -> anyhow::Result<Vec<OpenVolume>> {
+    if mounts.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(root.join(p))
+    let root = Dir::open_root(storage_root)
+        .with_context(|| format!("opening the storage root {}", storage_root.display()))?;
+    mounts
+        .iter()
+        .map(|m| {
+            let rel = Rel::new(&m.source)
+                .map_err(|e| anyhow::anyhow!("refusing volume path {:?}: {e}", m.source))?;
+            let at = Rel::container(&m.target).map_err(|e| anyhow::anyhow!("mount target {e}"))?;
+            let dir = root
+                .create_dirs(&rel, Resolve::Beneath, 0o755, Owner::ROOT)
+                .map_err(|e| volume_error(e, "its directory", &m.target))?;
+            Ok(OpenVolume {
+                dir,
+                target: m.target.clone(),
+                at,
+                read_only: m.read_only,
+            })
+        })
+        .collect()
+}
+
+/// What went wrong writing `what` into the volume mounted at `volume`, in the user's terms.
+fn volume_error(e: std::io::Error, what: &str, volume: &str) -> anyhow::Error {
+    if beneath::is_symlink_error(&e) {
+        anyhow::anyhow!(
+            "{what}: a symlink is in the way in the volume at {volume}: Gantry never follows \
+             symlinks in volumes (a link means what it says only inside a container)"
+        )
+    } else {
+        anyhow::anyhow!("{what} in the volume at {volume}: {e}")
+    }
 }
 
 fn remove_volume(root: &Path, rel: &str) -> anyhow::Result<()> {
-    let p = under_root(root, rel)?;
-    match std::fs::remove_dir_all(&p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(e).with_context(|| format!("removing {}", p.display()))
-        }
-        _ => Ok(()),
-    }
+    let rel = Rel::new(rel).map_err(|e| anyhow::anyhow!("refusing volume path {rel:?}: {e}"))?;
+    let storage = Dir::open_root(root)
+        .with_context(|| format!("opening the storage root {}", root.display()))?;
+    storage
+        .remove_all(&rel)
+        .with_context(|| format!("removing {rel} under {}", root.display()))
 }
 
 async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
@@ -748,17 +879,18 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     {
         anyhow::bail!("stopped before it started");
     }
-    let mut binds = Vec::new();
-    for m in &asg.mounts {
-        let host = under_root(&agent.config.storage_root, &m.source)?;
-        std::fs::create_dir_all(&host)
-            .with_context(|| format!("creating volume {}", host.display()))?;
-        binds.push(runtime::Bind {
-            source: host,
-            target: m.target.clone(),
-            read_only: m.read_only,
-        });
-    }
+    // Volumes, and the files written into them, are resolved beneath the storage root without
+    // following symlinks (a workflow's containers write there), and mounted through the
+    // descriptors held in `volumes` until the container has started.
+    let volumes = open_volumes(&agent.config.storage_root, &asg.mounts)?;
+    let binds = volumes
+        .iter()
+        .map(|v| runtime::Bind {
+            source: v.dir.mount_source(),
+            target: v.target.clone(),
+            read_only: v.read_only,
+        })
+        .collect();
     // A file whose destination lies in a mounted volume is written into the volume, so the
     // workflow's other steps see it too; the rest are bind-mounted read-only.
     let mut files = Vec::new();
@@ -766,21 +898,17 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
         let content = base64::engine::general_purpose::STANDARD
             .decode(&f.content)
             .context("file content is not base64")?;
-        let in_volume = binds.iter().find_map(|b| {
-            Path::new(&f.target)
-                .strip_prefix(&b.target)
-                .ok()
-                .filter(|rest| !rest.as_os_str().is_empty())
-                .map(|rest| b.source.join(rest))
-        });
+        let target = Rel::container(&f.target).map_err(|e| anyhow::anyhow!("file {e}"))?;
+        // The innermost volume holding it, when volumes are mounted inside each other.
+        let in_volume = volumes
+            .iter()
+            .filter_map(|v| Some((v, target.below(&v.at)?)))
+            .max_by_key(|(v, _)| v.at.as_path().components().count());
         match in_volume {
-            Some(host) => {
-                if let Some(dir) = host.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                std::fs::write(&host, &content)
-                    .with_context(|| format!("writing {}", host.display()))?;
-            }
+            Some((v, rest)) => v
+                .dir
+                .write_file(&rest, &content, 0o644, Owner::ROOT, Resolve::Beneath)
+                .map_err(|e| volume_error(e, &f.target, &v.target))?,
             None => files.push((f.target.clone(), content)),
         }
     }
@@ -808,6 +936,8 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     };
     let meta = serde_json::to_value(asg)?;
     let _permit = agent.starts.acquire().await?;
+    // runc mounts the volumes through these descriptors: they stay open until it has.
+    let _volumes = volumes;
     let Some(network) = &asg.network else {
         let rt = agent.runtime.clone();
         tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await??;
@@ -823,8 +953,22 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     let cid = spec.id.clone();
     let (rt, nw) = (agent.runtime.clone(), agent.net.clone());
     let hosts = network.hosts.clone();
+    let policy = net::Policy {
+        workflow: asg.workflow_id.to_string(),
+        egress: network.egress,
+        peers: network
+            .peers
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect(),
+    };
     let started = tokio::task::spawn_blocking(move || -> anyhow::Result<std::net::Ipv4Addr> {
-        let att = nw.attach(&spec.id).context("network")?;
+        // Made in the user namespace the container will run in, so that its root holds its
+        // capabilities over its own network.
+        let userns = rt.job_userns_for(&spec.id)?;
+        let att = nw
+            .attach(&spec.id, &policy, userns.as_deref())
+            .context("network")?;
         let address = att.address.ok_or(net::NetError::NoAddress(String::new()))?;
         // The task's own /etc/hosts or resolv.conf, if it injects one, wins.
         let given = |files: &[(String, Vec<u8>)], t: &str| files.iter().any(|(f, _)| f == t);
@@ -844,8 +988,14 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     })
     .await?;
     if started.is_err() {
-        let nw = agent.net.clone();
-        let _ = tokio::task::spawn_blocking(move || nw.detach(&cid)).await;
+        let (nw, rt) = (agent.net.clone(), agent.runtime.clone());
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = nw.detach(&cid);
+            // Gives back what the attempt took before its container existed (its user
+            // namespace's ids); harmless where the failed start already removed it.
+            let _ = rt.remove(&cid);
+        })
+        .await;
     }
     started.map(Some)
 }
@@ -991,15 +1141,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn paths_from_the_server_stay_under_the_root() {
-        let root = Path::new("/srv/gantry");
+    fn containers_may_reach_the_server_where_the_agent_does() {
+        let v4 = |s: &str| s.parse::<std::net::SocketAddrV4>().unwrap();
         assert_eq!(
-            under_root(root, "p/ephemeral/w/v").unwrap(),
-            root.join("p/ephemeral/w/v")
+            server_addrs("http://192.0.2.10:7070"),
+            vec![v4("192.0.2.10:7070")]
         );
-        assert!(under_root(root, "../etc").is_err());
-        assert!(under_root(root, "/etc").is_err());
-        assert!(under_root(root, "p/../../etc").is_err());
+        assert_eq!(
+            server_addrs("https://192.0.2.10/"),
+            vec![v4("192.0.2.10:443")]
+        );
+        assert_eq!(server_addrs("http://192.0.2.10"), vec![v4("192.0.2.10:80")]);
+        // Containers never reach the host's loopback, and 0.0.0.0 is no address to reach.
+        assert!(server_addrs("http://127.0.0.1:7070").is_empty());
+        assert!(server_addrs("http://0.0.0.0:7070").is_empty());
+        assert!(server_addrs("not a url").is_empty());
     }
 
     #[test]

@@ -555,7 +555,11 @@ fn run_steps_are_confined(c: &Ctx) {
     let map: Vec<&str> = status.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         map,
-        vec!["0", &build::userns::DEFAULT_MAP.host.to_string(), "65536"]
+        vec![
+            "0",
+            &gantry_agent::runtime::userns::BUILD_MAP.host.to_string(),
+            "65536"
+        ]
     );
     // CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID AUDIT_WRITE SETFCAP, nothing else.
     assert!(status.contains("CapEff:\t00000000a00000fb"), "{status}");
@@ -685,6 +689,8 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
         },
         metrics_listen: None,
         node_exporter: None,
+        job_userns: Some(gantry_agent::runtime::JOB_IDS),
+        host_allow: vec![],
     };
     let repo = repository("agent");
     let asg = assignment(c, &repo, vec![run("a1", "echo from-the-build")], json!({}));
@@ -876,7 +882,7 @@ fn teardown(dir: &Path) {
             if let Ok(n) = Network::new(NetConfig {
                 state_dir: net,
                 bridge,
-                plugin_dir: None,
+                ..Default::default()
             }) {
                 n.cleanup(&[]);
                 if let Err(e) = n.remove_bridge() {
@@ -950,7 +956,7 @@ fn main() {
             ..Default::default()
         },
         token: Some("agent-token".into()),
-        userns: Some(build::userns::DEFAULT_MAP),
+        userns: Some(gantry_agent::runtime::userns::BUILD_MAP),
     });
     let forwarding = common::forwarding();
     let ctx = Ctx {

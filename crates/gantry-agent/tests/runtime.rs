@@ -122,6 +122,129 @@ fn env_cwd_mounts_and_files(c: &Ctx) {
     assert_eq!(fs::read_to_string(rw.join("out.txt")).unwrap(), "out\n");
 }
 
+/// A volume holding a fake `confine` mounted at `/dev` would replace every container's init and
+/// run it without the seccomp filter: the kernel's trees and the root are refused as targets
+/// of mounts and files, while a volume beside them still mounts, and its process is confined.
+fn machinery_cannot_be_shadowed(c: &Ctx) {
+    let dir = common::scratch("shadow");
+    let vol = dir.path().join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    fs::write(vol.join("confine"), "#!/bin/sh\nexec \"$@\"\n").unwrap();
+    for target in [
+        "/dev",
+        "/dev/",
+        "/dev/confine",
+        "/dev/seccomp.bpf",
+        "/",
+        "/proc/sys",
+        "/sys",
+    ] {
+        let mut spec = c.spec("t-shadow", "true");
+        spec.mounts = vec![Bind {
+            source: vol.clone(),
+            target: target.into(),
+            read_only: false,
+        }];
+        match c.rt.start(&spec, &meta()) {
+            Err(RuntimeError::InvalidSpec(m)) => {
+                assert!(m.contains(target.trim_end_matches('/')), "{m}")
+            }
+            other => panic!("a mount at {target}: {other:?}"),
+        }
+        let mut spec = c.spec("t-shadow", "true");
+        spec.files = vec![(target.into(), b"fake".to_vec())];
+        assert!(
+            matches!(
+                c.rt.start(&spec, &meta()),
+                Err(RuntimeError::InvalidSpec(_))
+            ),
+            "a file at {target}"
+        );
+        assert_eq!(
+            c.rt.status("t-shadow"),
+            ContainerState::Unknown,
+            "nothing left"
+        );
+    }
+    let mut spec = c.spec(
+        "t-shadow",
+        "grep -E '^Seccomp:' /proc/self/status; ls /data",
+    );
+    spec.mounts = vec![Bind {
+        source: vol,
+        target: "/data".into(),
+        read_only: false,
+    }];
+    let (code, out, err) = c.run(&spec);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "Seccomp:\t2\nconfine\n");
+}
+
+/// Defense in depth: root in a job's container is an unprivileged host uid, a different one for
+/// each container that runs at once, while what it writes into a volume keeps the owners it
+/// would have without a user namespace, and the image still reads as root's.
+fn jobs_run_in_a_user_namespace_of_their_own(c: &Ctx) {
+    use std::os::unix::fs::MetadataExt;
+    let range =
+        c.rt.job_userns()
+            .expect("this node runs jobs in user namespaces");
+    let dir = common::scratch("userns");
+    let vol = dir.path().join("vol");
+    fs::create_dir_all(&vol).unwrap();
+    let mut a = c.spec(
+        "t-userns-a",
+        "cat /proc/self/uid_map; stat -c %u /bin/busybox; id -u; touch /data/a; sleep 30",
+    );
+    a.mounts = vec![Bind {
+        source: vol.clone(),
+        target: "/data".into(),
+        read_only: false,
+    }];
+    let b = c.spec("t-userns-b", "sleep 30");
+    c.rt.start(&a, &meta()).unwrap();
+    c.rt.start(&b, &meta()).unwrap();
+    let host_uid = |id: &str| {
+        let pid = c.rt.pid(id).unwrap();
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .unwrap()
+            .to_owned();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u32>()
+            .unwrap()
+    };
+    let (ua, ub) = (host_uid("t-userns-a"), host_uid("t-userns-b"));
+    assert!(ua >= range.first && ub >= range.first, "{ua} {ub}");
+    assert_ne!(ua, ub, "two containers share host ids");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !vol.join("a").exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = fs::read_to_string(c.rt.log_paths("t-userns-a").0).unwrap();
+    let map: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(map, ["0", &ua.to_string(), "65536"], "{out}");
+    assert_eq!(out.lines().skip(1).collect::<Vec<_>>(), ["0", "0"], "{out}");
+    assert_eq!(
+        fs::metadata(vol.join("a")).unwrap().uid(),
+        0,
+        "on disk: root's"
+    );
+    for id in ["t-userns-a", "t-userns-b"] {
+        c.rt.stop(id, Duration::ZERO).unwrap();
+        c.rt.remove(id).unwrap();
+    }
+    // The slot is free again for the next container.
+    let next = c.spec("t-userns-c", "sleep 5");
+    c.rt.start(&next, &meta()).unwrap();
+    assert!([ua, ub].contains(&host_uid("t-userns-c")));
+    c.rt.stop("t-userns-c", Duration::ZERO).unwrap();
+    c.rt.remove("t-userns-c").unwrap();
+}
+
 fn image_user(c: &Ctx) {
     let mut spec = c.spec("t-user", "id -u; id -g; grep CapEff /proc/self/status");
     spec.user = Some("nobody".into());
@@ -401,6 +524,11 @@ type Test = (&'static str, fn(&Ctx));
 const TESTS: &[Test] = &[
     ("output_and_exit_code", output_and_exit_code),
     ("env_cwd_mounts_and_files", env_cwd_mounts_and_files),
+    ("machinery_cannot_be_shadowed", machinery_cannot_be_shadowed),
+    (
+        "jobs_run_in_a_user_namespace_of_their_own",
+        jobs_run_in_a_user_namespace_of_their_own,
+    ),
     ("image_user", image_user),
     ("memory_limit_kills", memory_limit_kills),
     ("pids_limit_refuses_forks", pids_limit_refuses_forks),

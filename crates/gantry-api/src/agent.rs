@@ -121,6 +121,13 @@ pub enum ServerMessage {
     Forget { attempt_id: Uuid },
     /// Node-local housekeeping (removing an ephemeral volume).
     Chore(Chore),
+    /// The addresses of a workflow's running containers on other nodes than this one, whole,
+    /// whenever they change: the node's firewall lets the workflow's containers here reach
+    /// those, and be reached from them, and no others.
+    Peers {
+        workflow_id: Uuid,
+        addresses: Vec<String>,
+    },
     /// The server has stored output up to these offsets.
     LogAck {
         attempt_id: Uuid,
@@ -238,12 +245,36 @@ pub struct CachedLayer {
 /// The annotation on each layer of a built image's manifest naming the step key it caches.
 pub const BUILD_KEY_ANNOTATION: &str = "io.gantry.build.key";
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// A container of its own on the node's bridge. Its workflow's containers reach each other;
+/// other workflows only through the server's endpoints.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NetworkSpec {
     /// Extra `/etc/hosts` entries, e.g. `web.svc` -> the address of the workflow's service
     /// `web`.
     #[serde(default)]
     pub hosts: Vec<HostEntry>,
+    /// Whether it may open connections to the outside world (the cluster's `network.egress`
+    /// when the assignment was sent).
+    #[serde(default = "yes")]
+    pub egress: bool,
+    /// The addresses of the workflow's running containers when this was assigned; `Peers`
+    /// messages bring the changes.
+    #[serde(default)]
+    pub peers: Vec<String>,
+}
+
+impl Default for NetworkSpec {
+    fn default() -> Self {
+        NetworkSpec {
+            hosts: vec![],
+            egress: true,
+            peers: vec![],
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

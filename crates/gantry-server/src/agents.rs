@@ -28,6 +28,8 @@ pub struct Hub {
 struct Conn {
     id: Uuid,
     tx: mpsc::UnboundedSender<ServerMessage>,
+    /// The `Peers` this connection was sent, by workflow.
+    peers: HashMap<Uuid, Vec<String>>,
 }
 
 impl Hub {
@@ -46,10 +48,41 @@ impl Hub {
     }
 
     fn insert(&self, node: &str, id: Uuid, tx: mpsc::UnboundedSender<ServerMessage>) {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(node.to_string(), Conn { id, tx });
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            node.to_string(),
+            Conn {
+                id,
+                tx,
+                peers: HashMap::new(),
+            },
+        );
+    }
+
+    /// Sends each connected node the `Peers` of `want` that its connection was not sent yet,
+    /// and an empty one for each workflow it no longer runs containers of.
+    pub fn sync_peers(&self, want: &HashMap<String, HashMap<Uuid, Vec<String>>>) {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let none = HashMap::new();
+        for (node, conn) in map.iter_mut() {
+            let wanted = want.get(node).unwrap_or(&none);
+            let send = |workflow_id: Uuid, addresses: Vec<String>| {
+                let _ = conn.tx.send(ServerMessage::Peers {
+                    workflow_id,
+                    addresses,
+                });
+            };
+            for (wf, addrs) in wanted {
+                if conn.peers.get(wf) != Some(addrs) {
+                    send(*wf, addrs.clone());
+                }
+            }
+            for wf in conn.peers.keys() {
+                if !wanted.contains_key(wf) {
+                    send(*wf, vec![]);
+                }
+            }
+            conn.peers = wanted.clone();
+        }
     }
 
     /// Removes the connection only if it is still this one (a newer one may have replaced it).
@@ -132,6 +165,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         };
         let wf = st.store.workflow(a.workflow_id).await?;
         crate::builds::fill_cached(&st, &mut asg).await;
+        crate::netpolicy::fill(&st, &mut asg).await;
         match crate::secrets::resolve(&st, &mut asg, &wf.owner, &wf.group).await {
             Ok(()) => desired.push(asg),
             Err(e) => end_attempt(&st, a.id, None, EndCause::StartError, Some(e)).await?,
@@ -229,13 +263,17 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
     let (exit_code, cause, reason) = match report.phase {
         AttemptPhase::Preparing => return Ok(()),
         AttemptPhase::Running { address } => {
+            let networked = address.is_some();
             if let Some(addr) = address {
                 st.store.set_attempt_address(id, &addr).await?;
             }
             // Only a service's start can change a decision: jobs that wait for it to run, its
             // routes, a takeover. A job's start changes none (its timeout is served by the
             // controller's timer), so it costs no tick: the next end report's tick sees it.
-            if st.store.attempt_running(id, now_ms()).await? && is_service(&attempt.assignment) {
+            // A networked container's address is news for its workflow's other nodes' firewalls.
+            if st.store.attempt_running(id, now_ms()).await?
+                && (networked || is_service(&attempt.assignment))
+            {
                 st.wake_controller();
             }
             return Ok(());
@@ -399,7 +437,74 @@ pub async fn subnet_base(store: &dyn gantry_store::Store) -> anyhow::Result<u8> 
 
 #[cfg(test)]
 mod tests {
-    use super::is_service;
+    use super::{is_service, Hub};
+    use gantry_api::agent::ServerMessage;
+    use std::collections::HashMap;
+    use uuid::Uuid;
+
+    fn peers(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<ServerMessage>,
+    ) -> Vec<(Uuid, Vec<String>)> {
+        let mut out = vec![];
+        while let Ok(m) = rx.try_recv() {
+            if let ServerMessage::Peers {
+                workflow_id,
+                addresses,
+            } = m
+            {
+                out.push((workflow_id, addresses));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn peers_are_sent_when_they_change_and_again_to_a_new_connection() {
+        let hub = Hub::default();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        hub.insert("n1", Uuid::new_v4(), tx);
+        let (w1, w2) = (Uuid::new_v4(), Uuid::new_v4());
+        let want = |v: Vec<(Uuid, Vec<&str>)>| {
+            let m: HashMap<Uuid, Vec<String>> = v
+                .into_iter()
+                .map(|(w, a)| (w, a.into_iter().map(String::from).collect()))
+                .collect();
+            HashMap::from([("n1".to_string(), m)])
+        };
+        hub.sync_peers(&want(vec![(w1, vec!["10.1.1.2"]), (w2, vec![])]));
+        let mut first = vec![(w1, vec!["10.1.1.2".to_string()]), (w2, vec![])];
+        first.sort();
+        assert_eq!(peers(&mut rx), first);
+        // Nothing changed: nothing sent.
+        hub.sync_peers(&want(vec![(w1, vec!["10.1.1.2"]), (w2, vec![])]));
+        assert_eq!(peers(&mut rx), vec![]);
+        // A change is sent whole; a workflow no longer there is sent empty, once.
+        hub.sync_peers(&want(vec![(w1, vec!["10.1.1.2", "10.1.2.3"])]));
+        let mut second = vec![
+            (w1, vec!["10.1.1.2".to_string(), "10.1.2.3".to_string()]),
+            (w2, vec![]),
+        ];
+        second.sort();
+        assert_eq!(peers(&mut rx), second);
+        hub.sync_peers(&want(vec![(w1, vec!["10.1.1.2", "10.1.2.3"])]));
+        assert_eq!(peers(&mut rx), vec![]);
+        // A reconnected agent hears everything again.
+        let (tx, mut rx2) = tokio::sync::mpsc::unbounded_channel();
+        hub.insert("n1", Uuid::new_v4(), tx);
+        hub.sync_peers(&want(vec![(w1, vec!["10.1.1.2", "10.1.2.3"])]));
+        assert_eq!(
+            peers(&mut rx2),
+            vec![(w1, vec!["10.1.1.2".to_string(), "10.1.2.3".to_string()])]
+        );
+        // A node that runs none of the workflow's containers any more hears so; a node that
+        // is not connected is sent nothing.
+        hub.sync_peers(&HashMap::from([(
+            "n2".to_string(),
+            HashMap::from([(w1, vec![])]),
+        )]));
+        assert_eq!(peers(&mut rx2), vec![(w1, vec![])]);
+    }
 
     #[test]
     fn only_a_service_start_wakes_the_controller() {

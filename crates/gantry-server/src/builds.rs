@@ -6,51 +6,12 @@
 use base64::Engine;
 use gantry_api::agent::{BuildFile, BuildStep, ImageSource};
 use gantry_core::build::{self as keys, FileInput, Step};
+use gantry_intake::builds::{step_key, BuildPlan, PLATFORM};
 use gantry_spec::{ImageScope, Workflow};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::api::ApiError;
 use crate::state::AppState;
-
-/// Builds run for this platform.
-pub const PLATFORM: &str = "linux/amd64";
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BuildPlan {
-    pub name: String,
-    /// `user/<owner>/<name>` or `group/<group>/<name>` in the object cache.
-    pub repository: String,
-    /// The base, pinned to the digest the keys were computed from.
-    pub base: String,
-    pub base_digest: String,
-    pub steps: Vec<BuildStep>,
-    pub env: Vec<String>,
-}
-
-impl BuildPlan {
-    /// The cache key of the whole image: the tag it is pushed as.
-    pub fn final_key(&self) -> String {
-        self.steps
-            .last()
-            .map(step_key)
-            .unwrap_or_else(|| keys::base_key(PLATFORM, &self.base_digest))
-    }
-
-    pub fn task_name(&self) -> String {
-        task_name(&self.name)
-    }
-}
-
-pub fn task_name(image: &str) -> String {
-    format!("build:{image}")
-}
-
-pub fn step_key(s: &BuildStep) -> String {
-    match s {
-        BuildStep::Files { key, .. } | BuildStep::Run { key, .. } => key.clone(),
-    }
-}
 
 /// `docker://host/repo:tag` -> `docker://host/repo@digest`, so every node builds on exactly the
 /// base the keys name. Layouts (`oci://`) are kept as they are: their digest is their content.
@@ -70,11 +31,20 @@ fn pin(uri: &str, digest: &str) -> String {
 pub async fn plan(
     st: &AppState,
     wf: &Workflow,
-    owner: &str,
-    group: &str,
+    c: &crate::auth::Caller,
 ) -> Result<Vec<BuildPlan>, ApiError> {
+    let (owner, group) = (&c.user.name, &c.user.group);
     let mut out = vec![];
     for (name, r) in &wf.images {
+        // The agent pulls the base with its own token and may link the base's layers into the
+        // build's repository from the base's, so a base in the object cache must be one the
+        // submitter may use; checked before anything is asked of it.
+        may_use(
+            &r.from,
+            &st.registry_host(),
+            c,
+            &format!("images.{name}.from"),
+        )?;
         let src = ImageSource {
             uri: r.from.clone(),
             credential: None,
@@ -306,30 +276,41 @@ pub fn check_image_access(
     registry: &str,
     c: &crate::auth::Caller,
 ) -> Result<(), ApiError> {
-    let prefix = format!("docker://{registry}/");
     for j in plan
         .jobs
         .iter()
         .filter(|j| j.build.is_none() && j.image_build.is_none())
     {
-        let Some(rest) = j.image.strip_prefix(&prefix) else {
-            continue;
-        };
-        let repo = rest.split(['@', ':']).next().unwrap_or(rest);
-        let ok = c.is_admin()
-            || match repo_parts(repo) {
-                Some(("user", owner, _)) => owner == c.user.name,
-                Some(("group", group, _)) => group == c.user.group,
-                _ => false,
-            };
-        if !ok {
-            return Err(ApiError::BadRequest(format!(
-                "jobs.{}.image.uri: no image {repo} in this cluster's object cache that you may use",
-                j.name
-            )));
-        }
+        may_use(&j.image, registry, c, &format!("jobs.{}.image.uri", j.name))?;
     }
     Ok(())
+}
+
+/// Refuses an image of the object cache that the caller may not use; `field` says where the
+/// workflow file names it. Other images are not the cache's to judge.
+fn may_use(
+    uri: &str,
+    registry: &str,
+    c: &crate::auth::Caller,
+    field: &str,
+) -> Result<(), ApiError> {
+    let Some(rest) = uri.strip_prefix(&format!("docker://{registry}/")) else {
+        return Ok(());
+    };
+    let repo = rest.split(['@', ':']).next().unwrap_or(rest);
+    let ok = c.is_admin()
+        || match repo_parts(repo) {
+            Some(("user", owner, _)) => owner == c.user.name,
+            Some(("group", group, _)) => group == c.user.group,
+            _ => false,
+        };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(format!(
+            "{field}: no image {repo} in this cluster's object cache that you may use"
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -463,6 +463,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     }
     for (node, mut asg, owner, group) in assigns {
         crate::builds::fill_cached(st, &mut asg).await;
+        crate::netpolicy::fill(st, &mut asg).await;
         match crate::secrets::resolve(st, &mut asg, &owner, &group).await {
             Ok(()) => {
                 st.hub.send(&node, ServerMessage::Assign(Box::new(asg)));
@@ -473,6 +474,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             }
         }
     }
+    crate::netpolicy::sync(st, &active, &plans);
     for &wf in &finished {
         schedule_cleanup(st, wf, now).await?;
     }
@@ -577,9 +579,12 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
             env.push(format!("FB_ENDPOINT_PATH_{}={path}", env_name(&e.name)));
         }
     }
-    // Every container of a workflow with services is on its node's bridge, and reaches each
-    // ready service as `<service>.svc`.
+    // Every container of a workflow with services is on its node's bridge, reaches each
+    // ready service as `<service>.svc`, and its workflow's other containers (the node's
+    // firewall keeps it from everyone else's). Egress is filled in when it is sent.
     let network = p.plan.has_services().then(|| NetworkSpec {
+        egress: true,
+        peers: crate::netpolicy::addresses(p.aw),
         hosts: p
             .plan
             .jobs

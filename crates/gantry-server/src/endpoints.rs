@@ -12,6 +12,7 @@ use gantry_api::v1::{
 };
 use gantry_api::TaskStatus;
 use gantry_core::takeover::{self, Mode, NewService, Phase, Step};
+use gantry_intake::requests::{self, NewEndpoint};
 use gantry_store::{EndpointChange, EndpointRow, NewEvent, TakeoverRow};
 use uuid::Uuid;
 
@@ -19,18 +20,6 @@ use crate::api::{ts, ApiError, JsonBody};
 use crate::auth::{hash_token, new_token, Caller, UserCaller};
 use crate::plan::WorkflowPlan;
 use crate::state::{now_ms, AppState};
-
-const DEFAULT_DRAIN: std::time::Duration = std::time::Duration::from_secs(300);
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-}
 
 /// Who may call an endpoint (and see it): its scope decides.
 pub fn may_call(e: &EndpointRow, c: Option<&Caller>) -> bool {
@@ -152,34 +141,21 @@ pub async fn create(
     UserCaller(c): UserCaller,
     JsonBody(req): JsonBody<CreateEndpoint>,
 ) -> Result<Json<EndpointInfo>, ApiError> {
-    if !valid_name(&req.name) {
-        return Err(unavailable(&req.name));
-    }
-    let scope = req.scope.unwrap_or_else(|| "user".into());
-    if !matches!(scope.as_str(), "user" | "group" | "organization" | "public") {
-        return Err(ApiError::BadRequest(format!(
-            "scope must be user, group, organization or public, not {scope:?}"
-        )));
-    }
-    let mode = req.mode.unwrap_or_else(|| "when-ready".into());
-    if Mode::parse(&mode).is_none() {
-        return Err(ApiError::BadRequest(format!(
-            "mode must be when-ready or stop-first, not {mode:?}"
-        )));
-    }
-    let drain = match &req.drain_timeout {
-        Some(d) => gantry_spec::parse_duration(d)
-            .map_err(|e| ApiError::BadRequest(format!("drain timeout {d:?}: {e}")))?,
-        None => DEFAULT_DRAIN,
-    };
+    let NewEndpoint {
+        name,
+        scope,
+        mode,
+        drain_timeout_ms,
+        confirm,
+    } = requests::create_endpoint(req).map_err(ApiError::BadRequest)?;
     let row = EndpointRow {
-        name: req.name.clone(),
+        name: name.clone(),
         owner: c.user.name.clone(),
         group: c.user.group.clone(),
         scope,
         mode,
-        drain_timeout_ms: drain.as_millis() as i64,
-        confirm: req.confirm,
+        drain_timeout_ms,
+        confirm,
         created_at: now_ms(),
         workflow_id: None,
         service: None,
@@ -189,11 +165,11 @@ pub async fn create(
     match st.store.create_endpoint(&row, now_ms()).await {
         Ok(()) => {}
         Err(gantry_store::StoreError::Conflict(_)) => {
-            return Err(name_taken(&st, &c, &req.name).await);
+            return Err(name_taken(&st, &c, &name).await);
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(Json(info(&st, st.store.endpoint(&req.name).await?).await?))
+    Ok(Json(info(&st, st.store.endpoint(&name).await?).await?))
 }
 
 /// Why a name that is in use cannot be created again. Only someone who may see the endpoint
@@ -208,15 +184,8 @@ async fn name_taken(st: &AppState, c: &Caller, name: &str) -> ApiError {
             "endpoint {name} already exists (owned by {})",
             e.owner
         )),
-        Err(_) => unavailable(name),
+        Err(_) => ApiError::BadRequest(requests::unusable_endpoint_name(name)),
     }
-}
-
-fn unavailable(name: &str) -> ApiError {
-    ApiError::BadRequest(format!(
-        "endpoint name {name:?} cannot be used: names are 1-63 lower-case letters, digits or '-' \
-         (it becomes a host name), and must not be taken; choose another"
-    ))
 }
 
 pub async fn list(
@@ -275,15 +244,7 @@ pub async fn token(
     JsonBody(req): JsonBody<CreateEndpointToken>,
 ) -> Result<Json<EndpointToken>, ApiError> {
     let e = managed(&st, &c, &name, "make tokens for it").await?;
-    let expires_at = match &req.expires {
-        Some(d) => Some(
-            now_ms()
-                + gantry_spec::parse_duration(d)
-                    .map_err(|err| ApiError::BadRequest(format!("expiry {d:?}: {err}")))?
-                    .as_millis() as i64,
-        ),
-        None => None,
-    };
+    let expires_at = requests::token_expiry(&req, now_ms()).map_err(ApiError::BadRequest)?;
     let token = new_token();
     st.store
         .add_endpoint_token(

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use axum::extract::{Path, State};
 use axum::Json;
 use gantry_api::v1::{HoldInfo, PlaceHold, ReleaseHolds};
-use gantry_core::holds::{self, Alert, Decision, Hold, HoldState, HoldType, PoolView, Release};
+use gantry_core::holds::{self, Decision, Hold, HoldState, HoldType, PoolView, Release};
+use gantry_intake::alertmanager::AlertEntry;
+use gantry_intake::requests;
 use gantry_store::{HoldChange, HoldRow, NewEvent};
 use uuid::Uuid;
 
@@ -62,9 +64,10 @@ fn core_hold(h: &HoldRow) -> Hold {
 /// The fraction of a pool monitoring may hold: `monitoring.hold_fraction.<pool>`, else
 /// `monitoring.hold_fraction`, else 0.20.
 pub async fn fraction(st: &AppState, pool: &str) -> Result<f64, ApiError> {
+    use requests::HOLD_FRACTION_KEY;
     for key in [
-        format!("monitoring.hold_fraction.{pool}"),
-        "monitoring.hold_fraction".into(),
+        format!("{HOLD_FRACTION_KEY}.{pool}"),
+        HOLD_FRACTION_KEY.into(),
     ] {
         if let Some(v) = st.store.setting(&key).await? {
             if let Ok(f) = v.parse::<f64>() {
@@ -131,13 +134,6 @@ pub async fn promote_all(st: &AppState) -> Result<(), ApiError> {
         promote(st, &p).await?;
     }
     Ok(())
-}
-
-/// One alert entry after its labels were read.
-pub struct AlertEntry {
-    pub alert: Alert,
-    pub alertname: String,
-    pub summary: String,
 }
 
 #[derive(Debug, PartialEq)]
@@ -326,17 +322,7 @@ pub async fn place(
     JsonBody(req): JsonBody<PlaceHold>,
 ) -> Result<Json<HoldInfo>, ApiError> {
     c.require_admin()?;
-    let kind = HoldType::parse(&req.kind).ok_or_else(|| {
-        ApiError::BadRequest(format!(
-            "hold type must be cordon or evict, not {:?}",
-            req.kind
-        ))
-    })?;
-    if req.reason.trim().is_empty() {
-        return Err(ApiError::BadRequest(
-            "a hold needs a reason (--reason)".into(),
-        ));
-    }
+    let (kind, reason) = requests::place_hold(&req).map_err(ApiError::BadRequest)?;
     let _guard = st.hold_lock.lock().await;
     let node = st
         .store
@@ -354,7 +340,7 @@ pub async fn place(
         fingerprint: None,
         episode: None,
         release_rule: "admin".into(),
-        reason: req.reason.trim().into(),
+        reason,
         created_by: c.user.name.clone(),
         created_at: now_ms(),
         activated_at: None,
@@ -378,6 +364,7 @@ pub async fn release(
     JsonBody(req): JsonBody<ReleaseHolds>,
 ) -> Result<Json<Vec<HoldInfo>>, ApiError> {
     c.require_admin()?;
+    let requests::Release { hold, reason } = requests::release_holds(req);
     let pool = {
         let _guard = st.hold_lock.lock().await;
         let node = st
@@ -386,12 +373,11 @@ pub async fn release(
             .await
             .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
         let holds = st.store.holds(Some(&node.name), false).await?;
-        let chosen: Vec<&HoldRow> = match &req.hold {
+        let chosen: Vec<&HoldRow> = match &hold {
             Some(p) => {
-                let p = p.to_ascii_lowercase();
                 let m: Vec<&HoldRow> = holds
                     .iter()
-                    .filter(|h| h.id.to_string().starts_with(&p))
+                    .filter(|h| h.id.to_string().starts_with(p.as_str()))
                     .collect();
                 match m.len() {
                     0 => {
@@ -414,10 +400,6 @@ pub async fn release(
                 "node {name} has no holds to release"
             )));
         }
-        let reason = req
-            .reason
-            .clone()
-            .unwrap_or_else(|| "released by an administrator".into());
         let mut changes = vec![];
         for h in &chosen {
             changes.push(HoldChange::Release {

@@ -13,7 +13,7 @@ mod holds;
 mod logs;
 pub mod mcp;
 mod monitoring;
-pub mod plan;
+mod netpolicy;
 mod private;
 pub mod proxy;
 mod registry;
@@ -29,6 +29,7 @@ use std::time::Duration;
 use anyhow::Context;
 use gantry_store::{SqliteStore, Store};
 
+pub use gantry_intake::plan;
 pub use state::AppState;
 
 /// One controller tick, as the server's loop runs it. For `benches/controller.rs` only: a

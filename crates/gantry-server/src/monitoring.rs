@@ -10,17 +10,16 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use gantry_api::v1::{TargetGroup, WebhookOutcome};
-use gantry_core::holds::{Alert, HoldState, HoldType, Release};
+use gantry_core::holds::HoldState;
+use gantry_intake::alertmanager;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::ApiError;
 use crate::auth::MonitoringCaller;
-use crate::holds::{apply_alerts, AlertEntry, Applied};
+use crate::holds::{apply_alerts, Applied};
 use crate::state::{now_ms, AppState};
 
 type Labels = Vec<(&'static str, String)>;
@@ -33,72 +32,6 @@ pub struct Metrics {
     webhook_alerts: Family<Labels, Counter>,
     /// When the last watchdog alert arrived (ms since the epoch; 0: never).
     watchdog_at: AtomicI64,
-}
-
-#[derive(Deserialize)]
-struct Payload {
-    alerts: Vec<AmAlert>,
-}
-
-#[derive(Deserialize)]
-struct AmAlert {
-    status: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    #[serde(default)]
-    annotations: BTreeMap<String, String>,
-    #[serde(rename = "startsAt", default)]
-    starts_at: String,
-    #[serde(default)]
-    fingerprint: Option<String>,
-}
-
-/// An episode's `startsAt` as a key: it must be an RFC 3339 time after the Unix epoch. An
-/// empty or zero one (Go's `0001-01-01T00:00:00Z`, what a sender leaves unset) would make every
-/// episode of its fingerprint one and the same, so one bad post could hold a node for good or
-/// end every later episode before it began.
-fn episode_start(starts_at: &str) -> Result<(), String> {
-    use time::format_description::well_known::Rfc3339;
-    match time::OffsetDateTime::parse(starts_at, &Rfc3339) {
-        Ok(t) if t.unix_timestamp() > 0 => Ok(()),
-        Ok(_) => Err(format!(
-            "startsAt {starts_at:?} is not a real start (zero or before 1970)"
-        )),
-        Err(_) if starts_at.is_empty() => Err("no startsAt".into()),
-        Err(e) => Err(format!(
-            "startsAt {:?} is not an RFC 3339 time ({e})",
-            cut(starts_at)
-        )),
-    }
-}
-
-/// Alertmanager's fingerprints are 16 hex digits; anything short, plain and printable is taken.
-fn valid_fingerprint(f: &str) -> bool {
-    !f.is_empty()
-        && f.len() <= 64
-        && f.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
-/// At most 64 characters of what a sender sent, for a reply.
-fn cut(s: &str) -> String {
-    match s.char_indices().nth(64) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
-}
-
-/// Alertmanager's fingerprint is stable per label set; derive one the same way when a sender
-/// leaves it out.
-fn fingerprint(labels: &BTreeMap<String, String>) -> String {
-    let mut h = Sha256::new();
-    for (k, v) in labels {
-        h.update(k.as_bytes());
-        h.update([0xff]);
-        h.update(v.as_bytes());
-        h.update([0xff]);
-    }
-    hex::encode(&h.finalize()[..8])
 }
 
 fn count(st: &AppState, code: StatusCode) {
@@ -116,146 +49,55 @@ pub async fn webhook(
     MonitoringCaller(_): MonitoringCaller,
     body: Bytes,
 ) -> Response {
-    let payload: Payload = match serde_json::from_slice(&body) {
+    let payload = match alertmanager::decode(&body) {
         Ok(p) => p,
-        Err(e) => {
+        Err(message) => {
             count(&st, StatusCode::BAD_REQUEST);
             st.metrics.webhook_errors.inc();
-            return ApiError::BadRequest(format!(
-                "not an Alertmanager webhook payload (version 4, with an `alerts` list): {e}"
-            ))
-            .into_response();
+            return ApiError::BadRequest(message).into_response();
         }
-    };
-    let mut out = WebhookOutcome {
-        alerts: payload.alerts.len(),
-        ..Default::default()
     };
     let known: std::collections::BTreeSet<String> = match st.store.nodes().await {
         Ok(nodes) => nodes.into_iter().map(|n| n.name).collect(),
         Err(e) => return transient(&st, e.into()),
     };
-    let mut unknown = vec![];
-    let mut entries = vec![];
-    for a in &payload.alerts {
-        let name = a
-            .labels
-            .get("alertname")
-            .cloned()
-            .unwrap_or_else(|| "unnamed alert".into());
-        if a.labels.get("gantry_watchdog").is_some_and(|v| v == "true") {
-            if a.status == "firing" {
-                st.metrics.watchdog_at.store(now_ms(), Ordering::Relaxed);
-            }
-            out.unchanged += 1;
-            continue;
-        }
-        let firing = match a.status.as_str() {
-            "firing" => true,
-            "resolved" => false,
-            other => {
-                out.ignored
-                    .push(format!("{name}: unknown status {other:?}"));
-                continue;
-            }
-        };
-        let Some(node) = a.labels.get("node").filter(|n| !n.is_empty()) else {
-            out.ignored.push(format!("{name}: no `node` label"));
-            continue;
-        };
-        let kind = match a.labels.get("gantry_hold").map(String::as_str) {
-            Some("cordon") => HoldType::Cordon,
-            Some("evict") => HoldType::Evict,
-            Some(other) => {
-                out.ignored.push(format!(
-                    "{name} on {node}: gantry_hold must be cordon or evict, not {other:?}"
-                ));
-                continue;
-            }
-            None => {
-                out.ignored.push(format!(
-                    "{name} on {node}: no `gantry_hold` label, so Gantry does not act on it"
-                ));
-                continue;
-            }
-        };
-        let release = match a.labels.get("gantry_release").map(String::as_str) {
-            Some("admin") => Release::Admin,
-            None | Some("auto") => Release::Auto,
-            Some(other) => {
-                out.ignored.push(format!(
-                    "{name} on {node}: gantry_release must be auto or admin, not {other:?}"
-                ));
-                continue;
-            }
-        };
-        let fp = match a.fingerprint.as_deref().filter(|f| !f.is_empty()) {
-            Some(f) if valid_fingerprint(f) => f.to_string(),
-            Some(f) => {
-                out.refused.push(format!(
-                    "{} on {}: fingerprint {:?} is not 1-64 letters, digits, '-' or '_'",
-                    cut(&name),
-                    cut(node),
-                    cut(f)
-                ));
-                continue;
-            }
-            None => fingerprint(&a.labels),
-        };
-        if let Err(why) = episode_start(&a.starts_at) {
-            out.refused
-                .push(format!("{} on {}: {why}", cut(&name), cut(node)));
-            continue;
-        }
-        if !known.contains(node.as_str()) {
-            let msg = format!("{name}: node {node} is not known to Gantry");
-            unknown.push(gantry_store::UnknownNodeAlert {
-                fingerprint: fp,
-                episode: a.starts_at.clone(),
-                status: a.status.clone(),
-                event: gantry_store::NewEvent {
-                    workflow_id: None,
-                    node: Some(node.clone()),
-                    task: None,
-                    kind: "alert.unknown_node".into(),
-                    message: format!(
-                        "{name} ({}) names node {node}, which Gantry does not know",
-                        a.status
-                    ),
-                },
-            });
-            out.ignored.push(msg);
-            continue;
-        }
-        let entry = AlertEntry {
-            alert: Alert {
-                fingerprint: fp,
-                starts_at: a.starts_at.clone(),
-                firing,
-                node: node.clone(),
-                kind,
-                release,
-            },
-            summary: a
-                .annotations
-                .get("summary")
-                .cloned()
-                .filter(|s| !s.trim().is_empty())
-                .unwrap_or_else(|| format!("{name} on {node}")),
-            alertname: name,
-        };
-        entries.push(entry);
-    }
-    if !out.refused.is_empty() && out.refused.len() == out.alerts {
+    let reading = alertmanager::read(&payload, |node| known.contains(node));
+    if !reading.refused.is_empty() && reading.refused.len() == payload.alerts.len() {
         // Nothing of this post can ever be accepted: a 4xx, which Alertmanager does not retry.
         count(&st, StatusCode::BAD_REQUEST);
         st.metrics.webhook_errors.inc();
         return ApiError::BadRequest(format!(
             "no alert of this post can be accepted: {}",
-            out.refused.join("; ")
+            reading.refused.join("; ")
         ))
         .into_response();
     }
+    if reading.watchdog_firing {
+        st.metrics.watchdog_at.store(now_ms(), Ordering::Relaxed);
+    }
+    let mut out = WebhookOutcome {
+        alerts: payload.alerts.len(),
+        unchanged: reading.watchdogs,
+        ignored: reading.ignored,
+        refused: reading.refused,
+        ..Default::default()
+    };
+    let unknown: Vec<gantry_store::UnknownNodeAlert> = reading
+        .unknown
+        .into_iter()
+        .map(|u| gantry_store::UnknownNodeAlert {
+            fingerprint: u.fingerprint,
+            episode: u.episode,
+            status: u.status,
+            event: gantry_store::NewEvent {
+                workflow_id: None,
+                node: Some(u.node),
+                task: None,
+                kind: "alert.unknown_node".into(),
+                message: u.message,
+            },
+        })
+        .collect();
     // Repeats of an episode (Alertmanager re-sends every group interval, HA peers each send
     // it) record nothing more.
     if let Err(e) = st
@@ -265,7 +107,7 @@ pub async fn webhook(
     {
         return transient(&st, e.into());
     }
-    match apply_alerts(&st, &entries).await {
+    match apply_alerts(&st, &reading.entries).await {
         Ok(applied) => {
             for a in applied {
                 match a {

@@ -14,6 +14,7 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use gantry_api::agent::{Assignment, RegistryCredential};
 use gantry_api::v1::{PutSecret, SecretInfo};
+use gantry_intake::requests::{self, SecretScope};
 use gantry_store::SecretKey;
 
 use crate::api::{ApiError, JsonBody};
@@ -92,45 +93,24 @@ pub fn open(master: &[u8; 32], key: &SecretKey, sealed: &str) -> Result<String, 
     String::from_utf8(pt).map_err(|_| "a stored secret is not UTF-8".into())
 }
 
-/// `secret://SCOPE/NAME` seen from a workflow owned by `user` of `group`. `account` is the
-/// vendor format's word for the group.
+/// `secret://SCOPE/NAME` seen from a workflow owned by `user` of `group`.
 pub fn parse_ref(uri: &str, user: &str, group: &str) -> Result<SecretKey, String> {
-    let rest = uri
-        .strip_prefix("secret://")
-        .ok_or_else(|| format!("{uri:?} is not a secret:// reference"))?;
-    let (scope, name) = rest
-        .split_once('/')
-        .ok_or_else(|| format!("{uri:?}: expected secret://SCOPE/NAME"))?;
-    valid_name(name).map_err(|e| format!("{uri:?}: {e}"))?;
-    let (scope, owner) = match scope {
-        "user" => ("user", user.to_string()),
-        "group" | "account" => ("group", group.to_string()),
-        "organization" | "org" => ("organization", String::new()),
-        other => {
-            return Err(format!(
-                "{uri:?}: unknown scope {other:?}; use user, group or organization"
-            ))
-        }
-    };
-    Ok(SecretKey {
-        scope: scope.into(),
-        owner,
-        name: name.into(),
-    })
+    let (scope, name) = requests::secret_ref(uri)?;
+    Ok(key_of(scope, user, group, name))
 }
 
-fn valid_name(name: &str) -> Result<(), String> {
-    if name.is_empty()
-        || name.len() > 128
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    {
-        return Err(format!(
-            "secret name {name:?} must be 1-128 letters, digits, '-', '_' or '.'"
-        ));
+/// A secret's key: its scope, the owner that scope means for this user, and its name.
+fn key_of(scope: SecretScope, user: &str, group: &str, name: &str) -> SecretKey {
+    let owner = match scope {
+        SecretScope::User => user.to_string(),
+        SecretScope::Group => group.to_string(),
+        SecretScope::Organization => String::new(),
+    };
+    SecretKey {
+        scope: scope.as_str().into(),
+        owner,
+        name: name.into(),
     }
-    Ok(())
 }
 
 async fn reveal(st: &AppState, key: &SecretKey) -> Result<String, String> {
@@ -210,25 +190,11 @@ pub async fn resolve(
 
 /// Who may write (and see) secrets of a scope: the user their own, a group member the
 /// group's, an administrator the organization's.
-fn owner_for(c: &Caller, scope: &str) -> Result<SecretKey, ApiError> {
-    let (scope, owner) = match scope {
-        "user" => ("user", c.user.name.clone()),
-        "group" | "account" => ("group", c.user.group.clone()),
-        "organization" | "org" => {
-            c.require_admin()?;
-            ("organization", String::new())
-        }
-        other => {
-            return Err(ApiError::BadRequest(format!(
-                "unknown scope {other:?}; use user, group or organization"
-            )))
-        }
-    };
-    Ok(SecretKey {
-        scope: scope.into(),
-        owner,
-        name: String::new(),
-    })
+fn owner_for(c: &Caller, scope: SecretScope, name: &str) -> Result<SecretKey, ApiError> {
+    if scope == SecretScope::Organization {
+        c.require_admin()?;
+    }
+    Ok(key_of(scope, &c.user.name, &c.user.group, name))
 }
 
 pub async fn list(
@@ -255,23 +221,14 @@ pub async fn list(
     ))
 }
 
-/// Largest secret value accepted.
-const MAX_SECRET: usize = 64 << 10;
-
 pub async fn put(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
     UrlPath((scope, name)): UrlPath<(String, String)>,
     JsonBody(body): JsonBody<PutSecret>,
 ) -> Result<StatusCode, ApiError> {
-    let mut key = owner_for(&c, &scope)?;
-    valid_name(&name).map_err(ApiError::BadRequest)?;
-    if body.value.is_empty() || body.value.len() > MAX_SECRET {
-        return Err(ApiError::BadRequest(format!(
-            "a secret's value must be 1 to {MAX_SECRET} bytes"
-        )));
-    }
-    key.name = name;
+    let scope = requests::put_secret(&scope, &name, &body).map_err(ApiError::BadRequest)?;
+    let key = owner_for(&c, scope, &name)?;
     let sealed = seal(&st.secret_key, &key, &body.value)?;
     st.store
         .put_secret(&key, &sealed, &c.user.name, now_ms())
@@ -284,8 +241,8 @@ pub async fn delete(
     UserCaller(c): UserCaller,
     UrlPath((scope, name)): UrlPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let mut key = owner_for(&c, &scope)?;
-    key.name = name.clone();
+    let scope = SecretScope::parse(&scope).map_err(ApiError::BadRequest)?;
+    let key = owner_for(&c, scope, &name)?;
     if st.store.delete_secret(&key, &c.user.name, now_ms()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -566,6 +566,56 @@ async fn admin_settings() {
     );
 }
 
+/// The pool cap's fraction, cluster-wide and for one pool, as README's holds section says.
+#[tokio::test]
+async fn the_hold_fraction_is_set_for_the_cluster_and_for_one_pool() {
+    let c = Cluster::start().await;
+    let set = |key: &str, value: &str| {
+        let path = format!("/admin/settings/{key}");
+        let body = json!({"key": key, "value": value});
+        (path, body)
+    };
+    assert_eq!(c.setting("monitoring.hold_fraction").await, "0.2");
+    for (key, value) in [
+        ("monitoring.hold_fraction", "0.3"),
+        ("monitoring.hold_fraction.gpu", "0.5"),
+    ] {
+        let (path, body) = set(key, value);
+        let r = c.put(&c.admin, &path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{key}: {}", r.body);
+        assert_eq!(r.json(), body);
+    }
+    assert_eq!(c.setting("monitoring.hold_fraction.gpu").await, "0.5");
+    // A pool without its own value has the cluster's.
+    assert_eq!(c.setting("monitoring.hold_fraction.cpu").await, "0.3");
+    for (key, value) in [
+        ("monitoring.hold_fraction", "1.5"),
+        ("monitoring.hold_fraction", "NaN"),
+        ("monitoring.hold_fraction.gpu", "-0.1"),
+        ("monitoring.hold_fraction.gpu", "half"),
+    ] {
+        let (path, body) = set(key, value);
+        let r = c.put(&c.admin, &path, body).await;
+        assert_eq!(
+            r.status,
+            StatusCode::BAD_REQUEST,
+            "{key}={value}: {}",
+            r.body
+        );
+        assert!(r.error().contains("from 0 to 1"), "{}", r.error());
+    }
+    let (path, body) = set("monitoring.hold_fraction.", "0.1");
+    assert_eq!(
+        c.put(&c.admin, &path, body).await.status,
+        StatusCode::NOT_FOUND
+    );
+    // Users may not change it.
+    let (path, body) = set("monitoring.hold_fraction.gpu", "1");
+    assert_forbidden(&c.put(&c.alice, &path, body).await, "a user");
+    assert_eq!(c.setting("monitoring.hold_fraction.gpu").await, "0.5");
+    assert_eq!(c.setting("monitoring.hold_fraction").await, "0.3");
+}
+
 #[tokio::test]
 async fn admin_creates_users() {
     let c = Cluster::start().await;

@@ -289,6 +289,46 @@ impl V2 {
         digest
     }
 
+    async fn head(&self, path: &str, token: &str) -> Resp {
+        self.send(Method::HEAD, path, Some(&bearer(token)), &[], None)
+            .await
+    }
+
+    /// Asks for a cross-repository mount of `digest` from `from` into `repo`.
+    async fn mount(&self, repo: &str, digest: &str, from: &str, token: &str) -> Resp {
+        self.send(
+            Method::POST,
+            &format!("/v2/{repo}/blobs/uploads/?mount={digest}&from={from}"),
+            Some(&bearer(token)),
+            &[],
+            None,
+        )
+        .await
+    }
+
+    /// Pushes a [`tiny_image`] of `content` as `repo:1`; returns its (manifest, config,
+    /// layer).
+    async fn push_tiny(
+        &self,
+        repo: &str,
+        token: &str,
+        content: &str,
+    ) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+        let (m, config, layer) = tiny_image(content);
+        self.put_blob(repo, token, &config).await;
+        self.put_blob(repo, token, &layer).await;
+        let r = self
+            .put_manifest(repo, "1", token, OCI_MANIFEST, &m, &[])
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::CREATED,
+            "{repo}:1: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        (m, config, layer)
+    }
+
     async fn put_manifest(
         &self,
         repo: &str,
@@ -331,6 +371,32 @@ fn tiny_image(content: &str) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     }))
     .expect("json");
     (manifest, config, layer)
+}
+
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
+/// An index of these image manifests (linux/amd64 each).
+fn index_of(manifests: &[&[u8]]) -> Vec<u8> {
+    let entries: Vec<Value> = manifests
+        .iter()
+        .map(|m| {
+            json!({"mediaType": OCI_MANIFEST, "digest": sha256(m), "size": m.len(),
+                   "platform": {"os": "linux", "architecture": "amd64"}})
+        })
+        .collect();
+    serde_json::to_vec(&json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}))
+        .expect("json")
+}
+
+/// A refusal that says no more than the same request for a digest that exists nowhere: the
+/// same status, code and body but for the digest itself.
+fn same_as_nowhere(got: &Resp, digest: &str, nowhere: &Resp, nowhere_digest: &str, what: &str) {
+    assert_eq!(got.status, nowhere.status, "{what}");
+    assert_eq!(
+        String::from_utf8_lossy(&got.body).replace(digest, "D"),
+        String::from_utf8_lossy(&nowhere.body).replace(nowhere_digest, "D"),
+        "{what}"
+    );
 }
 
 async fn started() -> (Cluster, tempfile::TempDir, tempfile::TempDir) {
@@ -1231,4 +1297,363 @@ async fn the_protocol_by_hand() {
     // The one session left open (bob's mount fell back to an upload he never made); the
     // refused and finished uploads left nothing.
     assert_eq!(uploads.len(), 1, "{uploads:?}");
+}
+
+/// Blobs and manifests belong to the repositories that link them. Every way another group's
+/// user (bob, chem), or a member of the same group (carol, physics) for alice's own images,
+/// could reach alice's content through a repository of their own is refused exactly as for
+/// content that exists nowhere; the owners' and the group's own use goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_and_manifests_answer_only_where_linked() {
+    let (c, data, _scratch) = started().await;
+    let v2 = V2::new(&c);
+    let created = |r: &Resp, what: &str| {
+        assert_eq!(
+            r.status,
+            StatusCode::CREATED,
+            "{what}: {}",
+            String::from_utf8_lossy(&r.body)
+        )
+    };
+
+    // Alice's own image, and one of her group's.
+    let secret = "user/alice/secret";
+    let (am, ac, al) = v2
+        .push_tiny(secret, &c.alice, "alice's private layer")
+        .await;
+    let shared = "group/physics/shared";
+    let (gm, gc, gl) = v2
+        .push_tiny(shared, &c.alice, "the physics group's layer")
+        .await;
+    let private = [sha256(&am), sha256(&ac), sha256(&al)];
+    let group = [sha256(&gm), sha256(&gc), sha256(&gl)];
+    let nowhere = sha256(b"exists nowhere");
+
+    // GET and HEAD of blobs and of manifests by digest, through the stranger's own user and
+    // group repositories and a same-group member's.
+    let mut tries: Vec<(&str, &str, Vec<&String>)> = vec![];
+    for repo in ["user/bob/x", "group/chem/x"] {
+        tries.push((&c.bob, repo, private.iter().chain(&group).collect()));
+    }
+    for repo in ["user/carol/x", "group/physics/x"] {
+        tries.push((&c.carol, repo, private.iter().collect()));
+    }
+    // Alice's private content is not her group's either, even through the group's image.
+    tries.push((&c.alice, shared, private.iter().collect()));
+    for (token, repo, digests) in &tries {
+        for kind in ["blobs", "manifests"] {
+            let code = if kind == "blobs" {
+                "BLOB_UNKNOWN"
+            } else {
+                "MANIFEST_UNKNOWN"
+            };
+            let none_path = format!("/v2/{repo}/{kind}/{nowhere}");
+            let none = v2.get(&none_path, token).await;
+            none.expect(StatusCode::NOT_FOUND, code, &none_path);
+            let none_head = v2.head(&none_path, token).await;
+            for d in digests {
+                let path = format!("/v2/{repo}/{kind}/{d}");
+                let r = v2.get(&path, token).await;
+                r.expect(StatusCode::NOT_FOUND, code, &path);
+                same_as_nowhere(&r, d, &none, &nowhere, &path);
+                let h = v2.head(&path, token).await;
+                assert_eq!(h.status, StatusCode::NOT_FOUND, "HEAD {path}");
+                assert_eq!(h.status, none_head.status);
+                assert_eq!(
+                    h.header("content-length"),
+                    none_head.header("content-length")
+                );
+            }
+        }
+    }
+
+    // Mounts from a repository the caller may not read, or from one that does not link the
+    // blob (the caller's own included), fall back to an upload (202); nothing is linked.
+    v2.put_blob("user/bob/own", &c.bob, b"bob's own blob").await;
+    for (token, repo, digest, from) in [
+        (&c.bob, "user/bob/x", &private[2], secret),
+        (&c.bob, "group/chem/x", &group[2], shared),
+        (&c.carol, "user/carol/x", &private[2], secret),
+        (&c.carol, "group/physics/x", &private[2], secret),
+        (&c.bob, "user/bob/x", &private[2], "user/bob/own"),
+        (&c.alice, "user/alice/y", &group[2], secret),
+        (&c.bob, "user/bob/x", &nowhere, "user/bob/own"),
+        (&c.bob, "user/bob/x", &private[2], "library/busybox"),
+    ] {
+        let what = format!("mount {digest} from {from} into {repo}");
+        let r = v2.mount(repo, digest, from, token).await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{what}");
+        assert!(r
+            .header(LOCATION.as_str())
+            .is_some_and(|l| l.starts_with(&format!("/v2/{repo}/blobs/uploads/"))));
+        v2.get(&format!("/v2/{repo}/blobs/{digest}"), token)
+            .await
+            .expect(StatusCode::NOT_FOUND, "BLOB_UNKNOWN", &what);
+    }
+    // From where the caller may read it and it is linked, a mount links it (201).
+    let r = v2.mount("user/carol/x", &group[2], shared, &c.carol).await;
+    created(&r, "carol mounts the group's layer");
+    let r = v2
+        .get(&format!("/v2/user/carol/x/blobs/{}", group[2]), &c.carol)
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body, gl);
+
+    // Manifests that name blobs their repository does not link are refused as if the blobs
+    // did not exist, naming every one of them; nothing is stored.
+    let (fake_m, _, _) = tiny_image("content nobody has");
+    let none = v2
+        .put_manifest("user/bob/x", "stolen", &c.bob, OCI_MANIFEST, &fake_m, &[])
+        .await;
+    none.expect(
+        StatusCode::BAD_REQUEST,
+        "MANIFEST_BLOB_UNKNOWN",
+        "a manifest of nothing",
+    );
+    for (token, repo, m, unlinked) in [
+        (&c.bob, "user/bob/x", &am, vec![&private[1], &private[2]]),
+        (&c.bob, "group/chem/x", &gm, vec![&group[1], &group[2]]),
+        (
+            &c.carol,
+            "user/carol/x",
+            &am,
+            vec![&private[1], &private[2]],
+        ),
+        (
+            &c.carol,
+            "group/physics/x",
+            &am,
+            vec![&private[1], &private[2]],
+        ),
+        // Carol mounted the group's layer, not its config.
+        (&c.carol, "user/carol/x", &gm, vec![&group[1]]),
+    ] {
+        let what = format!("{repo}: a manifest of others' blobs");
+        let r = v2
+            .put_manifest(repo, "stolen", token, OCI_MANIFEST, m, &[])
+            .await;
+        r.expect(StatusCode::BAD_REQUEST, "MANIFEST_BLOB_UNKNOWN", &what);
+        let named: Vec<String> = r.json()["errors"][0]["detail"]["digests"]
+            .as_array()
+            .expect("the digests")
+            .iter()
+            .map(|d| d.as_str().expect("a digest").to_string())
+            .collect();
+        let want: Vec<String> = unlinked.into_iter().cloned().collect();
+        assert_eq!(named, want, "{what}");
+        assert_eq!(r.status, none.status);
+        v2.get(&format!("/v2/{repo}/manifests/stolen"), token)
+            .await
+            .expect(StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN", &what);
+        v2.get(&format!("/v2/{repo}/manifests/{}", sha256(m)), token)
+            .await
+            .expect(StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN", &what);
+    }
+    // An index listing another's manifest, likewise.
+    for (token, repo, m) in [
+        (&c.bob, "user/bob/x", &am),
+        (&c.bob, "group/chem/x", &gm),
+        (&c.carol, "user/carol/x", &am),
+        (&c.carol, "group/physics/x", &am),
+    ] {
+        let idx = index_of(&[m]);
+        let what = format!("{repo}: an index of another's manifest");
+        let r = v2
+            .put_manifest(repo, "idx", token, OCI_INDEX, &idx, &[])
+            .await;
+        r.expect(StatusCode::BAD_REQUEST, "MANIFEST_BLOB_UNKNOWN", &what);
+        assert!(
+            String::from_utf8_lossy(&r.body).contains(&sha256(m)),
+            "{what}"
+        );
+        for reference in ["idx".to_string(), sha256(m), sha256(&idx)] {
+            v2.get(&format!("/v2/{repo}/manifests/{reference}"), token)
+                .await
+                .expect(StatusCode::NOT_FOUND, "MANIFEST_UNKNOWN", &what);
+        }
+    }
+
+    // The owners' own use: alice reads her image by tag and digest, and lists it in an index
+    // of her own; carol pulls the group's image and its blobs.
+    for (token, repo, m, blobs) in [
+        (&c.alice, secret, &am, [&ac, &al]),
+        (&c.carol, shared, &gm, [&gc, &gl]),
+    ] {
+        for reference in ["1".to_string(), sha256(m)] {
+            let r = v2
+                .get(&format!("/v2/{repo}/manifests/{reference}"), token)
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{repo}:{reference}");
+            assert_eq!(&r.body, m);
+            let h = v2
+                .head(&format!("/v2/{repo}/manifests/{reference}"), token)
+                .await;
+            assert_eq!(h.status, StatusCode::OK);
+        }
+        for b in blobs {
+            let path = format!("/v2/{repo}/blobs/{}", sha256(b));
+            let r = v2.get(&path, token).await;
+            assert_eq!(r.status, StatusCode::OK, "{path}");
+            assert_eq!(&r.body, b);
+            let h = v2.head(&path, token).await;
+            assert_eq!(h.status, StatusCode::OK, "HEAD {path}");
+            assert_eq!(h.header("content-length"), Some(b.len().to_string()));
+        }
+    }
+    let idx = index_of(&[&am]);
+    let r = v2
+        .put_manifest(secret, "multi", &c.alice, OCI_INDEX, &idx, &[])
+        .await;
+    created(&r, "alice's index of her own manifest");
+    let r = v2
+        .get(&format!("/v2/{secret}/manifests/multi"), &c.alice)
+        .await;
+    assert_eq!(r.body, idx);
+    // Alice shares her image with her group on purpose: she may read both repositories.
+    for d in &private[1..] {
+        let r = v2
+            .mount("group/physics/published", d, secret, &c.alice)
+            .await;
+        created(&r, "alice mounts her blob into her group's repository");
+    }
+    let r = v2
+        .put_manifest(
+            "group/physics/published",
+            "1",
+            &c.alice,
+            OCI_MANIFEST,
+            &am,
+            &[],
+        )
+        .await;
+    created(&r, "alice publishes to her group");
+    let r = v2
+        .get(
+            &format!("/v2/group/physics/published/blobs/{}", private[2]),
+            &c.carol,
+        )
+        .await;
+    assert_eq!(r.body, al, "carol reads what alice published");
+
+    // Agents pull and push for every user, but through the links too: what a workflow makes
+    // an agent push to a repository may only use what that repository links.
+    let agent = &c.agent;
+    v2.get(&format!("/v2/user/bob/x/blobs/{}", private[2]), agent)
+        .await
+        .expect(StatusCode::NOT_FOUND, "BLOB_UNKNOWN", "an agent, unlinked");
+    v2.put_manifest("user/bob/x", "by-agent", agent, OCI_MANIFEST, &am, &[])
+        .await
+        .expect(
+            StatusCode::BAD_REQUEST,
+            "MANIFEST_BLOB_UNKNOWN",
+            "an agent's manifest of others' blobs",
+        );
+    // An agent mounts only from where the repository's owner could read: a user's own
+    // repositories and their group's; a group's repositories only from the group's.
+    for (repo, digest, from, linked) in [
+        ("user/bob/x", &private[2], secret, false),
+        ("user/bob/x", &group[2], shared, false),
+        ("group/physics/z", &private[2], secret, false),
+        ("user/alice/z", &private[2], secret, true),
+        ("user/alice/z", &group[2], shared, true),
+        ("group/physics/z", &group[2], shared, true),
+    ] {
+        let what = format!("an agent mounts {digest} from {from} into {repo}");
+        let r = v2.mount(repo, digest, from, agent).await;
+        let want = if linked {
+            StatusCode::CREATED
+        } else {
+            StatusCode::ACCEPTED
+        };
+        assert_eq!(r.status, want, "{what}");
+        let got = v2.get(&format!("/v2/{repo}/blobs/{digest}"), agent).await;
+        let want = if linked {
+            StatusCode::OK
+        } else {
+            StatusCode::NOT_FOUND
+        };
+        assert_eq!(got.status, want, "{what}");
+    }
+
+    // Bob uploads content identical to alice's (he has it himself): his own link, no file
+    // more; with both blobs proven, the same manifest is his to push.
+    let before = cache_blobs(data.path());
+    v2.put_blob("user/bob/x", &c.bob, &ac).await;
+    v2.put_blob("user/bob/x", &c.bob, &al).await;
+    assert_eq!(cache_blobs(data.path()), before, "stored once");
+    let r = v2
+        .get(&format!("/v2/user/bob/x/blobs/{}", private[2]), &c.bob)
+        .await;
+    assert_eq!(r.body, al);
+    let r = v2
+        .put_manifest("user/bob/x", "mine", &c.bob, OCI_MANIFEST, &am, &[])
+        .await;
+    created(&r, "bob's manifest of content he uploaded");
+    assert_eq!(
+        cache_blobs(data.path()),
+        before,
+        "the manifest too is stored once"
+    );
+    // ... while the group's blobs are still not his.
+    v2.get(&format!("/v2/user/bob/x/blobs/{}", group[2]), &c.bob)
+        .await
+        .expect(StatusCode::NOT_FOUND, "BLOB_UNKNOWN", "still not bob's");
+}
+
+/// With skopeo: another group's user cannot pull alice's image by digest through a repository
+/// of his own; pushing the same image himself links it there and stores nothing new, and each
+/// keeps the image when the other removes theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skopeo_a_second_user_of_the_same_image_links_it_and_stores_nothing() {
+    let (c, data, scratch) = started().await;
+    let busybox = layout("BUSYBOX");
+    let want = layout_digest(&busybox);
+    push_ok(&c, &busybox, "user/alice/busybox:1", &c.alice).await;
+    let files = cache_blobs(data.path());
+    assert_eq!(files, layout_blobs(&busybox));
+
+    let by_digest = format!("user/bob/busybox@{want}");
+    let out = pull(&c, &by_digest, &c.bob, scratch.path())
+        .await
+        .expect_err("bob pulled alice's image through his own repository");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("manifest unknown"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    push_ok(&c, &busybox, "user/bob/busybox:1", &c.bob).await;
+    assert_eq!(cache_blobs(data.path()), files, "nothing new on disk");
+    for repo in ["user/bob/busybox:1", by_digest.as_str()] {
+        let got = pull_ok(&c, repo, &c.bob, scratch.path()).await;
+        assert_eq!(layout_digest(&got), want, "{repo}");
+        assert_eq!(layout_blobs(&got), layout_blobs(&busybox), "{repo}");
+    }
+
+    let remove = |repo: &'static str, token: &str| {
+        let req = c.raw(
+            Method::DELETE,
+            &format!("/images/{repo}"),
+            Some(&bearer(token)),
+        );
+        async move {
+            let r = req.send().await;
+            assert_eq!(r.status, StatusCode::OK, "removing {repo}: {}", r.body);
+        }
+    };
+    // Alice removes hers: bob's image keeps every blob, and hers is gone from her repository.
+    remove("user/alice/busybox", &c.alice).await;
+    assert_eq!(cache_blobs(data.path()), files);
+    let got = pull_ok(&c, "user/bob/busybox:1", &c.bob, scratch.path()).await;
+    assert_eq!(layout_digest(&got), want);
+    assert!(pull(
+        &c,
+        &format!("user/alice/busybox@{want}"),
+        &c.alice,
+        scratch.path()
+    )
+    .await
+    .is_err());
+    remove("user/bob/busybox", &c.bob).await;
+    assert!(cache_blobs(data.path()).is_empty());
 }

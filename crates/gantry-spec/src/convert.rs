@@ -7,6 +7,7 @@
 
 use crate::diag::{Diags, Pos};
 use crate::model::*;
+use crate::names::{endpoint_name_error, name_error, reserved_target_error};
 use crate::suggest::{kebab, suggest};
 use crate::units::{parse_duration, parse_size};
 use crate::yaml::{parse_bool, parse_int, Entry, Kind, Node};
@@ -494,16 +495,6 @@ fn merge_mounts(layers: &[&BTreeMap<String, Mount>]) -> BTreeMap<String, Mount> 
     out
 }
 
-/// A name used as a DNS label and in `FB_ENDPOINT_URL_<NAME>`.
-fn valid_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_')
-}
-
 fn scheme_of(uri: &str) -> Option<&str> {
     let (scheme, rest) = uri.split_once("://")?;
     if scheme.is_empty()
@@ -740,6 +731,21 @@ impl Cx<'_> {
             return false;
         }
         true
+    }
+
+    /// A path in a step's container that a volume or a file goes to: absolute, and not one
+    /// of the container's own (see `names::reserved_target_error`).
+    fn container_target(&mut self, text: &str, pos: Pos, path: &str, what: &str) -> bool {
+        if !self.abs_path(text, pos, path, what) {
+            return false;
+        }
+        match reserved_target_error(text) {
+            Some(why) => {
+                self.err(pos, path, format!("{what} {why}"));
+                false
+            }
+            None => true,
+        }
     }
 
     fn secret_uri(&mut self, node: &Node, path: &str) -> Option<String> {
@@ -1011,13 +1017,9 @@ impl Cx<'_> {
 
     // ---- steps ----------------------------------------------------------
 
-    fn step_name(&mut self, e: &Entry, path: &str) {
-        if !valid_name(&e.key) {
-            let msg = format!(
-                "`{}` is not a valid name: use letters, digits, `-` and `_`, starting with a letter \
-                 or digit, at most 63 characters",
-                e.key
-            );
+    /// Checks the name of a step, volume or image (the key of its entry).
+    fn entry_name(&mut self, e: &Entry, path: &str) {
+        if let Some(msg) = name_error(&e.key) {
             self.err(e.key_pos, path, msg);
         }
     }
@@ -1115,7 +1117,7 @@ impl Cx<'_> {
     }
 
     fn job(&mut self, e: &Entry, path: &str, top: &PDefaults, dj: &PDefaults) -> Option<Job> {
-        self.step_name(e, path);
+        self.entry_name(e, path);
         let f = self.fields(&e.value, path, e.key_pos, &JOB)?;
         let c = self.common(&e.key, &f, true);
         let task_array = f
@@ -1160,7 +1162,7 @@ impl Cx<'_> {
         top: &PDefaults,
         ds: &PDefaults,
     ) -> Option<Service> {
-        self.step_name(e, path);
+        self.entry_name(e, path);
         let f = self.fields(&e.value, path, e.key_pos, &SERVICE)?;
         let c = self.common(&e.key, &f, false);
         let persist = f
@@ -1395,7 +1397,7 @@ impl Cx<'_> {
                 );
                 continue;
             }
-            let ok = self.abs_path(&e.key, e.key_pos, &p, "mount path");
+            let ok = self.container_target(&e.key, e.key_pos, &p, "mount path");
             // `/data: NAME` is a shorthand the catalog uses for `/data: {volume: NAME}`.
             let vol_node = match &e.value.kind {
                 Kind::Scalar(_) if !e.value.is_null() => Some(&e.value),
@@ -1443,7 +1445,7 @@ impl Cx<'_> {
         let mut out = BTreeMap::new();
         for e in self.map_entries(node, path) {
             let p = child(path, &e.key);
-            let ok = self.abs_path(&e.key, e.key_pos, &p, "file destination");
+            let ok = self.container_target(&e.key, e.key_pos, &p, "file destination");
             let Some(value) = self.string(&e.value, &p) else {
                 continue;
             };
@@ -1745,9 +1747,9 @@ impl Cx<'_> {
             self.err(f.key_pos("end"), path, msg);
             return None;
         }
-        if end - start >= 1_000_000 {
+        if u64::from(end - start) >= MAX_TASKS {
             let msg = format!(
-                "{} tasks is too many; a task array runs at most 1000000",
+                "{} tasks is too many; a task array runs at most {MAX_TASKS}",
                 u64::from(end - start) + 1
             );
             self.err(f.key_pos("end"), path, msg);
@@ -1904,10 +1906,7 @@ impl Cx<'_> {
         let f = self.fields(node, path, node.pos, &ENDPOINT)?;
         let name = f.get("name").and_then(|n| {
             let s = self.string(n, &f.child("name"))?;
-            if !valid_name(&s) {
-                let msg = format!(
-                    "`{s}` is not a valid endpoint name: use letters, digits, `-` and `_`, at most 63 characters"
-                );
+            if let Some(msg) = name_error(&s) {
                 self.err(n.pos, &f.child("name"), msg);
                 return None;
             }
@@ -1981,10 +1980,7 @@ impl Cx<'_> {
             .unwrap_or_default();
         let attach = f.get("attach").and_then(|n| {
             let s = self.string(n, &f.child("attach"))?;
-            if !valid_name(&s) {
-                let msg = format!(
-                    "`{s}` is not a valid persistent endpoint name: use letters, digits, `-` and `_`"
-                );
+            if let Some(msg) = endpoint_name_error(&s) {
                 self.err(n.pos, &f.child("attach"), msg);
                 return None;
             }
@@ -2317,6 +2313,7 @@ impl Cx<'_> {
     // ---- volumes and images ---------------------------------------------
 
     fn volume(&mut self, e: &Entry, path: &str) -> Option<Volume> {
+        self.entry_name(e, path);
         let f = self.fields(&e.value, path, e.key_pos, &VOLUME)?;
         let mut provisioner = None;
         let name = f
@@ -2395,6 +2392,15 @@ impl Cx<'_> {
                 &f.child("path"),
                 "`path` is only for the deprecated `type: HOST` volumes",
             );
+        }
+        if let VolumeKind::Persistent { name: nm, .. } = &kind {
+            if let Some(msg) = name_error(nm) {
+                let at = ["name", "reference", "use"]
+                    .into_iter()
+                    .find(|k| f.get(k).is_some())
+                    .unwrap_or("name");
+                self.err(f.get(at).map_or(e.key_pos, |n| n.pos), &f.child(at), msg);
+            }
         }
         if name.is_some() && kind == VolumeKind::Ephemeral {
             self.err(
@@ -2557,6 +2563,7 @@ impl Cx<'_> {
     }
 
     fn image_recipe(&mut self, e: &Entry, path: &str) -> Option<ImageRecipe> {
+        self.entry_name(e, path);
         let f = self.fields(&e.value, path, e.key_pos, &IMAGE_RECIPE)?;
         let from = match f.get("from") {
             Some(n) => self.image_uri(n, &f.child("from"), &["docker", "oci"]),
@@ -2660,6 +2667,50 @@ fn unknown_key(key: &str, schema: &Schema) -> String {
 /// Converts and checks a loaded document. Returns the workflow when the
 /// document is usable at all; the caller decides by the diagnostics whether
 /// it is valid.
+/// Every task of a workflow is stored when it is submitted, so a file may ask for at most
+/// this many, in one task array and in all.
+pub const MAX_TASKS: u64 = 1_000_000;
+
+/// The workflow's tasks in all (one per job or service, or per task-array member) within
+/// [`MAX_TASKS`]; past it, the job that crosses the limit, in file order, is named.
+pub(crate) fn check_task_total(wf: &Workflow, diags: &mut Diags) {
+    let mut steps: Vec<(Pos, &str, Option<u64>)> = wf
+        .jobs
+        .values()
+        .map(|j| {
+            (
+                j.pos,
+                j.name.as_str(),
+                j.task_array.as_ref().map(TaskArray::len),
+            )
+        })
+        .collect();
+    let services = wf.services.len() as u64;
+    let total = services + steps.iter().map(|s| s.2.unwrap_or(1)).sum::<u64>();
+    if total <= MAX_TASKS {
+        return;
+    }
+    steps.sort();
+    let mut so_far = services;
+    for (pos, name, array) in steps {
+        so_far += array.unwrap_or(1);
+        if so_far > MAX_TASKS {
+            let (path, with) = match array {
+                Some(n) => (
+                    child(&child("jobs", name), "task-array"),
+                    format!("its {n} tasks"),
+                ),
+                None => (child("jobs", name), "it".to_string()),
+            };
+            let msg = format!(
+                "with {with}, the workflow makes {total} tasks; a workflow runs at most {MAX_TASKS} in all"
+            );
+            diags.err(pos, &path, msg);
+            return;
+        }
+    }
+}
+
 pub(crate) fn convert(root: &Node, diags: &mut Diags) -> Option<Workflow> {
     let mut cx = Cx {
         d: diags,

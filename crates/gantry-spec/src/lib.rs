@@ -10,10 +10,12 @@ mod convert;
 mod diag;
 mod graph;
 mod model;
+pub mod names;
 mod suggest;
 mod units;
 mod yaml;
 
+pub use convert::MAX_TASKS;
 pub use diag::{render_all, Diagnostic, Pos};
 pub use model::*;
 pub use units::{format_duration, parse_duration, parse_size};
@@ -32,6 +34,7 @@ pub fn parse(source: &str) -> Result<Workflow, Vec<Diagnostic>> {
     let workflow = convert::convert(&root, &mut diags);
     if let Some(wf) = &workflow {
         graph::check_cycles(wf, &mut diags);
+        convert::check_task_total(wf, &mut diags);
     }
     match workflow {
         Some(wf) if diags.is_empty() => Ok(wf),

@@ -241,6 +241,41 @@ jobs:
     );
 }
 
+/// The `api` fuzz target asserts that an accepted workflow's tasks fit in one submit: arrays
+/// within the per-array limit could add up to any number, and the server stores every task
+/// of a workflow when it is submitted, so one 4 MiB file could take all of its memory.
+#[test]
+fn a_workflow_has_at_most_a_million_tasks_in_all() {
+    let job = |name: &str, end: u32| {
+        format!("  {name}:\n    image: {{uri: docker://alpine}}\n    task-array: {{start: 1, end: {end}}}\n")
+    };
+    let file = |jobs: &[String]| {
+        format!(
+            "version: v4\nservices:\n  s:\n    image: {{uri: docker://alpine}}\njobs:\n{}",
+            jobs.concat()
+        )
+    };
+    // In file order, `b` (line 9) is where the total passes the limit; `a` sorts first by name
+    // but is written last.
+    let over = file(&[job("c", 600_000), job("b", 400_000), job("a", 10)]);
+    check(
+        &over,
+        &["9:3: jobs.b.task-array: with its 400000 tasks, the workflow makes 1000011 tasks; a workflow runs at most 1000000 in all"],
+    );
+    // Exactly the limit, the service included, is fine.
+    let at = file(&[job("c", 600_000), job("b", 399_999)]);
+    assert!(gantry_spec::parse(&at).is_ok());
+    // A job without an array counts one.
+    let plain = format!(
+        "{}  d:\n    image: {{uri: docker://alpine}}\n",
+        file(&[job("c", 999_999)])
+    );
+    check(
+        &plain,
+        &["9:3: jobs.d: with it, the workflow makes 1000001 tasks; a workflow runs at most 1000000 in all"],
+    );
+}
+
 #[test]
 fn command_script_and_image() {
     check(
@@ -454,8 +489,8 @@ services:
             "13:7: services.boot.autoscaler.scale-down: `services` is only for scale-up triggers; scale-down applies to this service",
             "14:5: services.boot.dynamic-config: missing `script`",
             "14:28: services.boot.dynamic-config.path: path `conf/up.conf` must be an absolute path (start with `/`)",
-            "18:18: services.boot.network.endpoints[0].name: `bad name` is not a valid endpoint name: use letters, digits, `-` and `_`, at most 63 characters",
-            "19:47: services.boot.network.endpoints[1].attach: `no/slashes` is not a valid persistent endpoint name: use letters, digits, `-` and `_`",
+            "18:18: services.boot.network.endpoints[0].name: `bad name` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "19:47: services.boot.network.endpoints[1].attach: `no/slashes` is not a valid endpoint name: use lower-case letters, digits and `-` (not first or last), at most 63 characters",
             "19:68: services.boot.network.endpoints[1].scope: `everyone` is not one of `user`, `group`, `organization`, `public`",
         ],
     );
@@ -586,5 +621,50 @@ jobs:
     assert_eq!(
         most.jobs["j"].policy.retry.attempts,
         gantry_spec::MAX_RETRY_ATTEMPTS
+    );
+}
+
+#[test]
+fn names_that_would_be_paths_and_reserved_container_paths() {
+    check(
+        r#"version: v4
+volumes:
+  outer: {}
+  outer/inner: {}
+  ../up: {}
+  kept:
+    use: persistent
+    name: ../../etc
+images:
+  a/b: {from: docker://busybox}
+jobs:
+  j:
+    image: {uri: docker://busybox}
+    command: [true]
+    mounts:
+      /data: {volume: outer}
+      /dev: {volume: outer}
+      /dev/shm: {volume: outer}
+      /: {volume: outer}
+      /proc/sys: {volume: outer}
+      //sys/.: {volume: outer}
+      /.gantry: {volume: outer}
+    files:
+      /dev/confine: "fake"
+      /etc/app.conf: "ok"
+"#,
+        &[
+            "4:3: volumes[\"outer/inner\"]: `outer/inner` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "5:3: volumes[\"../up\"]: `../up` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "8:11: volumes.kept.name: `../../etc` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "10:3: images[\"a/b\"]: `a/b` is not a valid name: use letters, digits, `-` and `_`, starting with a letter or digit, at most 63 characters",
+            "17:7: jobs.j.mounts[\"/dev\"]: mount path `/dev` is reserved: Gantry and the kernel own `/dev` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "18:7: jobs.j.mounts[\"/dev/shm\"]: mount path `/dev/shm` is reserved: Gantry and the kernel own `/dev` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "19:7: jobs.j.mounts[\"/\"]: mount path `/` is the container's root: mount volumes and put files below it",
+            "20:7: jobs.j.mounts[\"/proc/sys\"]: mount path `/proc/sys` is reserved: Gantry and the kernel own `/proc` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "21:7: jobs.j.mounts[\"//sys/.\"]: mount path `//sys/.` is reserved: Gantry and the kernel own `/sys` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "22:7: jobs.j.mounts[\"/.gantry\"]: mount path `/.gantry` is reserved: Gantry and the kernel own `/.gantry` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+            "24:7: jobs.j.files[\"/dev/confine\"]: file destination `/dev/confine` is reserved: Gantry and the kernel own `/dev` in every container (`/dev`, `/proc`, `/sys`, `/.gantry` and everything below them)",
+        ],
     );
 }

@@ -157,16 +157,41 @@ pub trait Store: Send + Sync + 'static {
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;
 
     // --- the object cache (OCI images) ------------------------------------------------------
-    /// Records a blob now on disk, or refreshes its last use when it is known.
-    async fn put_blob(&self, digest: &str, size: i64, now: Millis) -> Result<()>;
+    /// Records a blob now on disk, or refreshes its last use when it is known. With `link`,
+    /// the repository whose upload proved the blob's content links it, in the same
+    /// transaction (a second upload of the same content adds only its link).
+    async fn put_blob(
+        &self,
+        digest: &str,
+        size: i64,
+        link: Option<Repository<'_>>,
+        now: Millis,
+    ) -> Result<()>;
+    /// Links recorded blobs into a repository (a cross-repository mount). Digests without a
+    /// blob row are not linked. Returns how many links are new.
+    async fn link_blobs(
+        &self,
+        repo: Repository<'_>,
+        digests: &[String],
+        now: Millis,
+    ) -> Result<u64>;
+    /// Those of `digests` that `repo` links: one indexed lookup per digest, never a scan.
+    async fn linked_blobs(
+        &self,
+        repo: Repository<'_>,
+        digests: &[String],
+    ) -> Result<std::collections::HashSet<String>>;
     async fn blob(&self, digest: &str) -> Result<Option<BlobRow>>;
     async fn blobs(&self) -> Result<Vec<BlobRow>>;
     async fn touch_blob(&self, digest: &str, now: Millis) -> Result<()>;
-    /// Records a pushed manifest (its blob row, its references) and, when `image` is given,
-    /// points that tag at it, in one transaction. Untagged rows of the same repository that
-    /// the new manifest references are dropped: they are reachable through the tag now.
+    /// Records a manifest pushed to `repo` (its blob row, its references, its link in `repo`)
+    /// and, when `image` is given, points that tag at it, in one transaction. Untagged rows of
+    /// the same repository that the new manifest references are dropped: they are reachable
+    /// through the tag now. Every reference must be linked in `repo` already; otherwise
+    /// nothing changes and the error is [`StoreError::Conflict`].
     async fn put_image(
         &self,
+        repo: Repository<'_>,
         manifest: &NewManifest,
         image: Option<&ImageRow>,
         by: &str,
@@ -194,7 +219,8 @@ pub trait Store: Send + Sync + 'static {
         why: &str,
         now: Millis,
     ) -> Result<u64>;
-    /// Forgets blobs (and the manifests among them) that are about to be deleted from disk.
+    /// Forgets blobs (and the manifests among them, and every repository's links to them)
+    /// that are about to be deleted from disk.
     async fn delete_blobs(&self, digests: &[String], now: Millis) -> Result<()>;
     /// Records the build cache key of a pushed tag (clients like oci-client cannot send the
     /// `Gantry-Build-Key` header). Returns false when there is no such tag.

@@ -2007,7 +2007,14 @@ impl Store for SqliteStore {
         .await?)
     }
 
-    async fn put_blob(&self, digest: &str, size: i64, now: Millis) -> Result<()> {
+    async fn put_blob(
+        &self,
+        digest: &str,
+        size: i64,
+        link: Option<Repository<'_>>,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
         sqlx::query(
             "INSERT INTO blobs (digest, size, created_at, last_used_at) VALUES (?, ?, ?, ?)
              ON CONFLICT (digest) DO UPDATE SET last_used_at = excluded.last_used_at",
@@ -2016,9 +2023,53 @@ impl Store for SqliteStore {
         .bind(size)
         .bind(now)
         .bind(now)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
+        if let Some(repo) = link {
+            link_blob(&mut tx, repo, digest, now).await?;
+        }
+        tx.commit().await?;
         Ok(())
+    }
+
+    async fn link_blobs(
+        &self,
+        repo: Repository<'_>,
+        digests: &[String],
+        now: Millis,
+    ) -> Result<u64> {
+        let mut tx = self.writer.begin().await?;
+        let mut added = 0;
+        for d in digests {
+            added += link_blob(&mut tx, repo, d, now).await?;
+        }
+        tx.commit().await?;
+        Ok(added)
+    }
+
+    async fn linked_blobs(
+        &self,
+        repo: Repository<'_>,
+        digests: &[String],
+    ) -> Result<std::collections::HashSet<String>> {
+        let (scope, owner, name) = repo;
+        let mut out = std::collections::HashSet::new();
+        for chunk in digests.chunks(500) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!(
+                "SELECT digest FROM blob_links WHERE scope = ? AND owner = ? AND name = ?
+                 AND digest IN ({marks})"
+            );
+            let mut q = sqlx::query_scalar::<_, String>(&sql)
+                .bind(scope)
+                .bind(owner)
+                .bind(name);
+            for d in chunk {
+                q = q.bind(d);
+            }
+            out.extend(q.fetch_all(&self.pool).await?);
+        }
+        Ok(out)
     }
 
     async fn blob(&self, digest: &str) -> Result<Option<BlobRow>> {
@@ -2050,12 +2101,30 @@ impl Store for SqliteStore {
 
     async fn put_image(
         &self,
+        repo: Repository<'_>,
         m: &NewManifest,
         image: Option<&ImageRow>,
         by: &str,
         now: Millis,
     ) -> Result<()> {
         let mut tx = self.writer.begin().await?;
+        // Checked where it is written, so no other writer (another replica) can slip a
+        // reference to a blob this repository does not link between a check and the push.
+        let mut unlinked = vec![];
+        for child in &m.refs {
+            if !is_linked(&mut tx, repo, child).await? {
+                unlinked.push(child.as_str());
+            }
+        }
+        if !unlinked.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "{}/{}/{} does not link {}",
+                repo.0,
+                repo.1,
+                repo.2,
+                unlinked.join(", ")
+            )));
+        }
         sqlx::query(
             "INSERT INTO blobs (digest, size, created_at, last_used_at) VALUES (?, ?, ?, ?)
              ON CONFLICT (digest) DO UPDATE SET last_used_at = excluded.last_used_at",
@@ -2076,6 +2145,7 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        link_blob(&mut tx, repo, &m.digest, now).await?;
         for child in &m.refs {
             sqlx::query("INSERT OR IGNORE INTO manifest_refs (manifest, child) VALUES (?, ?)")
                 .bind(&m.digest)
@@ -2299,6 +2369,7 @@ impl Store for SqliteStore {
                 "DELETE FROM blobs WHERE digest = ?",
                 "DELETE FROM manifests WHERE digest = ?",
                 "DELETE FROM manifest_refs WHERE manifest = ?",
+                "DELETE FROM blob_links WHERE digest = ?",
             ] {
                 sqlx::query(sql).bind(d).execute(&mut *tx).await?;
             }
@@ -2352,6 +2423,44 @@ impl Store for SqliteStore {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// Links a blob that has a row into a repository; 1 when the link is new.
+async fn link_blob(
+    tx: &mut Transaction<'_, Sqlite>,
+    (scope, owner, name): Repository<'_>,
+    digest: &str,
+    now: Millis,
+) -> Result<u64> {
+    Ok(sqlx::query(
+        "INSERT OR IGNORE INTO blob_links (scope, owner, name, digest, created_at)
+         SELECT ?, ?, ?, digest, ? FROM blobs WHERE digest = ?",
+    )
+    .bind(scope)
+    .bind(owner)
+    .bind(name)
+    .bind(now)
+    .bind(digest)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected())
+}
+
+async fn is_linked(
+    tx: &mut Transaction<'_, Sqlite>,
+    (scope, owner, name): Repository<'_>,
+    digest: &str,
+) -> Result<bool> {
+    Ok(sqlx::query_scalar::<_, i64>(
+        "SELECT 1 FROM blob_links WHERE scope = ? AND owner = ? AND name = ? AND digest = ?",
+    )
+    .bind(scope)
+    .bind(owner)
+    .bind(name)
+    .bind(digest)
+    .fetch_optional(&mut **tx)
+    .await?
+    .is_some())
 }
 
 fn blob_row(r: &SqliteRow) -> Result<BlobRow> {

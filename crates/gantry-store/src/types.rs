@@ -396,6 +396,10 @@ pub enum EndpointChange {
     Event(NewEvent),
 }
 
+/// A repository of the object cache, `(scope, owner, name)`: `("user", "alice", "tool")` is
+/// `user/alice/tool`.
+pub type Repository<'a> = (&'a str, &'a str, &'a str);
+
 /// An image tag in the object cache: `<scope>/<owner>/<name>:<tag>`. `scope` is `user` or
 /// `group`; a manifest kept without a tag has its digest (`sha256:...`) as `tag`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -580,3 +580,211 @@ async fn free_text_is_stored_capped_with_a_marker() {
         .iter()
         .any(|e| e.message.ends_with("… (truncated, 1500000 bytes)")));
 }
+
+fn manifest(digest: &str, refs: &[&str]) -> NewManifest {
+    NewManifest {
+        digest: digest.into(),
+        media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+        size: 10,
+        refs: refs.iter().map(|r| r.to_string()).collect(),
+    }
+}
+
+fn tag(repo: Repository<'_>, tag: &str, digest: &str) -> ImageRow {
+    ImageRow {
+        key: ImageKey {
+            scope: repo.0.into(),
+            owner: repo.1.into(),
+            name: repo.2.into(),
+            tag: tag.into(),
+        },
+        digest: digest.into(),
+        media_type: "application/vnd.oci.image.manifest.v1+json".into(),
+        size: 30,
+        created_at: 1,
+        last_used_at: 1,
+        build_key: None,
+    }
+}
+
+fn set(digests: &[&str]) -> std::collections::HashSet<String> {
+    digests.iter().map(|d| d.to_string()).collect()
+}
+
+fn strings(digests: &[&str]) -> Vec<String> {
+    digests.iter().map(|d| d.to_string()).collect()
+}
+
+#[tokio::test]
+async fn blobs_belong_to_the_repositories_that_link_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let alice: Repository = ("user", "alice", "tool");
+    let bob: Repository = ("user", "bob", "tool");
+    let physics: Repository = ("group", "physics", "tool");
+    let all = strings(&["config", "layer", "m"]);
+
+    // An upload links the blob in its repository only.
+    s.put_blob("config", 5, Some(alice), 1).await.unwrap();
+    s.put_blob("layer", 7, Some(alice), 1).await.unwrap();
+    assert_eq!(
+        s.linked_blobs(alice, &all).await.unwrap(),
+        set(&["config", "layer"])
+    );
+    assert!(s.linked_blobs(bob, &all).await.unwrap().is_empty());
+    // A blob recorded without a link (a file whose row was lost) belongs to no one.
+    s.put_blob("stray", 3, None, 1).await.unwrap();
+    assert!(s
+        .linked_blobs(alice, &strings(&["stray"]))
+        .await
+        .unwrap()
+        .is_empty());
+
+    // The same content uploaded again by another user: one blob row, a second link.
+    s.put_blob("layer", 7, Some(bob), 2).await.unwrap();
+    assert_eq!(s.blobs().await.unwrap().len(), 3);
+    assert_eq!(s.linked_blobs(bob, &all).await.unwrap(), set(&["layer"]));
+
+    // A manifest referencing what its repository does not link changes nothing.
+    let m = manifest("m", &["config", "layer"]);
+    let err = s
+        .put_image(bob, &m, Some(&tag(bob, "1", "m")), "bob", 3)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Conflict(why) if why.contains("config") && !why.contains("layer")),
+        "{err}"
+    );
+    assert!(s.manifest("m").await.unwrap().is_none());
+    assert!(s.images(Some(bob)).await.unwrap().is_empty());
+    assert!(s.blob("m").await.unwrap().is_none());
+
+    // Where everything is linked it is pushed, and the manifest is linked there too.
+    s.put_image(alice, &m, Some(&tag(alice, "1", "m")), "alice", 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.linked_blobs(alice, &all).await.unwrap(),
+        set(&["config", "layer", "m"])
+    );
+    assert_eq!(s.linked_blobs(bob, &all).await.unwrap(), set(&["layer"]));
+
+    // A mount links only blobs that exist, once.
+    assert_eq!(
+        s.link_blobs(physics, &strings(&["config", "layer", "m", "nowhere"]), 4)
+            .await
+            .unwrap(),
+        3
+    );
+    assert_eq!(
+        s.link_blobs(physics, &strings(&["layer"]), 5)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        s.linked_blobs(physics, &all).await.unwrap(),
+        set(&["config", "layer", "m"])
+    );
+    // An index of a linked manifest, pushed by digest.
+    s.put_blob("other", 1, Some(physics), 5).await.unwrap();
+    s.put_image(physics, &manifest("idx", &["m", "other"]), None, "carol", 6)
+        .await
+        .unwrap();
+    assert!(s
+        .linked_blobs(physics, &strings(&["idx"]))
+        .await
+        .unwrap()
+        .contains("idx"));
+
+    // Removing an image keeps its blobs' links until the blobs are collected; collecting a
+    // blob drops every repository's link to it.
+    s.delete_images(&[tag(alice, "1", "m").key], "alice", "test", 7)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.linked_blobs(alice, &all).await.unwrap(),
+        set(&["config", "layer", "m"])
+    );
+    s.delete_blobs(&strings(&["layer"]), 8).await.unwrap();
+    for repo in [alice, bob, physics] {
+        assert!(!s.linked_blobs(repo, &all).await.unwrap().contains("layer"));
+    }
+    // Re-uploading it links it again.
+    s.put_blob("layer", 7, Some(bob), 9).await.unwrap();
+    assert_eq!(s.linked_blobs(bob, &all).await.unwrap(), set(&["layer"]));
+
+    // Links survive reopening; a lookup of many digests is answered in pieces.
+    drop(s);
+    let s = open(&dir).await;
+    assert_eq!(
+        s.linked_blobs(physics, &all).await.unwrap(),
+        set(&["config", "m"])
+    );
+    let many: Vec<String> = (0..1200).map(|i| format!("d{i}")).collect();
+    for d in &many {
+        s.put_blob(d, 1, None, 10).await.unwrap();
+    }
+    assert_eq!(s.link_blobs(bob, &many, 11).await.unwrap(), 1200);
+    assert_eq!(s.linked_blobs(bob, &many).await.unwrap().len(), 1200);
+}
+
+/// A database from before links: what each repository's tags reach becomes linked there, and
+/// nothing else.
+#[tokio::test]
+async fn links_are_made_for_images_cached_before_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = tempfile::tempdir().unwrap();
+    let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    for e in std::fs::read_dir(&migrations).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.as_str() < "0011" {
+            std::fs::copy(e.path(), old.path().join(&name)).unwrap();
+        }
+    }
+    let path = dir.path().join("gantry.db");
+    {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        sqlx::migrate::Migrator::new(old.path())
+            .await
+            .unwrap()
+            .run(&pool)
+            .await
+            .unwrap();
+        for sql in [
+            "INSERT INTO blobs VALUES ('c', 1, 1, 1), ('l', 1, 1, 1), ('m', 1, 1, 1),
+             ('idx', 1, 1, 1), ('lonely', 1, 1, 1)",
+            "INSERT INTO manifests VALUES ('m', 't', 1, 1), ('idx', 't', 1, 1)",
+            "INSERT INTO manifest_refs VALUES ('m', 'c'), ('m', 'l'), ('idx', 'm'),
+             ('idx', 'missing')",
+            "INSERT INTO images VALUES ('group', 'physics', 'multi', '1', 'idx', 't', 1, 1, 1,
+             NULL), ('user', 'alice', 'one', '1', 'm', 't', 1, 1, 1, NULL)",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let s = open(&dir).await;
+    let everything = strings(&["c", "l", "m", "idx", "lonely", "missing"]);
+    assert_eq!(
+        s.linked_blobs(("group", "physics", "multi"), &everything)
+            .await
+            .unwrap(),
+        set(&["c", "l", "m", "idx"])
+    );
+    assert_eq!(
+        s.linked_blobs(("user", "alice", "one"), &everything)
+            .await
+            .unwrap(),
+        set(&["c", "l", "m"])
+    );
+    assert!(s
+        .linked_blobs(("user", "bob", "one"), &everything)
+        .await
+        .unwrap()
+        .is_empty());
+}

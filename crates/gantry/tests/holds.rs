@@ -225,25 +225,21 @@ fn alerts_hold_and_release_nodes_within_the_pool_cap_and_repeat_harmlessly() {
     );
 }
 
+/// One post in which a cordon alert fires on every node; returns the reply.
+fn fire_everywhere(hook: &Hook, names: &[String], starts: &str) -> Value {
+    let alerts: Vec<Value> = names
+        .iter()
+        .map(|n| alert("firing", n, "NodeExporterDown", "cordon", "auto", starts))
+        .collect();
+    hook.post(&post("firing", alerts))
+}
+
 #[test]
 fn every_node_firing_at_once_holds_only_the_cap() {
     let c = Cluster::up(5);
     let hook = Hook::new(&c);
     let names = node_names(&c);
-    let alerts: Vec<Value> = names
-        .iter()
-        .map(|n| {
-            alert(
-                "firing",
-                n,
-                "NodeExporterDown",
-                "cordon",
-                "auto",
-                "2026-11-30T11:00:00Z",
-            )
-        })
-        .collect();
-    let out = hook.post(&post("firing", alerts));
+    let out = fire_everywhere(&hook, &names, "2026-11-30T11:00:00Z");
     assert_eq!(out["placed"], 1, "{out}");
     assert_eq!(out["deferred"], 4, "{out}");
     let held: Vec<&String> = names.iter().filter(|n| state(&c, n) != "READY").collect();
@@ -254,6 +250,32 @@ fn every_node_firing_at_once_holds_only_the_cap() {
             .contains("deferred: monitoring already holds 1 of 5 node(s) in pool default (cap 1)"),
         "{events}"
     );
+}
+
+/// The cap's fraction is the administrator's, for the cluster and for one pool (the pool's
+/// wins), with the CLI verb the README gives.
+#[test]
+fn an_administrator_sets_the_fraction_monitoring_may_hold() {
+    let c = Cluster::up(5);
+    let hook = Hook::new(&c);
+    c.ok(&["admin", "settings", "set", "monitoring.hold_fraction=0.6"]);
+    c.ok(&[
+        "admin",
+        "settings",
+        "set",
+        "monitoring.hold_fraction.default=0.4",
+    ]);
+    let bad = c.gantry(&["admin", "settings", "set", "monitoring.hold_fraction=2"]);
+    assert!(!bad.status.success(), "a fraction past 1 is refused");
+    let names = node_names(&c);
+    let out = fire_everywhere(&hook, &names, "2026-11-30T11:30:00Z");
+    assert_eq!(
+        (&out["placed"], &out["deferred"]),
+        (&json!(2), &json!(3)),
+        "{out}"
+    );
+    let held = names.iter().filter(|n| state(&c, n) != "READY").count();
+    assert_eq!(held, 2, "floor(0.4 x 5) nodes");
 }
 
 #[test]

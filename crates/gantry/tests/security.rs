@@ -3,8 +3,17 @@
 //! node's bridges and firewall). Every attack is next to the legitimate use it resembles, and
 //! each test asserts both that the attack fails and that the legitimate use still works.
 //!
-//! One module per class of attack, in `tests/security/`.
+//! One module per class of attack, in `tests/security/` (a test crate's root looks for its
+//! modules beside itself, hence the `#[path]`s).
 
 mod common;
+#[path = "security/fuzz.rs"]
+mod fuzz;
 #[path = "security/holes.rs"]
 mod holes;
+#[path = "security/network.rs"]
+mod network;
+#[path = "security/paths.rs"]
+mod paths;
+#[path = "security/registry.rs"]
+mod registry;

@@ -22,8 +22,11 @@
 //!    The upper directory then becomes the step's layer (`layer`).
 //! 5. The base's configuration (edited as JSON: unknown fields kept) gets `spec.env`, the new
 //!    diff_ids and history; each layer made or reused by a step is annotated with its step's key
-//!    ([`BUILD_KEY_ANNOTATION`]). Blobs the registry lacks are pushed, then the manifest as
-//!    `repository:tag`.
+//!    ([`BUILD_KEY_ANNOTATION`]). Blobs the build's repository lacks are pushed (or, for the
+//!    base's layers, mounted from the base's repository when it is in the same registry),
+//!    then the manifest as `repository:tag`. A registry that links blobs to repositories, as
+//!    the object cache and CNCF distribution do, answers for the build's repository only, so
+//!    a blob pushed elsewhere before is uploaded again (and stored once).
 //! 6. Exit 0, or non-zero with the failing step named in the log; mounts, containers, cgroups
 //!    and scratch directories are removed either way, before `exit.json` is written.
 //!
@@ -31,10 +34,8 @@
 //! the build exits 124. A stop from the server ends it the same way (exit 143, or the step's
 //! own code). The log says how long each phase took.
 
-mod files;
 pub mod layer;
 mod registry;
-pub mod userns;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -49,8 +50,10 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use crate::beneath::{Dir, Owner, Rel, Resolve};
 use crate::image::{ImageStore, PreparedImage, PullConfig};
 use crate::net::Network;
+use crate::runtime::userns;
 use crate::runtime::{
     self, sys, BuildOptions, ContainerSpec, ContainerState, IdMap, Runtime, StartOptions,
 };
@@ -281,7 +284,7 @@ fn validate(spec: &BuildSpec) -> Result<(), String> {
         match s {
             BuildStep::Files { files, .. } => {
                 for f in files {
-                    files::target_path(&f.target).map_err(|e| format!("step {}: {e}", i + 1))?;
+                    Rel::container(&f.target).map_err(|e| format!("step {}: {e}", i + 1))?;
                     if f.mode > 0o7777 {
                         return Err(format!(
                             "step {}: mode {:o} of {} is not a permission mode",
@@ -896,7 +899,14 @@ impl PreparedBuild {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let id = work.attempt.clone();
-        let att = tokio::task::spawn_blocking(move || net.attach(&id))
+        // The administrator allowed builds a NAT'd network for what they fetch: the outside
+        // world, and like any step, its own workflow's containers, but no one else's.
+        let policy = crate::net::Policy {
+            workflow: self.asg.workflow_id.to_string(),
+            egress: true,
+            peers: vec![],
+        };
+        let att = tokio::task::spawn_blocking(move || net.attach(&id, &policy, None))
             .await
             .map_err(|e| Failure::new(e.to_string()))?
             .map_err(|e| Failure::new(format!("the build's network: {e}")))?;
@@ -935,7 +945,9 @@ impl PreparedBuild {
         }
     }
 
-    /// Pushes what the registry lacks, then the manifest. Returns how much was uploaded.
+    /// Pushes what the target repository lacks, then the manifest. Returns how much was
+    /// uploaded. Cached steps' layers are the target repository's own (the server takes them
+    /// from its earlier images), so they are linked there already.
     async fn push(
         &self,
         target: &registry::Target,
@@ -1165,11 +1177,21 @@ fn files_step(
     }
     sys::mount_overlay(lowers, &up, &wk, &root, sys::PLAIN_UPPER)
         .map_err(|e| format!("mounting the image at {}: {e}", root.display()))?;
-    let written = files.iter().try_for_each(|(target, content, mode)| {
-        let rel = files::target_path(target)?;
-        files::write_file(&root, &rel, content, *mode, owner, owner)
-            .map_err(|e| format!("writing {target}: {e}"))
-    });
+    // The image's own symlinks lead where they would in a container, never out of it.
+    let written = Dir::open_root(&root)
+        .map_err(|e| format!("opening {}: {e}", root.display()))
+        .and_then(|image| {
+            files.iter().try_for_each(|(target, content, mode)| {
+                let rel = Rel::container(target)?;
+                let owner = Owner {
+                    uid: owner,
+                    gid: owner,
+                };
+                image
+                    .write_file(&rel, content, *mode, owner, Resolve::InRoot)
+                    .map_err(|e| format!("writing {target}: {e}"))
+            })
+        });
     let unmounted = sys::unmount_all(&root).map_err(|e| format!("unmounting: {e}"));
     written?;
     unmounted?;

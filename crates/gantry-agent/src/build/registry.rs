@@ -250,6 +250,8 @@ impl Target {
         self.reference.whole()
     }
 
+    /// Whether the build's repository has the blob: the object cache answers yes only where
+    /// the repository links it, whatever other repositories hold.
     pub async fn has_blob(&self, digest: &str) -> Result<bool, String> {
         self.client
             .blob_exists(&self.reference, digest)

@@ -7,11 +7,8 @@
 //! probe what exists on the node.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fs;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
@@ -20,6 +17,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::{check_digest, ImageError};
+use crate::beneath::{Dir, Rel, Resolve};
 
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 const INDEX_TYPES: [&str; 2] = [
@@ -72,7 +70,7 @@ fn unavailable(path: &Path) -> ImageError {
 pub struct LayoutDir {
     /// As the workflow named it, for messages.
     path: PathBuf,
-    fd: Arc<OwnedFd>,
+    dir: Arc<Dir>,
 }
 
 impl LayoutDir {
@@ -85,12 +83,16 @@ impl LayoutDir {
         let Some((root, rel)) = rel else {
             return Err(unavailable(path));
         };
-        let fd = open_dir(root)
-            .and_then(|root| open_beneath(&root, &rel, libc::O_PATH | libc::O_DIRECTORY))
+        let dir = Dir::open_root(root)
+            .and_then(|root| match rel {
+                // The root itself may be a layout.
+                None => Ok(root),
+                Some(rel) => root.open_dir(&rel, Resolve::Beneath),
+            })
             .map_err(|_| unavailable(path))?;
         let dir = LayoutDir {
             path: path.to_path_buf(),
-            fd: Arc::new(fd),
+            dir: Arc::new(dir),
         };
         dir.open_file(Path::new("index.json"))
             .map_err(|_| unavailable(path))?;
@@ -101,22 +103,10 @@ impl LayoutDir {
         &self.path
     }
 
-    /// Opens a regular file of the layout for reading. Non-blocking, so that a FIFO put in
-    /// its place cannot hang the agent; refused unless it is a plain file.
+    /// Opens a regular file of the layout for reading (see [`Dir::open_file`]).
     pub fn open_file(&self, rel: &Path) -> io::Result<fs::File> {
-        let fd = open_beneath(
-            &self.fd,
-            rel,
-            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
-        )?;
-        let file = fs::File::from(fd);
-        if !file.metadata()?.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
-        Ok(file)
+        let rel = Rel::new(rel).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.dir.open_file(&rel, Resolve::Beneath)
     }
 
     /// The blob with this digest, opened.
@@ -133,71 +123,17 @@ impl LayoutDir {
     }
 }
 
-/// `path` relative to `root` when it lies beneath it, compared by components; a `..` anywhere
-/// in `path` places it nowhere.
-fn relative_to(root: &Path, path: &Path) -> Option<PathBuf> {
+/// `path` relative to `root` when it lies beneath it, compared by components (`Some(None)`:
+/// the root itself); a `..` anywhere in `path` places it nowhere.
+fn relative_to(root: &Path, path: &Path) -> Option<Option<Rel>> {
     if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
         return None;
     }
     let rel = path.strip_prefix(root).ok()?;
-    Some(if rel.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        rel.to_path_buf()
-    })
-}
-
-fn open_dir(root: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(root.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    // SAFETY: a valid NUL-terminated path.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
+    if rel.components().next().is_none() {
+        return Some(None);
     }
-    // SAFETY: a new fd owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-// moves to beneath.rs
-/// `openat2(dir, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`:
-/// `rel` resolves inside `dir` or not at all, and never through a symlink.
-fn open_beneath(dir: &OwnedFd, rel: &Path, flags: i32) -> io::Result<OwnedFd> {
-    /// `struct open_how` of linux/openat2.h.
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_BENEATH: u64 = 0x08;
-    let c = CString::new(rel.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: a valid dirfd, a NUL-terminated path and a struct of the size passed.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new fd owned by nothing else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Rel::new(rel).ok().map(Some)
 }
 
 /// Reads a small JSON blob from the layout, checking it against its digest.

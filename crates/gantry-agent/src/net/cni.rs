@@ -170,6 +170,21 @@ pub fn result_address(result: &serde_json::Value) -> Option<(std::net::Ipv4Addr,
         .find_map(parse)
 }
 
+/// The host side of the container's veth pair and the container's own MAC, from the bridge
+/// plugin's ADD result: its interfaces are the bridge, the host's end (no sandbox) and the
+/// container's end (in a sandbox).
+pub fn result_port(result: &serde_json::Value, bridge: &str) -> Option<(String, String)> {
+    let ifaces = result["interfaces"].as_array()?;
+    let sandboxed = |i: &&serde_json::Value| i["sandbox"].as_str().is_some_and(|s| !s.is_empty());
+    let mac = ifaces.iter().find(sandboxed)?["mac"].as_str()?;
+    let host = ifaces
+        .iter()
+        .filter(|i| !sandboxed(i))
+        .filter_map(|i| i["name"].as_str())
+        .find(|n| *n != bridge)?;
+    Some((host.to_owned(), mac.to_ascii_lowercase()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,5 +210,10 @@ mod tests {
             Some(("10.9.0.8".parse().unwrap(), 24))
         );
         assert_eq!(result_address(&serde_json::json!({})), None);
+        assert_eq!(
+            result_port(&r, "gtr0"),
+            Some(("veth1".to_owned(), "5a:00".to_owned()))
+        );
+        assert_eq!(result_port(&bare, "gtr0"), None);
     }
 }

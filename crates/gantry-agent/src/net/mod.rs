@@ -12,21 +12,30 @@
 //! attachments/<id>    what was done for it (JSON): namespace, configuration, CNI result,
 //!                     address; written before the plugins run, so a crash leaves a record
 //! ipam/               host-local's data directory
+//! peers/<workflow>    the workflow's containers on other nodes, as the server last said
 //! bridge              the bridge's name, once one may have been made
 //! ```
 //!
 //! The namespace outlives the container's processes: it is removed (after a CNI DEL) only by
 //! [`Network::detach`], when the container itself is removed. A restarted agent therefore finds
 //! every container's namespace and address where it left them.
+//!
+//! Every container belongs to a workflow, and the node's firewall ([`firewall`]) lets it reach
+//! only its own workflow's containers, the Gantry server, the host ports the site allows, and
+//! the outside world when its egress is allowed. The firewall's tables are made with the
+//! first attachment, changed by one batch per attach and detach, removed with the bridge, and
+//! rebuilt from the records when the agent starts (containers outlive the agent).
 
 mod cni;
+pub mod firewall;
 pub mod netns;
 
 use crate::lock;
 use crate::runtime::valid_id;
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -35,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
 pub use cni::find_plugin_dir;
+pub use firewall::{HostPort, Proto};
 
 /// The interface name inside containers.
 pub const IFNAME: &str = "eth0";
@@ -65,6 +75,12 @@ pub enum NetError {
     },
     #[error("the CNI result names no IPv4 address: {0}")]
     NoAddress(String),
+    #[error("the CNI result names no host-side interface and MAC for the container: {0}")]
+    NoPort(String),
+    #[error("bad workflow id `{0}`")]
+    BadWorkflow(String),
+    #[error("the node's firewall (nftables): {0}")]
+    Firewall(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -139,8 +155,8 @@ impl From<Subnet> for String {
     }
 }
 
-/// Where one agent's networking lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where one agent's networking lives, and what its containers may reach of the host.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NetConfig {
     /// `<agent state>/net`.
     pub state_dir: PathBuf,
@@ -148,6 +164,12 @@ pub struct NetConfig {
     pub bridge: String,
     /// The CNI plugin directory; `None` looks in the usual places when first needed.
     pub plugin_dir: Option<PathBuf>,
+    /// Ports of the host's own addresses that containers may reach (`--host-allow`); nothing
+    /// else listening on the host is reachable from a container.
+    pub host_allow: Vec<HostPort>,
+    /// The Gantry server as this agent reaches it: containers may always reach it (its
+    /// endpoint proxy is how one workflow reaches another's services), and it may reach them.
+    pub server: Vec<SocketAddrV4>,
 }
 
 impl NetConfig {
@@ -158,9 +180,26 @@ impl NetConfig {
             // Keyed by the state dir too: two clusters on one host (tests, a developer's
             // machine) may both have an agent called `host-1`, and must not share a bridge.
             bridge: bridge_name(&format!("{agent}@{}", agent_state.display())),
-            plugin_dir: None,
+            ..Default::default()
         }
     }
+}
+
+/// What a container's network may reach, given when it is attached.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// Its workflow's id: containers of one workflow reach each other, and no other
+    /// workflow's (those only through the server's endpoints).
+    pub workflow: String,
+    /// Whether it may open connections to the outside world.
+    pub egress: bool,
+    /// Its workflow's containers on other nodes, as the server knew them when it assigned this
+    /// one; the server's `Peers` messages keep them current.
+    pub peers: Vec<Ipv4Addr>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What was done to give one container its network. Stored as JSON in `attachments/<id>`.
@@ -177,6 +216,25 @@ pub struct Attachment {
     /// The container's address on the bridge.
     #[serde(default)]
     pub address: Option<Ipv4Addr>,
+    /// Its workflow ([`Policy::workflow`]). Records without one (made before workflows were
+    /// kept apart) count as a workflow of their own.
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// [`Policy::egress`]; records without one keep what they had, the outside world.
+    #[serde(default = "yes")]
+    pub egress: bool,
+}
+
+impl Attachment {
+    /// The container as the firewall knows it, once it has an address.
+    fn member(&self, bridge: &str) -> Option<firewall::Member> {
+        Some(firewall::Member {
+            port: cni::result_port(&self.result, bridge),
+            address: self.address?,
+            workflow: self.workflow.clone().unwrap_or_else(|| self.id.clone()),
+            egress: self.egress,
+        })
+    }
 }
 
 /// One agent's container networking. Blocking: call it from blocking tasks.
@@ -184,6 +242,19 @@ pub struct Attachment {
 pub struct Network {
     cfg: NetConfig,
     subnet: Mutex<Option<Subnet>>,
+    /// Held for every firewall change, so records and tables change in one order.
+    firewall: Mutex<FwState>,
+}
+
+#[derive(Debug, Default)]
+struct FwState {
+    /// This process has built the tables whole: until then, a change rebuilds them.
+    ready: bool,
+    /// What the tables hold (when `ready`): each workflow's containers here.
+    members: BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// Containers out of the firewall whose records are not removed yet: they count for
+    /// nothing (not as members of their workflow, not in a rebuild).
+    withdrawn: std::collections::BTreeSet<String>,
 }
 
 impl Network {
@@ -200,13 +271,14 @@ impl Network {
                 ),
             });
         }
-        for d in ["netns", "attachments", "ipam"] {
+        for d in ["netns", "attachments", "ipam", "peers"] {
             let p = cfg.state_dir.join(d);
             fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
         }
         Ok(Network {
             cfg,
             subnet: Mutex::new(None),
+            firewall: Mutex::default(),
         })
     }
 
@@ -314,12 +386,22 @@ impl Network {
         ids
     }
 
-    /// Makes a network namespace for container `id` and attaches it to the bridge (creating
-    /// the bridge on first use). Returns what to give the runtime (the namespace path) and the
-    /// address. If `id` is attached already, returns that attachment. On error nothing is left.
-    pub fn attach(&self, id: &str) -> Result<Attachment, NetError> {
+    /// Makes a network namespace for container `id` (owned by `userns`, the user namespace
+    /// the container will run in, see `Runtime::job_userns_for`; else by the host's), attaches
+    /// it to the bridge (creating the bridge on first use) and admits it to the firewall as
+    /// `policy` says. Returns what to give the runtime (the namespace path) and the address. If
+    /// `id` is attached already, returns that attachment. On error nothing is left.
+    pub fn attach(
+        &self,
+        id: &str,
+        policy: &Policy,
+        userns: Option<&crate::runtime::userns::UserNs>,
+    ) -> Result<Attachment, NetError> {
         if !valid_id(id) {
             return Err(NetError::BadId(id.to_owned()));
+        }
+        if !valid_id(&policy.workflow) {
+            return Err(NetError::BadWorkflow(policy.workflow.clone()));
         }
         if let Some(a) = self.attachment(id).filter(|a| a.address.is_some()) {
             if netns::is_mounted(&a.netns) {
@@ -333,7 +415,7 @@ impl Network {
             tracing::warn!(container = id, "cleaning up an earlier attach: {e}");
         }
         let ns = self.netns_path(id);
-        netns::create(&ns).map_err(io_err(format!(
+        netns::create_in(&ns, userns).map_err(io_err(format!(
             "creating network namespace {}",
             ns.display()
         )))?;
@@ -343,6 +425,8 @@ impl Network {
             config: self.bridge_config(subnet),
             result: serde_json::Value::Null,
             address: None,
+            workflow: Some(policy.workflow.clone()),
+            egress: policy.egress,
         };
         let bridge_file = self.cfg.state_dir.join("bridge");
         let added = fs::write(&bridge_file, &self.cfg.bridge)
@@ -372,10 +456,15 @@ impl Network {
             .and_then(|result| {
                 let (address, _) = cni::result_address(&result)
                     .ok_or_else(|| NetError::NoAddress(result.to_string()))?;
+                // Without its port the firewall could not bind the container to its address.
+                if cni::result_port(&result, &self.cfg.bridge).is_none() {
+                    return Err(NetError::NoPort(result.to_string()));
+                }
                 record.result = result;
                 record.address = Some(address);
                 self.write_record(&record)
-            });
+            })
+            .and_then(|()| self.admit(&record, &policy.peers));
         match added {
             Ok(()) => Ok(record),
             Err(e) => {
@@ -387,8 +476,8 @@ impl Network {
         }
     }
 
-    /// Undoes [`Network::attach`]: CNI DEL (which removes the veth pair and the masquerading
-    /// rule, and releases the address), then the namespace. Harmless when there is nothing to
+    /// Undoes [`Network::attach`]: out of the firewall, CNI DEL (which removes the veth pair
+    /// and the masquerading rule, and releases the address), then the namespace. Harmless when there is nothing to
     /// undo. Everything is removed even when a plugin fails; the first error is returned.
     pub fn detach(&self, id: &str) -> Result<(), NetError> {
         if !valid_id(id) {
@@ -397,6 +486,13 @@ impl Network {
         let ns = self.netns_path(id);
         let record = self.attachment(id);
         let mut first: Option<NetError> = None;
+        // Out of the firewall before its address is released: a container that gets the
+        // address next must not inherit what this one could reach.
+        if let Some(rec) = &record {
+            if let Err(e) = self.withdraw(rec) {
+                first.get_or_insert(e);
+            }
+        }
         if let Some(rec) = &record {
             match self.plugin_dir() {
                 Ok(dir) => {
@@ -444,7 +540,9 @@ impl Network {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     first.get_or_insert(io_err(format!("removing {}", p.display()))(e));
                 }
-                _ => {}
+                _ => {
+                    lock(&self.firewall).withdrawn.remove(id);
+                }
             }
         }
         match first {
@@ -510,12 +608,246 @@ impl Network {
             }
         }
         self.release_addresses(|owner| !recorded.iter().any(|r| r == owner));
+        // Peers of workflows with no container here any more.
+        let mut fw = lock(&self.firewall);
+        let workflows = self.local_workflows(&fw);
+        if let Ok(rd) = fs::read_dir(self.peers_dir()) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !workflows.contains(&name) {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
+        // The tables as the records say: kept, or rebuilt if the kernel lost them. An agent
+        // with nothing attached and no bridge has none.
+        let result = if recorded.is_empty() && !self.bridge_exists() {
+            fw.ready = false;
+            fw.members.clear();
+            match firewall::available() {
+                true => firewall::apply(&self.tables().delete()).map_err(NetError::Firewall),
+                false => Ok(()),
+            }
+        } else {
+            self.rebuild(&mut fw)
+        };
+        if let Err(e) = result {
+            tracing::warn!(bridge = self.bridge(), "the container firewall: {e}");
+        }
         gone
     }
 
-    /// Deletes the bridge, if any was made. Only sensible once nothing is attached: for tests
-    /// and for decommissioning a node.
+    fn tables(&self) -> firewall::Tables<'_> {
+        firewall::Tables {
+            name: &self.cfg.bridge,
+            host_allow: &self.cfg.host_allow,
+            server: &self.cfg.server,
+        }
+    }
+
+    fn bridge_exists(&self) -> bool {
+        Path::new("/sys/class/net").join(&self.cfg.bridge).exists()
+    }
+
+    fn peers_dir(&self) -> PathBuf {
+        self.cfg.state_dir.join("peers")
+    }
+
+    /// Every record of a container in the firewall (or to be).
+    fn records(&self, fw: &FwState) -> Vec<Attachment> {
+        self.attachments()
+            .iter()
+            .filter(|id| !fw.withdrawn.contains(*id))
+            .filter_map(|id| self.attachment(id))
+            .collect()
+    }
+
+    /// The workflows with a container attached here.
+    fn local_workflows(&self, fw: &FwState) -> std::collections::BTreeSet<String> {
+        self.records(fw)
+            .iter()
+            .filter_map(|a| a.member(&self.cfg.bridge))
+            .map(|m| m.workflow)
+            .collect()
+    }
+
+    /// The subnet of this node's containers: the server's, or before it has said, the one the
+    /// records were attached in.
+    fn own_subnet(&self) -> Option<Subnet> {
+        self.subnet().or_else(|| {
+            let ids = self.attachments();
+            ids.iter()
+                .filter_map(|id| self.attachment(id))
+                .find_map(|a| {
+                    a.config["ipam"]["ranges"][0][0]["subnet"]
+                        .as_str()?
+                        .parse()
+                        .ok()
+                })
+        })
+    }
+
+    /// Addresses on other nodes, sorted: those in this node's subnet are known from the
+    /// records alone, so a stale word from the server never grants one.
+    fn remote_only(&self, addrs: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+        let own = self.own_subnet();
+        let mut v: Vec<Ipv4Addr> = addrs
+            .iter()
+            .copied()
+            .filter(|a| !own.is_some_and(|s| s.contains(*a)))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    fn read_peers(&self, workflow: &str) -> Option<Vec<Ipv4Addr>> {
+        let bytes = fs::read(self.peers_dir().join(workflow)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    fn write_peers(&self, workflow: &str, peers: &[Ipv4Addr]) -> Result<(), NetError> {
+        let p = self.peers_dir().join(workflow);
+        let tmp = self.peers_dir().join(format!(".{workflow}.tmp"));
+        let json = serde_json::to_vec(peers).map_err(|e| io_err("peers")(e.into()))?;
+        fs::write(&tmp, json)
+            .and_then(|()| fs::rename(&tmp, &p))
+            .map_err(io_err(format!("writing {}", p.display())))
+    }
+
+    /// Builds both tables whole from the records and the stored peers.
+    fn rebuild(&self, fw: &mut FwState) -> Result<(), NetError> {
+        let members: Vec<firewall::Member> = self
+            .records(fw)
+            .iter()
+            .filter_map(|a| a.member(&self.cfg.bridge))
+            .collect();
+        let peers: BTreeMap<String, Vec<Ipv4Addr>> = members
+            .iter()
+            .filter_map(|m| Some((m.workflow.clone(), self.read_peers(&m.workflow)?)))
+            .collect();
+        firewall::apply(&self.tables().full(&members, &peers)).map_err(NetError::Firewall)?;
+        fw.ready = true;
+        fw.members.clear();
+        for a in self.records(fw) {
+            if let Some(m) = a.member(&self.cfg.bridge) {
+                fw.members.entry(m.workflow).or_default().insert(a.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// One batch when the tables are known to be whole; otherwise, or if the batch fails (the
+    /// kernel's tables are not what the records say), the tables rebuilt from the records.
+    fn change(&self, fw: &mut FwState, script: &str) -> Result<(), NetError> {
+        if fw.ready {
+            match firewall::apply(script) {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::warn!(bridge = self.bridge(), "rebuilding the firewall: {e}"),
+            }
+        }
+        self.rebuild(fw)
+    }
+
+    /// Lets a newly attached container into the firewall. `peers` (the server's word at
+    /// assignment) seed its workflow's members elsewhere unless the server has said more since.
+    fn admit(&self, rec: &Attachment, peers: &[Ipv4Addr]) -> Result<(), NetError> {
+        let Some(m) = rec.member(&self.cfg.bridge) else {
+            return Err(NetError::NoAddress(rec.result.to_string()));
+        };
+        let mut fw = lock(&self.firewall);
+        fw.withdrawn.remove(&rec.id);
+        let first = fw.members.get(&m.workflow).is_none_or(|ids| ids.is_empty());
+        let peers = match self.read_peers(&m.workflow) {
+            Some(p) => p,
+            None => {
+                let p = self.remote_only(peers);
+                self.write_peers(&m.workflow, &p)?;
+                p
+            }
+        };
+        self.change(&mut fw, &self.tables().add(&m, &peers, first))?;
+        fw.members
+            .entry(m.workflow)
+            .or_default()
+            .insert(rec.id.clone());
+        Ok(())
+    }
+
+    /// Takes a container out of the firewall; the last of its workflow here takes the
+    /// workflow's chain, set and peers along.
+    fn withdraw(&self, rec: &Attachment) -> Result<(), NetError> {
+        let Some(m) = rec.member(&self.cfg.bridge) else {
+            return Ok(());
+        };
+        let mut fw = lock(&self.firewall);
+        fw.withdrawn.insert(rec.id.clone());
+        let ids = fw.members.entry(m.workflow.clone()).or_default();
+        ids.remove(&rec.id);
+        let last = ids.is_empty();
+        if last {
+            fw.members.remove(&m.workflow);
+        }
+        let done = self.change(&mut fw, &self.tables().remove(&m, last));
+        // Known again after a rebuild, if it came to that.
+        if done.is_ok() && !fw.members.contains_key(&m.workflow) {
+            let _ = fs::remove_file(self.peers_dir().join(&m.workflow));
+        }
+        done
+    }
+
+    /// The server's word on a workflow's containers on other nodes (addresses in this node's
+    /// subnet are ignored: the records know those). Kept for containers of the workflow that
+    /// attach later; the firewall changes at once for those already here.
+    pub fn set_peers(&self, workflow: &str, addrs: &[Ipv4Addr]) -> Result<(), NetError> {
+        if !valid_id(workflow) {
+            return Err(NetError::BadWorkflow(workflow.to_owned()));
+        }
+        let new = self.remote_only(addrs);
+        let mut fw = lock(&self.firewall);
+        let old = self.read_peers(workflow);
+        if old.as_ref() == Some(&new) {
+            return Ok(());
+        }
+        // Whether the tables hold the workflow's set; before they are built, the records say.
+        let here = match fw.ready {
+            true => fw.members.contains_key(workflow),
+            false => self.local_workflows(&fw).contains(workflow),
+        };
+        if !here && new.is_empty() {
+            let _ = fs::remove_file(self.peers_dir().join(workflow));
+            return Ok(());
+        }
+        self.write_peers(workflow, &new)?;
+        if !here {
+            return Ok(());
+        }
+        let script = self
+            .tables()
+            .replace_peers(workflow, &old.unwrap_or_default(), &new);
+        self.change(&mut fw, &script)
+    }
+
+    /// The workflow's containers on other nodes that the firewall lets its containers here
+    /// reach, as last stored.
+    pub fn peers(&self, workflow: &str) -> Vec<Ipv4Addr> {
+        if !valid_id(workflow) {
+            return vec![];
+        }
+        self.read_peers(workflow).unwrap_or_default()
+    }
+
+    /// Deletes the bridge, if any was made, and the firewall's tables with it. Only sensible
+    /// once nothing is attached: for tests and for decommissioning a node.
     pub fn remove_bridge(&self) -> Result<(), NetError> {
+        {
+            let mut fw = lock(&self.firewall);
+            fw.ready = false;
+            fw.members.clear();
+            if firewall::available() {
+                firewall::apply(&self.tables().delete()).map_err(NetError::Firewall)?;
+            }
+        }
         let bridge_file = self.cfg.state_dir.join("bridge");
         let name = fs::read_to_string(&bridge_file)
             .ok()

@@ -16,15 +16,32 @@ fn cstr(path: &Path) -> io::Result<CString> {
 /// Makes a new, empty network namespace (not even `lo` is up) and binds it to `path`, which
 /// must not exist. On error nothing is left behind.
 pub fn create(path: &Path) -> io::Result<()> {
+    create_in(path, None)
+}
+
+/// [`create`], with the namespace owned by `userns` when given (the user namespace of the
+/// container that will join it, see `UserNs::netns`) rather than by the host's.
+pub fn create_in(path: &Path, userns: Option<&crate::runtime::userns::UserNs>) -> io::Result<()> {
     fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o444)
         .open(path)?;
+    let made = match userns {
+        Some(ns) => ns.netns(path),
+        None => unshare_and_bind(path),
+    };
+    if made.is_err() {
+        let _ = fs::remove_file(path);
+    }
+    made
+}
+
+fn unshare_and_bind(path: &Path) -> io::Result<()> {
     let target = cstr(path)?;
     // unshare(CLONE_NEWNET) moves only the calling thread: a thread of its own, which ends
     // right after, so no other work ever runs in the new namespace by accident.
-    let made = std::thread::spawn(move || -> io::Result<()> {
+    std::thread::spawn(move || -> io::Result<()> {
         // SAFETY: unshare changes only this thread's network namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
             return Err(io::Error::last_os_error());
@@ -46,11 +63,7 @@ pub fn create(path: &Path) -> io::Result<()> {
         Ok(())
     })
     .join()
-    .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")));
-    if made.is_err() {
-        let _ = fs::remove_file(path);
-    }
-    made
+    .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
 }
 
 /// Whether `path` is a mounted network namespace.

@@ -22,6 +22,10 @@ pub mod files {
     pub const UPPER: &str = "upper";
     pub const WORK: &str = "work";
     pub const INJECTED: &str = "files";
+    /// The mount sources the caller gave, bound here until the container has started.
+    pub const MOUNTS: &str = "mounts";
+    /// Idmapped views of the image's layers, while the overlay is mounted over them.
+    pub const LOWER: &str = "lower";
     pub const STDOUT: &str = "stdout";
     pub const STDERR: &str = "stderr";
     pub const SHIM_PID: &str = "shim.pid";

@@ -8,6 +8,7 @@
 //! config.json     the OCI runtime config; rootfs/ is the overlay of the image layers
 //! upper/ work/    the container's private overlay layer
 //! files/N         injected files, bind-mounted read-only at their targets
+//! mounts/N        the caller's mount sources, bound here only while runc starts the container
 //! stdout stderr   the container's output, written by the container itself
 //! shim.pid shim.log runc.log container.pid
 //! exit.json       {"exit_code": N, "signal": S?, "start_error": "..."?}, written once at the end
@@ -30,6 +31,7 @@ mod seccomp;
 mod shim;
 mod spec;
 pub(crate) mod sys;
+pub mod userns;
 
 use std::fs;
 use std::io::{self, Write};
@@ -54,6 +56,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a SIGKILLed container may take to be reaped before `stop` gives up.
 const KILL_TIMEOUT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
+/// How long runc's init may take to exec confine once runc reports the container started.
+const INIT_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `confine/main.rs` and `shim/main.rs`, linked statically by `build.rs`.
 const CONFINE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/confine"));
@@ -70,6 +74,11 @@ pub struct RuntimeConfig {
     pub cgroup_parent: String,
     /// The runc binary.
     pub runc: PathBuf,
+    /// Host ids for job containers' user namespaces (see [`JOB_IDS`]); `None` runs jobs
+    /// without one. A node that cannot do it (see [`userns::probe`]) runs them without one
+    /// too, and says why ([`Runtime::job_userns`]).
+    #[serde(default)]
+    pub job_userns: Option<IdRange>,
 }
 
 impl RuntimeConfig {
@@ -99,6 +108,7 @@ impl RuntimeConfig {
             runc_root: runc_root.into(),
             cgroup_parent: cgroup_parent.into(),
             runc: PathBuf::from("runc"),
+            job_userns: Some(JOB_IDS),
         }
     }
 }
@@ -127,6 +137,38 @@ pub struct StartOptions {
 pub struct IdMap {
     pub host: u32,
     pub size: u32,
+}
+
+/// Host ids for the user namespaces of job containers: slot `n` maps the container's ids
+/// 0..65535 to `first + n * 65536` on the host, one slot per container of this agent, so no
+/// two of its containers share host ids and none is root on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdRange {
+    pub first: u32,
+    pub slots: u32,
+}
+
+/// Above the build steps' range (`userns::BUILD_MAP`), and below 2^31: some tools take ids
+/// for signed numbers.
+pub const JOB_IDS: IdRange = IdRange {
+    first: 0x7100_0000,
+    slots: 2048,
+};
+
+impl IdRange {
+    const SIZE: u32 = 65536;
+
+    pub fn slot(&self, n: u32) -> IdMap {
+        IdMap {
+            host: self.first + n * Self::SIZE,
+            size: Self::SIZE,
+        }
+    }
+
+    fn slot_of(&self, host: u32) -> Option<u32> {
+        let off = host.checked_sub(self.first)?;
+        (off % Self::SIZE == 0 && off / Self::SIZE < self.slots).then_some(off / Self::SIZE)
+    }
 }
 
 impl IdMap {
@@ -400,6 +442,24 @@ fn valid_target(t: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     cfg: Arc<RuntimeConfig>,
+    /// Job containers' user namespaces, or why there are none.
+    jobs: Arc<Result<JobIds, String>>,
+}
+
+/// The slots of [`IdRange`] in use, and a user namespace of each slot's mapping, kept for the
+/// idmapped mounts of later containers in that slot (making one forks a process).
+#[derive(Debug)]
+struct JobIds {
+    range: IdRange,
+    slots: std::sync::Mutex<Slots>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    /// Read from the containers' `config.json`s on first use (after an agent restart).
+    loaded: bool,
+    taken: std::collections::HashMap<String, u32>,
+    namespaces: std::collections::HashMap<u32, Arc<userns::UserNs>>,
 }
 
 impl Runtime {
@@ -414,7 +474,8 @@ impl Runtime {
             )));
         }
         // Bundles (with their assignments' secrets) and runc's state are nobody else's; image
-        // builds' user namespaces must still pass through to their bundles.
+        // builds' and jobs' user namespaces (unprivileged host uids) must still pass through to
+        // their bundles.
         for d in [
             config.state_dir.clone(),
             config.state_dir.join("containers"),
@@ -440,13 +501,107 @@ impl Runtime {
             replace_file(&path, data, mode)
                 .map_err(io_err(format!("writing {}", path.display())))?;
         }
+        let jobs = match config.job_userns {
+            None => Err("switched off (`--job-userns off`)".to_string()),
+            Some(range) => {
+                let scratch = config
+                    .state_dir
+                    .join(format!("userns-probe.{}", std::process::id()));
+                let _ = fs::remove_dir_all(&scratch);
+                let probed = userns::probe(range.slot(0), &scratch);
+                let _ = fs::remove_dir_all(&scratch);
+                probed.map(|()| JobIds {
+                    range,
+                    slots: Default::default(),
+                })
+            }
+        };
+        if let Err(why) = &jobs {
+            tracing::warn!(
+                "job containers run without a user namespace (root in a container is root on \
+                 the node, under seccomp and a reduced capability set): {why}"
+            );
+        }
         Ok(Runtime {
             cfg: Arc::new(config),
+            jobs: Arc::new(jobs),
         })
     }
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.cfg
+    }
+
+    /// Whether job containers run in user namespaces here, or why not.
+    pub fn job_userns(&self) -> Result<IdRange, String> {
+        self.jobs
+            .as_ref()
+            .as_ref()
+            .map(|j| j.range)
+            .map_err(Clone::clone)
+    }
+
+    /// A free slot's mapping (and a namespace of it) for container `id`.
+    fn take_slot(&self, id: &str) -> Result<Option<(IdMap, Arc<userns::UserNs>)>> {
+        let Ok(jobs) = self.jobs.as_ref() else {
+            return Ok(None);
+        };
+        let mut s = jobs.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if !s.loaded {
+            for c in self.cfg.containers() {
+                if let Some(n) =
+                    container_host_id(&self.container_dir(&c)).and_then(|h| jobs.range.slot_of(h))
+                {
+                    s.taken.insert(c, n);
+                }
+            }
+            s.loaded = true;
+        }
+        if let Some(n) = s.taken.get(id).copied() {
+            if let Some(ns) = s.namespaces.get(&n) {
+                return Ok(Some((jobs.range.slot(n), ns.clone())));
+            }
+        }
+        let used: std::collections::HashSet<u32> = s.taken.values().copied().collect();
+        let n = (0..jobs.range.slots)
+            .find(|n| !used.contains(n))
+            .ok_or_else(|| {
+                RuntimeError::InvalidConfig(format!(
+                    "all {} user-namespace id ranges of this agent are in use",
+                    jobs.range.slots
+                ))
+            })?;
+        let map = jobs.range.slot(n);
+        let ns = match s.namespaces.get(&n) {
+            Some(ns) => ns.clone(),
+            None => {
+                let ns =
+                    Arc::new(userns::UserNs::new(map).map_err(io_err("making a user namespace"))?);
+                s.namespaces.insert(n, ns.clone());
+                ns
+            }
+        };
+        s.taken.insert(id.to_owned(), n);
+        Ok(Some((map, ns)))
+    }
+
+    /// The user namespace container `id` will run in, taken now when its network namespace
+    /// must be made in it before the container starts (see `UserNs::netns`). `None` where job
+    /// containers run without one. Released with the container ([`Runtime::remove`]).
+    pub fn job_userns_for(&self, id: &str) -> Result<Option<Arc<userns::UserNs>>> {
+        if !valid_id(id) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "bad container id `{id}`"
+            )));
+        }
+        Ok(self.take_slot(id)?.map(|(_, ns)| ns))
+    }
+
+    fn release_slot(&self, id: &str) {
+        if let Ok(jobs) = self.jobs.as_ref() {
+            let mut s = jobs.slots.lock().unwrap_or_else(|p| p.into_inner());
+            s.taken.remove(id);
+        }
     }
 
     /// The container's directory (bundle and state).
@@ -500,7 +655,13 @@ impl Runtime {
         build: Option<&BuildOptions>,
     ) -> Result<()> {
         self.create(spec, meta, opts, build)?;
-        match self.wait_started(&spec.id) {
+        let started = self.wait_started(&spec.id);
+        // runc has made its own mounts of them in the container by now (or never will).
+        let released = release_mount_sources(&self.container_dir(&spec.id));
+        match started
+            .and(released)
+            .and_then(|()| self.verify_init(&spec.id))
+        {
             Ok(()) => Ok(()),
             Err(e) => {
                 let _ = self.stop(&spec.id, Duration::ZERO);
@@ -527,11 +688,11 @@ impl Runtime {
         if !spec.cwd.starts_with('/') {
             return bad(format!("working directory `{}` is not absolute", spec.cwd));
         }
+        // The kernel's trees and the `/dev` holding confine and its filter: a mount there
+        // could put another init in place of confine (the workflow file is refused for it
+        // first, see `gantry_spec::names`).
         let reserved = |t: &str| {
-            let p = Path::new(t);
-            p.starts_with("/proc")
-                || p.starts_with("/sys")
-                || [CONFINE_PATH, SECCOMP_PATH].map(Path::new).contains(&p)
+            gantry_spec::names::at_or_below(t, &gantry_spec::names::KERNEL_TREES).is_some()
         };
         for b in &spec.mounts {
             if !valid_target(&b.target) || reserved(&b.target) {
@@ -605,12 +766,44 @@ impl Runtime {
         {
             fs::create_dir(dir.join(d)).map_err(io_err(format!("creating {d}")))?;
         }
-        if let Some(d) = injected_dir {
-            // A job's files may carry its secrets; runc (root) bind-mounts them from here.
-            fs::set_permissions(dir.join(d), fs::Permissions::from_mode(0o700))
-                .map_err(io_err(format!("chmod {d}")))?;
+        // A job's container gets a user namespace of its own slot; a build step comes with
+        // its build's (and its layers already idmapped, see `crate::build`).
+        let job_ns = match build {
+            Some(_) => None,
+            None => self.take_slot(&spec.id)?,
+        };
+        if let (Some((_, ns)), Some(netns), false) =
+            (&job_ns, opts.netns.as_deref(), spec.host_network)
+        {
+            // runc joins the user namespace first, and from there only a network it owns.
+            if !ns
+                .owns_netns(netns)
+                .map_err(io_err("reading the network's owner"))?
+            {
+                return Err(RuntimeError::InvalidSpec(format!(
+                    "network namespace {} was not made in the container's user namespace \
+                     (see Runtime::job_userns_for)",
+                    netns.display()
+                )));
+            }
         }
-        let userns = build.and_then(|b| b.userns);
+        let userns = build
+            .and_then(|b| b.userns)
+            .or(job_ns.as_ref().map(|(m, _)| *m));
+        if let Some(d) = injected_dir {
+            // A job's files may carry its secrets: nobody else may reach them. In a user
+            // namespace the directory is the container's root's (as the files are), so the
+            // bind mounts work whether runc opens their sources as the host's root or from
+            // inside the namespace.
+            let d = dir.join(d);
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o700))
+                .map_err(io_err(format!("chmod {}", files::INJECTED)))?;
+            if let Some(m) = userns {
+                std::os::unix::fs::lchown(&d, Some(m.host), Some(m.host)).map_err(io_err(
+                    "giving the injected files' directory to the user namespace",
+                ))?;
+            }
+        }
         if let Some(m) = userns {
             // The upper directory is the overlay's `/`: root in the container must own it.
             std::os::unix::fs::lchown(dir.join(files::UPPER), Some(m.host), Some(m.host))
@@ -630,8 +823,28 @@ impl Runtime {
         } else {
             &[]
         };
-        sys::mount_overlay(
-            &spec.layers,
+        // In a user namespace the image's files must look owned by the container's ids: each
+        // layer goes to overlayfs as an idmapped view of the shared cache (nothing on disk
+        // changes). overlayfs keeps its own clones of its layers' mounts, so the views are
+        // taken off again at once.
+        let layers = match &job_ns {
+            None => spec.layers.clone(),
+            Some((_, ns)) => {
+                let at = dir.join(files::LOWER);
+                fs::create_dir(&at).map_err(io_err("creating lower/"))?;
+                let mut views = Vec::new();
+                for (n, layer) in spec.layers.iter().enumerate() {
+                    let view = at.join(n.to_string());
+                    fs::create_dir(&view).map_err(io_err("creating a layer's view"))?;
+                    ns.idmapped_mount(layer, &view)
+                        .map_err(io_err(format!("idmapping layer {}", layer.display())))?;
+                    views.push(view);
+                }
+                views
+            }
+        };
+        let mounted = sys::mount_overlay(
+            &layers,
             &dir.join(files::UPPER),
             &dir.join(files::WORK),
             &rootfs,
@@ -640,9 +853,41 @@ impl Runtime {
         .map_err(io_err(format!(
             "mounting the image at {}",
             rootfs.display()
-        )))?;
+        )));
+        if job_ns.is_some() {
+            release_views(&dir.join(files::LOWER))?;
+        }
+        mounted?;
 
         let (uid, gid, additional_gids) = resolve_user(&rootfs, spec.user.as_deref())?;
+        let mut spec = spec.clone();
+        // Bound into the container's directory by this process, so a source that is a
+        // descriptor of ours (`/proc/self/fd/N`) reaches runc, which mounts in a namespace of
+        // its own, as a path only the agent controls.
+        if !spec.mounts.is_empty() {
+            let at = dir.join(files::MOUNTS);
+            fs::create_dir(&at).map_err(io_err("creating mounts/"))?;
+            for (n, b) in spec.mounts.iter_mut().enumerate() {
+                let target = at.join(n.to_string());
+                let is_dir = fs::metadata(&b.source)
+                    .map_err(io_err(format!("mount source for {}", b.target)))?
+                    .is_dir();
+                if is_dir {
+                    fs::create_dir(&target)
+                } else {
+                    fs::File::create(&target).map(drop)
+                }
+                .map_err(io_err(format!("creating {}", target.display())))?;
+                match &job_ns {
+                    // Through the container's mapping, so that what is on disk keeps the
+                    // owners it would have without a user namespace.
+                    Some((_, ns)) => ns.idmapped_mount(&b.source, &target),
+                    None => sys::bind_mount(&b.source, &target),
+                }
+                .map_err(io_err(format!("binding the source of {}", b.target)))?;
+                b.source = target;
+            }
+        }
         let mut injected = Vec::new();
         for (n, (target, content)) in spec.files.iter().enumerate() {
             let src = dir.join(files::INJECTED).join(n.to_string());
@@ -653,9 +898,13 @@ impl Runtime {
                 .open(&src)
                 .and_then(|mut f| f.write_all(content))
                 .map_err(io_err(format!("writing injected file for {target}")))?;
+            if let Some(m) = userns {
+                // Root's in the container, as without a user namespace.
+                std::os::unix::fs::lchown(&src, Some(m.host), Some(m.host))
+                    .map_err(io_err(format!("owning the injected file for {target}")))?;
+            }
             injected.push((src, target.clone()));
         }
-        let mut spec = spec.clone();
         if spec.hostname.is_empty() {
             spec.hostname = spec.id.chars().take(12).collect();
         }
@@ -672,6 +921,10 @@ impl Runtime {
             netns: opts.netns.as_deref(),
             build: build.is_some(),
             userns,
+            // A job's container joins its slot's namespace (the one its layers, volumes and
+            // network namespace were made with) rather than getting another of the same
+            // mapping.
+            userns_path: job_ns.as_ref().map(|(_, ns)| ns.path()),
         };
         let oci = spec::build(&spec, &host)?;
         let json = serde_json::to_vec_pretty(&oci).map_err(|e| io_err("config.json")(e.into()))?;
@@ -751,6 +1004,39 @@ impl Runtime {
                 Some(w) => w.wait(POLL),
                 None => std::thread::sleep(Duration::from_millis(20)),
             }
+        }
+    }
+
+    /// Checks that the container's first process runs this agent's `confine` (the very file,
+    /// by device and inode), so that nothing mounted into the container or shipped in its image
+    /// took its place and ran without the seccomp filter. Waits for runc's init to exec it; a
+    /// container whose process has already ended passes (there is nothing left to check, and
+    /// its pid may be another process's by now).
+    fn verify_init(&self, id: &str) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let confine = fs::metadata(self.cfg.state_dir.join(files::CONFINE))
+            .map_err(io_err("reading confine's inode"))?;
+        let want = (confine.dev(), confine.ino());
+        let Some(pid) = self.pid(id) else {
+            return Ok(());
+        };
+        let cgroup = self.cgroups_path(id);
+        let deadline = Instant::now() + INIT_CHECK_TIMEOUT;
+        loop {
+            match executable_in_cgroup(pid, &cgroup) {
+                None => return Ok(()),
+                Some(exe) if exe == want => return Ok(()),
+                Some(_) => {}
+            }
+            if Instant::now() > deadline {
+                return Err(RuntimeError::StartFailed {
+                    id: id.to_owned(),
+                    message: format!(
+                        "its first process is not Gantry's {CONFINE_PATH}: refusing to let it run"
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
@@ -1169,12 +1455,61 @@ impl Runtime {
         // and the removal stops at any mount rather than walk the image's shared layers.
         let rootfs = dir.join(files::ROOTFS);
         sys::unmount_all(&rootfs).map_err(io_err(format!("unmounting {}", rootfs.display())))?;
+        release_mount_sources(&dir)?;
+        release_views(&dir.join(files::LOWER))?;
         sys::remove_tree(&dir).map_err(io_err(format!("removing {}", dir.display())))?;
+        self.release_slot(id);
         if !clean_end {
             sys::remove_cgroups(&self.cfg.cgroup_parent, id);
         }
         Ok(())
     }
+}
+
+/// The (device, inode) of what process `pid` executes, if it is a process of the cgroup
+/// `cgroup` (as runc names it) before and after the look, so never another process that
+/// reused the pid; `None` once it is not (it has ended).
+fn executable_in_cgroup(pid: i32, cgroup: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let member = || {
+        fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+            c.lines()
+                .any(|l| l.rsplit_once(':').is_some_and(|(_, p)| p == cgroup))
+        })
+    };
+    if !member() {
+        return None;
+    }
+    // Not readable for a moment while runc's init execs: report something that is no file.
+    let exe = fs::metadata(format!("/proc/{pid}/exe")).map_or((0, 0), |m| (m.dev(), m.ino()));
+    member().then_some(exe)
+}
+
+/// Takes the mount sources bound under `mounts/` off again and removes the directory.
+fn release_mount_sources(dir: &Path) -> Result<()> {
+    release_views(&dir.join(files::MOUNTS))
+}
+
+/// Takes off what is mounted on each entry of `at` (mount sources, layer views) and removes
+/// `at`.
+fn release_views(at: &Path) -> Result<()> {
+    let Ok(entries) = fs::read_dir(at) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        sys::unmount_all(&e.path())
+            .map_err(io_err(format!("unmounting {}", e.path().display())))?;
+    }
+    sys::remove_tree(at).map_err(io_err(format!("removing {}", at.display())))
+}
+
+/// The host id that a container's root is in its `config.json`, when it has a user namespace.
+fn container_host_id(dir: &Path) -> Option<u32> {
+    let raw = fs::read(dir.join(files::CONFIG)).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&raw).ok()?;
+    v["linux"]["uidMappings"][0]["hostID"]
+        .as_u64()
+        .and_then(|h| u32::try_from(h).ok())
 }
 
 fn read_pid(p: &Path) -> Option<i32> {
@@ -1300,6 +1635,24 @@ mod tests {
         assert!(merge_image_config(&bare, &[], &[], None).is_err());
         assert!(merge_image_config(&bare, &["x".into()], &["NOVALUE".into()], None).is_err());
         assert!(merge_image_config(&bare, &["x".into()], &[], Some("rel")).is_err());
+    }
+
+    #[test]
+    fn a_process_executable_is_known_only_while_it_is_in_its_cgroup() {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::process::id() as i32;
+        let cgroup = fs::read_to_string("/proc/self/cgroup").unwrap();
+        let cgroup = cgroup.lines().next().unwrap().rsplit_once(':').unwrap().1;
+        let exe = fs::metadata("/proc/self/exe").unwrap();
+        assert_eq!(
+            executable_in_cgroup(me, cgroup),
+            Some((exe.dev(), exe.ino()))
+        );
+        assert_eq!(executable_in_cgroup(me, "/gantry/elsewhere"), None);
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert_eq!(executable_in_cgroup(pid, cgroup), None, "an ended process");
     }
 
     #[test]

@@ -102,6 +102,8 @@ pub struct HostSide<'a> {
     pub build: bool,
     /// Run in a user namespace with this mapping.
     pub userns: Option<IdMap>,
+    /// Join this user namespace (of that mapping) instead of making a new one.
+    pub userns_path: Option<PathBuf>,
 }
 
 fn mount(dest: &str, typ: &str, source: &str, options: &[&str]) -> Result<Mount, RuntimeError> {
@@ -157,10 +159,19 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
             &["nosuid", "noexec", "nodev"],
         )?,
     ];
-    if host.userns.is_some() && host.netns.is_some() && !spec.host_network {
-        // sysfs can only be mounted by the owner of the network namespace, and one made
-        // beforehand (on the node's bridge) belongs to the host's user namespace: an empty,
-        // read-only /sys then, rather than the host's.
+    if host.userns.is_some() && spec.host_network {
+        // sysfs can only be mounted by the owner of the network namespace: the host's own,
+        // seen through a read-only bind, as a host-network container without a user
+        // namespace sees it.
+        mounts.push(mount(
+            "/sys",
+            "bind",
+            "/sys",
+            &["rbind", "nosuid", "noexec", "nodev", "ro"],
+        )?);
+    } else if host.userns.is_some() && host.netns.is_some() {
+        // One made beforehand (on the node's bridge) belongs to the host's user namespace:
+        // an empty, read-only /sys then, rather than the host's.
         mounts.push(mount(
             "/sys",
             "tmpfs",
@@ -189,18 +200,6 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         "tmpfs",
         &["nosuid", "nodev", "mode=1777"],
     )?);
-    mounts.push(mount(
-        CONFINE_PATH,
-        "bind",
-        &host.confine.to_string_lossy(),
-        &["bind", "ro", "nosuid", "nodev"],
-    )?);
-    mounts.push(mount(
-        SECCOMP_PATH,
-        "bind",
-        &host.seccomp.to_string_lossy(),
-        &["bind", "ro", "nosuid", "nodev", "noexec"],
-    )?);
     for b in &spec.mounts {
         let mut opts = vec!["rbind", "nosuid", "nodev"];
         if b.read_only {
@@ -221,6 +220,20 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
             &["bind", "ro", "nosuid", "nodev"],
         )?);
     }
+    // What every process of the container starts through goes last, read-only, so nothing
+    // mounted before it can shadow it (runc mounts in order).
+    mounts.push(mount(
+        CONFINE_PATH,
+        "bind",
+        &host.confine.to_string_lossy(),
+        &["bind", "ro", "nosuid", "nodev"],
+    )?);
+    mounts.push(mount(
+        SECCOMP_PATH,
+        "bind",
+        &host.seccomp.to_string_lossy(),
+        &["bind", "ro", "nosuid", "nodev", "noexec"],
+    )?);
 
     let caps: HashSet<Capability> = if host.build {
         BUILD_CAPS.into_iter().collect()
@@ -293,12 +306,11 @@ pub fn build(spec: &ContainerSpec, host: &HostSide<'_>) -> Result<Spec, RuntimeE
         namespaces.push(ns.build().map_err(spec_err)?);
     }
     if host.userns.is_some() {
-        namespaces.push(
-            LinuxNamespaceBuilder::default()
-                .typ(LinuxNamespaceType::User)
-                .build()
-                .map_err(spec_err)?,
-        );
+        let mut ns = LinuxNamespaceBuilder::default().typ(LinuxNamespaceType::User);
+        if let Some(path) = &host.userns_path {
+            ns = ns.path(path);
+        }
+        namespaces.push(ns.build().map_err(spec_err)?);
     }
 
     let mut resources = LinuxResourcesBuilder::default().devices(vec![
@@ -434,6 +446,7 @@ mod tests {
             netns: None,
             build: false,
             userns: None,
+            userns_path: None,
         }
     }
 
@@ -468,6 +481,14 @@ mod tests {
             m["source"].clone()
         };
         assert_eq!(source(CONFINE_PATH), "/agent/confine");
+        // Last, so no mount of the caller's goes on top of what the container starts through.
+        let last: Vec<&serde_json::Value> = mounts
+            .iter()
+            .rev()
+            .take(2)
+            .map(|m| &m["destination"])
+            .collect();
+        assert_eq!(last, [SECCOMP_PATH, CONFINE_PATH]);
         assert_eq!(source(SECCOMP_PATH), "/agent/seccomp.bpf");
         let data = mounts.iter().find(|m| m["destination"] == "/data").unwrap();
         assert!(data["options"].as_array().unwrap().contains(&"ro".into()));

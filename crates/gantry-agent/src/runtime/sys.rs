@@ -86,6 +86,27 @@ pub fn mount_overlay(
 
 pub use super::dir::unmount_all;
 
+/// Bind-mounts `source` (recursively) at `target`, an existing directory or file. `source` may
+/// be a `/proc/self/fd/N` of a directory opened beneath its root (`crate::beneath`): the kernel
+/// follows that link to the very directory, not to whatever its path names now.
+pub fn bind_mount(source: &Path, target: &Path) -> io::Result<()> {
+    let (s, t) = (cstr(source)?, cstr(target)?);
+    // SAFETY: valid NUL-terminated paths; no filesystem type or data for a bind mount.
+    let rc = unsafe {
+        libc::mount(
+            s.as_ptr(),
+            t.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether `path` is the root of a mount (bind mounts of the same filesystem included), from
 /// statx: one system call, where reading /proc/self/mountinfo formats every mount of the
 /// namespace. `None` when the kernel cannot tell (before Linux 5.8).

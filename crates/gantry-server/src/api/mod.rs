@@ -1,7 +1,7 @@
 //! The JSON API under `/api/v1`. Every route authenticates; something a caller may not see
 //! answers 404, never 403, so ids of other people's work do not leak.
 
-pub(crate) mod admin;
+mod admin;
 pub(crate) mod nodes;
 pub(crate) mod workflows;
 pub use workflows::{channel_of, ts, visible_workflow};

@@ -3,10 +3,11 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{
-    AttemptInfo, Diagnostic, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation,
-    WorkflowCreated, WorkflowDetail, WorkflowSummary,
+    AttemptInfo, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation, WorkflowCreated,
+    WorkflowDetail, WorkflowSummary,
 };
 use gantry_api::TaskStatus;
+use gantry_intake::requests::{self, Refusal};
 use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -14,7 +15,6 @@ use uuid::Uuid;
 
 use super::{ApiError, JsonBody, WORKFLOW_BODY_LIMIT};
 use crate::auth::{Caller, UserCaller};
-use crate::plan;
 use crate::state::{now_ms, AppState};
 
 pub fn ts(ms: i64) -> OffsetDateTime {
@@ -22,43 +22,33 @@ pub fn ts(ms: i64) -> OffsetDateTime {
         .unwrap_or(OffsetDateTime::UNIX_EPOCH)
 }
 
-fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
-    ds.into_iter()
-        .map(|d| Diagnostic {
-            line: d.line,
-            column: d.column,
-            message: d.message,
-        })
-        .collect()
-}
-
-fn parse(spec: &str) -> Result<gantry_spec::Workflow, ApiError> {
-    // Refused before parsing: the parser's work grows with the file.
-    let max = gantry_api::v1::MAX_WORKFLOW_FILE_BYTES;
-    if spec.len() > max {
-        return Err(ApiError::TooLarge {
+/// A refusal of a workflow file (or of a submit) before the store.
+fn refused(r: Refusal) -> ApiError {
+    match r {
+        Refusal::Bad(message) => ApiError::BadRequest(message),
+        Refusal::Invalid {
+            message,
+            diagnostics,
+        } => ApiError::Invalid {
+            message,
+            diagnostics,
+        },
+        Refusal::TooLarge { size, limit } => ApiError::TooLarge {
             message: format!(
                 "the workflow file is {}; the server takes at most {}",
-                crate::web::bytes(spec.len() as u64),
-                crate::web::bytes(max as u64)
+                crate::web::bytes(size),
+                crate::web::bytes(limit)
             ),
-            limit: max as u64,
-        });
+            limit,
+        },
     }
-    gantry_spec::parse(spec).map_err(|ds| {
-        let n = ds.len();
-        ApiError::Invalid {
-            message: format!("the workflow file has {n} problem(s)"),
-            diagnostics: diagnostics(ds),
-        }
-    })
 }
 
 pub async fn validate(
     UserCaller(_): UserCaller,
     JsonBody(req): JsonBody<ValidateWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<Validation>, ApiError> {
-    match parse(&req.spec) {
+    match requests::parse_spec(&req.spec).map_err(refused) {
         Ok(_) => Ok(Json(Validation {
             valid: true,
             diagnostics: vec![],
@@ -99,8 +89,10 @@ pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
 pub struct Prepared {
     /// What was asked for: [`commit`] stores exactly the file that was checked.
     pub req: SubmitWorkflow,
+    /// The name checked; `None` takes the default.
+    name: Option<String>,
     id: Uuid,
-    compiled: plan::WorkflowPlan,
+    compiled: crate::plan::WorkflowPlan,
     warnings: Vec<String>,
     pub takeovers: Vec<gantry_store::TakeoverRow>,
 }
@@ -111,17 +103,20 @@ pub async fn prepare(
     req: SubmitWorkflow,
     channel: &str,
 ) -> Result<Prepared, ApiError> {
-    let wf = parse(&req.spec)?;
-    let support = plan::support(&wf);
-    if !support.unsupported.is_empty() {
-        return Err(ApiError::BadRequest(format!(
-            "this workflow uses what Gantry cannot run yet:\n  {}",
-            support.unsupported.join("\n  ")
-        )));
-    }
-    check_retries(st, &wf).await?;
+    let requests::Submission {
+        workflow: wf,
+        plan: mut compiled,
+        name,
+        warnings,
+    } = requests::submission(&req).map_err(refused)?;
+    let cap = requests::retry_cap(
+        st.store
+            .setting(requests::RETRY_MAX_ATTEMPTS_KEY)
+            .await?
+            .as_deref(),
+    );
+    requests::check_retries(&wf, cap).map_err(ApiError::BadRequest)?;
     check_layouts(st, &wf)?;
-    let mut compiled = plan::compile(&wf);
     if !wf.images.is_empty() {
         let enabled = st.store.setting("builds.enabled").await?;
         if enabled.as_deref() == Some("false") {
@@ -131,7 +126,7 @@ pub async fn prepare(
                     .into(),
             ));
         }
-        let builds = crate::builds::plan(st, &wf, &c.user.name, &c.user.group).await?;
+        let builds = crate::builds::plan(st, &wf, c).await?;
         crate::builds::attach(&mut compiled, builds, &st.registry_host());
     }
     crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
@@ -140,42 +135,12 @@ pub async fn prepare(
     let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
     Ok(Prepared {
         req,
+        name,
         id,
         compiled,
-        warnings: support.ignored,
+        warnings,
         takeovers,
     })
-}
-
-/// Refuses a file whose steps ask for more attempts than this cluster allows: the file
-/// format's own maximum is checked by `validate`; an administrator may set a lower one.
-async fn check_retries(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiError> {
-    let key = super::admin::RETRY_MAX_ATTEMPTS_KEY;
-    let allowed = match st.store.setting(key).await? {
-        Some(v) => v.parse::<u32>().unwrap_or(gantry_spec::MAX_RETRY_ATTEMPTS),
-        None => gantry_spec::MAX_RETRY_ATTEMPTS,
-    };
-    let steps = wf
-        .jobs
-        .iter()
-        .map(|(n, j)| (format!("jobs.{n}"), &j.policy.retry))
-        .chain(
-            wf.services
-                .iter()
-                .map(|(n, s)| (format!("services.{n}"), &s.policy.retry)),
-        );
-    let over: Vec<String> = steps
-        .filter(|(_, r)| r.attempts > allowed)
-        .map(|(at, r)| format!("{at}.policy.retry.attempts: {}", r.attempts))
-        .collect();
-    if over.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::BadRequest(format!(
-        "this cluster starts a step at most {allowed} times (an administrator set {key}={allowed}); \
-         ask for fewer attempts:\n  {}",
-        over.join("\n  ")
-    )))
 }
 
 /// Refuses `oci://` layouts outside the directories this server allows (`--oci-root`), by
@@ -183,7 +148,7 @@ async fn check_retries(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), 
 /// node checks again, opening the layout beneath its own roots.
 fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiError> {
     let roots = &st.config.pull.oci_roots;
-    let outside: Vec<String> = plan::layouts(wf)
+    let outside: Vec<String> = crate::plan::layouts(wf)
         .into_iter()
         .filter(|(_, uri)| !gantry_agent::image::oci_path_allowed(roots, uri))
         .map(|(at, uri)| format!("{at}: {uri}"))
@@ -214,6 +179,7 @@ pub async fn commit(
 ) -> Result<WorkflowCreated, ApiError> {
     let Prepared {
         req,
+        name,
         id,
         compiled,
         warnings,
@@ -240,10 +206,7 @@ pub async fn commit(
             }),
         }
     }
-    let name = req
-        .name
-        .filter(|n| !n.trim().is_empty())
-        .unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
+    let name = name.unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
     let new = NewWorkflow {
         id,
         name,
@@ -330,14 +293,7 @@ pub async fn list(
     UserCaller(c): UserCaller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
-    let want = match q.status.as_deref() {
-        Some(s) => Some(s.parse::<gantry_api::WorkflowStatus>().map_err(|_| {
-            ApiError::BadRequest(format!(
-                "unknown status {s:?}: use PENDING, RUNNING, FINISHED, FAILED or STOPPED"
-            ))
-        })?),
-        None => None,
-    };
+    let want = requests::status_filter(q.status.as_deref()).map_err(ApiError::BadRequest)?;
     let mut out = vec![];
     for w in st.store.list_workflows(&c.visibility()).await? {
         if want.is_some_and(|s| s != w.status) {

@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use gantry_api::v1::{CreateEndpoint, SubmitWorkflow, ValidateWorkflow};
+use gantry_api::v1::ValidateWorkflow;
+use gantry_intake::mcp::{
+    self, Call, DeleteEndpoint, Empty, EndpointName, JobLogs, ListWorkflows, NewEndpoint, Spec,
+    StartWorkflow, StopWorkflow, WorkflowEvents, WorkflowId,
+};
 use gantry_store::{EndpointChange, NewEvent};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData, JsonObject,
@@ -15,9 +19,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::confirm::Action;
 use super::Shared;
@@ -56,133 +58,6 @@ impl ToolDef {
 
 fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
     rmcp::handler::server::common::schema_for_type::<T>()
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct ListWorkflows {
-    /// Only workflows with this status: PENDING, RUNNING, FINISHED, FAILED or STOPPED.
-    #[serde(default)]
-    status: Option<String>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct WorkflowId {
-    /// The workflow's id, or a unique prefix of 8 or more characters.
-    id: String,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct WorkflowEvents {
-    /// The workflow's id, or a unique prefix of 8 or more characters.
-    id: String,
-    /// Only events after this sequence number (the `next_after` of the previous page).
-    #[serde(default)]
-    after: i64,
-    /// At most this many events (default 100, at most 500).
-    #[serde(default)]
-    limit: Option<usize>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct JobLogs {
-    /// The workflow's id, or a unique prefix of 8 or more characters.
-    workflow: String,
-    /// The job (or service, or `build:NAME`) whose output to read.
-    job: String,
-    /// For a task array: which task (its FB_TASK_ID).
-    #[serde(default)]
-    task: Option<u32>,
-    /// Which attempt (default: the latest).
-    #[serde(default)]
-    attempt: Option<u32>,
-    /// stdout (default) or stderr.
-    #[serde(default)]
-    stream: Option<String>,
-    /// Byte offset to read from (the `next_offset` of the previous page; default 0).
-    #[serde(default)]
-    offset: u64,
-    /// At most this many bytes (default 16384, at most 262144).
-    #[serde(default)]
-    max_bytes: Option<u64>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct Spec {
-    /// The workflow file's YAML text (Fuzzfile v4: `version: v4`, `jobs`, ...).
-    spec: String,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StartWorkflow {
-    /// The workflow file's YAML text (Fuzzfile v4: `version: v4`, `jobs`, ...).
-    spec: String,
-    /// A name for listings (default: workflow-<id prefix>).
-    #[serde(default)]
-    name: Option<String>,
-    /// From an earlier refusal, once the person agreed to the takeover it named.
-    #[serde(default)]
-    confirmation_token: Option<String>,
-    /// Start now and let each endpoint takeover wait, once the new service is ready, for the
-    /// person to run `gantry endpoint approve NAME` (or reject it), instead of asking first.
-    #[serde(default)]
-    await_approval: bool,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct StopWorkflow {
-    /// The workflow's id, or a unique prefix of 8 or more characters.
-    id: String,
-    /// From an earlier refusal, once the person agreed to stop it.
-    #[serde(default)]
-    confirmation_token: Option<String>,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct Empty {}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct EndpointName {
-    /// The endpoint's name.
-    name: String,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct NewEndpoint {
-    /// 1-63 lower-case letters, digits or '-' (it becomes a host name).
-    name: String,
-    /// Who may call it: user (default), group, organization or public.
-    #[serde(default)]
-    scope: Option<String>,
-    /// Takeovers: when-ready (default; the old workflow serves until the new one is ready) or
-    /// stop-first (for sites without room for two copies).
-    #[serde(default)]
-    mode: Option<String>,
-    /// How long requests in flight may finish on the old backend after a switch (e.g. 5m).
-    #[serde(default)]
-    drain_timeout: Option<String>,
-    /// Every takeover waits for a person's `gantry endpoint approve`.
-    #[serde(default)]
-    confirm: bool,
-}
-
-#[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-struct DeleteEndpoint {
-    /// The endpoint's name.
-    name: String,
-    /// From an earlier refusal, once the person agreed to delete it.
-    #[serde(default)]
-    confirmation_token: Option<String>,
 }
 
 const fn read(
@@ -365,11 +240,6 @@ macro_rules! api {
     };
 }
 
-fn args<T: DeserializeOwned>(request: &CallToolRequestParams) -> Result<T, String> {
-    let v = Value::Object(request.arguments.clone().unwrap_or_default());
-    serde_json::from_value(v).map_err(|e| format!("bad arguments for {}: {e}", request.name))
-}
-
 pub(crate) async fn call(
     shared: &Shared,
     def: &ToolDef,
@@ -377,38 +247,37 @@ pub(crate) async fn call(
     request: &CallToolRequestParams,
     ctx: &RequestContext<RoleServer>,
 ) -> Result<CallToolResponse, ErrorData> {
-    macro_rules! parse {
-        () => {
-            match args(request) {
-                Ok(a) => a,
-                Err(e) => return fail(e),
-            }
-        };
-    }
+    let arguments = request.arguments.as_ref();
+    let call = match mcp::decode(def.name, arguments) {
+        Ok(Some(call)) => call,
+        Ok(None) => {
+            return Err(ErrorData::invalid_params(
+                format!("no tool {:?}", def.name),
+                None,
+            ))
+        }
+        Err(e) => return fail(e),
+    };
     let st = &shared.st;
     let user = || UserCaller(c.clone());
-    match def.name {
-        "list_workflows" => {
-            let a: ListWorkflows = parse!();
+    match call {
+        Call::ListWorkflows(a) => {
             let q = api::workflows::ListQuery { status: a.status };
             let Json(list) = api!(api::workflows::list(State(st.clone()), user(), Query(q)).await);
             ok(json!({ "workflows": list }))
         }
-        "get_workflow" => {
-            let a: WorkflowId = parse!();
+        Call::GetWorkflow(a) => {
             let Json(d) = api!(api::workflows::detail(State(st.clone()), user(), Path(a.id)).await);
             ok(d)
         }
-        "workflow_status" => {
-            let a: WorkflowId = parse!();
+        Call::WorkflowStatus(a) => {
             let Json(d) = api!(api::workflows::detail(State(st.clone()), user(), Path(a.id)).await);
             let mut v = serde_json::to_value(&d.summary).unwrap_or_default();
             v["done"] = json!(d.summary.status.is_terminal());
             ok(v)
         }
-        "workflow_events" => {
-            let a: WorkflowEvents = parse!();
-            let limit = a.limit.unwrap_or(100).clamp(1, 500);
+        Call::WorkflowEvents(a) => {
+            let limit = a.page();
             let q = api::workflows::EventsQuery { after: a.after };
             let Json(mut events) =
                 api!(api::workflows::events(State(st.clone()), user(), Path(a.id), Query(q)).await);
@@ -417,9 +286,8 @@ pub(crate) async fn call(
             let next_after = events.last().map(|e| e.seq).unwrap_or(a.after);
             ok(json!({ "events": events, "next_after": next_after, "more": more }))
         }
-        "job_logs" => job_logs(shared, c, parse!()).await,
-        "validate_workflow" => {
-            let a: Spec = parse!();
+        Call::JobLogs(a) => job_logs(shared, c, a).await,
+        Call::ValidateWorkflow(a) => {
             let body = ValidateWorkflow {
                 spec: a.spec.clone(),
             };
@@ -442,53 +310,37 @@ pub(crate) async fn call(
             }
             ok(out)
         }
-        "start_workflow" => start_workflow(shared, c, request, ctx, parse!()).await,
-        "stop_workflow" => stop_workflow(shared, c, request, ctx, parse!()).await,
-        "list_nodes" => {
-            let _: Empty = parse!();
+        Call::StartWorkflow(a) => start_workflow(shared, c, request, ctx, a).await,
+        Call::StopWorkflow(a) => stop_workflow(shared, c, request, ctx, a).await,
+        Call::ListNodes(Empty {}) => {
             let Json(nodes) = api!(api::nodes::list(State(st.clone()), user()).await);
             ok(json!({ "nodes": nodes }))
         }
-        "list_endpoints" => {
-            let _: Empty = parse!();
+        Call::ListEndpoints(Empty {}) => {
             let Json(list) = api!(crate::endpoints::list(State(st.clone()), user()).await);
             ok(json!({ "endpoints": list }))
         }
-        "get_endpoint" => {
-            let a: EndpointName = parse!();
+        Call::GetEndpoint(a) => {
             let Json(e) =
                 api!(crate::endpoints::show(State(st.clone()), user(), Path(a.name)).await);
             ok(e)
         }
-        "create_endpoint" => {
-            let a: NewEndpoint = parse!();
-            let body = CreateEndpoint {
-                name: a.name,
-                scope: a.scope,
-                mode: a.mode,
-                drain_timeout: a.drain_timeout,
-                confirm: a.confirm,
-            };
-            let Json(e) =
-                api!(crate::endpoints::create(State(st.clone()), user(), JsonBody(body)).await);
+        Call::CreateEndpoint(a) => {
+            let body = JsonBody(a.request());
+            let Json(e) = api!(crate::endpoints::create(State(st.clone()), user(), body).await);
             ok(e)
         }
-        "endpoint_history" => {
-            let a: EndpointName = parse!();
+        Call::EndpointHistory(a) => {
             let Json(h) =
                 api!(crate::endpoints::history(State(st.clone()), user(), Path(a.name)).await);
             ok(json!({ "takeovers": h }))
         }
-        "delete_endpoint" => delete_endpoint(shared, c, request, ctx, parse!()).await,
-        other => Err(ErrorData::invalid_params(
-            format!("no tool {other:?}"),
-            None,
-        )),
+        Call::DeleteEndpoint(a) => delete_endpoint(shared, c, request, ctx, a).await,
     }
 }
 
 async fn job_logs(shared: &Shared, c: &Caller, a: JobLogs) -> Result<CallToolResponse, ErrorData> {
-    let limit = a.max_bytes.unwrap_or(16 << 10).clamp(1, 256 << 10);
+    let limit = a.page();
     let q = crate::logs::LogQuery {
         task: a.task,
         attempt: a.attempt,
@@ -615,10 +467,7 @@ async fn start_workflow(
 ) -> Result<CallToolResponse, ErrorData> {
     use api::workflows::{commit, prepare};
     let st = &shared.st;
-    let req = SubmitWorkflow {
-        spec: a.spec,
-        name: a.name,
-    };
+    let req = a.request();
     // Everything that would refuse the workflow is checked before anyone is asked.
     let mut prepared = api!(prepare(st, c, req, "mcp").await);
     let asks = api!(takeovers_to_confirm(shared, &prepared).await);
@@ -784,5 +633,17 @@ async fn record(shared: &Shared, workflow: Option<uuid::Uuid>, message: String) 
     });
     if let Err(e) = shared.st.store.apply_endpoints(&[change], now_ms()).await {
         tracing::error!("recording an MCP confirmation: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A tool that is listed but not dispatched would answer "no tool" to every call.
+    #[test]
+    fn every_listed_tool_is_dispatched() {
+        for t in super::TOOLS {
+            let read = gantry_intake::mcp::decode(t.name, None);
+            assert!(!matches!(read, Ok(None)), "{} is not dispatched", t.name);
+        }
     }
 }

@@ -142,11 +142,7 @@ pub async fn show(
     Path((scope, owner, name)): Path<(String, String, String)>,
 ) -> Result<Json<RepositoryDetail>, ApiError> {
     let repo = repo_for(&c, &scope, &owner, &name)?;
-    let rows = reg
-        .state
-        .store
-        .images(Some((repo.scope.as_str(), &repo.owner, &repo.name)))
-        .await?;
+    let rows = reg.state.store.images(Some(repo.stored())).await?;
     if rows.is_empty() {
         return Err(ApiError::NotFound(format!("no image repository {repo}")));
     }
@@ -179,7 +175,7 @@ pub async fn delete(
     let rows: Vec<_> = reg
         .state
         .store
-        .images(Some((repo.scope.as_str(), &repo.owner, &repo.name)))
+        .images(Some(repo.stored()))
         .await?
         .into_iter()
         .filter(|r| q.tag.as_ref().is_none_or(|t| r.key.tag == *t))

@@ -1,19 +1,27 @@
 //! The object cache: an OCI distribution API at `/v2/` that image builds push to and jobs pull
 //! from, plus `/api/v1/images` to list and remove what is cached.
 //!
-//! - Blobs are files under `<data>/objects/blobs/sha256/<hex>`, shared by everyone
-//!   (deduplicated globally): knowing a blob's digest is what it takes to read it through any
-//!   repository one may use. Only the name index is scoped: `user/<user>/<image>` and
-//!   `group/<group>/<image>` (see [`names`]).
+//! - Names are scoped: `user/<user>/<image>` and `group/<group>/<image>` (see [`names`]).
+//! - Blobs are files under `<data>/objects/blobs/sha256/<hex>`, stored once whoever pushes
+//!   them, but each belongs to the repositories that *link* it (as in CNCF distribution's
+//!   linked blob store): a repository links a blob when an upload into it proved the content,
+//!   when a cross-repository mount from a repository the caller may read (and that links the
+//!   blob) succeeded, or, for a manifest, when it was pushed there. A blob is served, and may
+//!   be referenced by a manifest, only in a repository that links it; elsewhere it is
+//!   `BLOB_UNKNOWN` (or `MANIFEST_BLOB_UNKNOWN`), exactly as a digest that exists nowhere, so
+//!   knowing a digest reveals and gives nothing. Agents and administrators are held to the
+//!   links too: what a workflow makes an agent push or pull goes through its repository.
 //! - Credentials are Gantry tokens, as a bearer token or as the password of basic auth (any
 //!   user name). No or a bad token: 401 with a basic challenge. A repository the caller may
 //!   not use: 404 `NAME_UNKNOWN`, as if it did not exist.
-//! - The store keeps the index (images), the blobs and what each manifest references. After
-//!   every manifest push the least recently used tags are evicted until the cache fits in
-//!   `images.cache_bytes`, and blobs nothing references any more are deleted.
-//! - One lock orders everything that adds or removes blob files and index rows (a finished
-//!   upload, a manifest push, a deletion, the collection), so a manifest's check that its
-//!   blobs exist cannot interleave with their deletion.
+//! - The store keeps the index (images), the blobs, their links and what each manifest
+//!   references. After every manifest push the least recently used tags are evicted until the
+//!   cache fits in `images.cache_bytes`, and blobs nothing references any more are deleted,
+//!   with their links.
+//! - One lock orders everything that adds or removes blob files, links and index rows (a
+//!   finished upload, a mount, a manifest push, a deletion, the collection), so a manifest's
+//!   or a mount's check that its blobs exist and are linked cannot interleave with their
+//!   deletion.
 
 pub(crate) mod api;
 mod errors;
@@ -46,7 +54,7 @@ use names::{sha256_hex, Reference, Repo};
 use storage::{BlobStore, Upload};
 
 /// The admin setting that bounds the cache, in bytes.
-pub const CACHE_BYTES_KEY: &str = "images.cache_bytes";
+pub use gantry_intake::requests::CACHE_BYTES_KEY;
 pub const DEFAULT_CACHE_BYTES: u64 = 10 << 30;
 /// Pulls refresh an image's (or blob's) last use at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
@@ -125,6 +133,19 @@ async fn dispatch(Extension(reg): Extension<Arc<Registry>>, req: Request) -> Res
         Ok(resp) => with_version(resp),
         Err(e) => e.into_response(),
     }
+}
+
+/// A manifest push naming blobs or manifests `repo` does not link (or that are not here).
+fn blobs_unknown(repo: &Repo, missing: Vec<String>) -> OciError {
+    OciError::new(
+        StatusCode::BAD_REQUEST,
+        "MANIFEST_BLOB_UNKNOWN",
+        format!(
+            "the manifest references what is not in {repo}; push it there first: {}",
+            missing.join(", ")
+        ),
+    )
+    .detail(json!({ "digests": missing }))
 }
 
 /// Parameters of the query string.
@@ -261,12 +282,12 @@ impl Registry {
             }
             [name @ .., "blobs", digest] if !name.is_empty() => {
                 let repo = repo_of(name)?;
-                let _ = repo;
                 match method {
-                    Method::GET => self.get_blob(digest, false).await,
-                    Method::HEAD => self.get_blob(digest, true).await,
+                    Method::GET => self.get_blob(&repo, digest, false).await,
+                    Method::HEAD => self.get_blob(&repo, digest, true).await,
                     Method::DELETE => Err(OciError::unsupported(
-                        "blobs are shared and collected by the cache: delete a manifest instead",
+                        "blobs are collected by the cache once no image needs them: delete a \
+                         manifest instead",
                     )),
                     _ => Err(OciError::unsupported("a blob takes GET or HEAD")),
                 }
@@ -327,17 +348,32 @@ impl Registry {
             Some(b) => Ok(Some(b.size as u64)),
             None => {
                 // A file whose row was lost (a crash between the rename and the row): adopt it.
+                // It is linked nowhere until an upload proves its content again.
                 self.state
                     .store
-                    .put_blob(digest, file.len() as i64, now_ms())
+                    .put_blob(digest, file.len() as i64, None, now_ms())
                     .await?;
                 Ok(Some(file.len()))
             }
         }
     }
 
-    async fn get_blob(&self, digest: &str, head: bool) -> Result<Response, OciError> {
+    /// Whether `repo` links the blob `digest`.
+    async fn links(&self, repo: &Repo, digest: &str) -> Result<bool, OciError> {
+        let one = [digest.to_string()];
+        Ok(!self
+            .state
+            .store
+            .linked_blobs(repo.stored(), &one)
+            .await?
+            .is_empty())
+    }
+
+    async fn get_blob(&self, repo: &Repo, digest: &str, head: bool) -> Result<Response, OciError> {
         let hex = sha256_hex(digest)?;
+        if !self.links(repo, digest).await? {
+            return Err(OciError::blob_unknown(digest));
+        }
         let size = self
             .blob_size(digest)
             .await?
@@ -373,16 +409,14 @@ impl Registry {
     ) -> Result<Response, OciError> {
         if let Some(mount) = params.get("mount") {
             sha256_hex(mount)?;
-            // Blobs are shared: a mount succeeds whenever the blob is here and the caller may
-            // use the repository it names; otherwise the client uploads (202 below).
-            let from_ok = params
-                .get("from")
-                .and_then(|f| Repo::parse(f).ok())
-                .is_some_and(|r| r.allows(caller));
-            if from_ok && self.blob_size(mount).await?.is_some() {
-                self.touch_blob(mount).await;
-                return Ok(self.blob_created(repo, mount));
+            if let Some(from) = self.mount_source(caller, repo, params.get("from")).await? {
+                if self.mount(repo, &from, mount).await? {
+                    self.touch_blob(mount).await;
+                    return Ok(self.blob_created(repo, mount));
+                }
             }
+            // Not mounted: the client uploads (202 below), the same answer whether the blob
+            // exists nowhere, `from` does not link it, or the caller may not read `from`.
         }
         let id = Uuid::new_v4();
         let mut up = Upload::create(
@@ -405,6 +439,53 @@ impl Registry {
             .map_err(|_| OciError::internal("the upload table is poisoned"))?
             .insert(id, Arc::new(tokio::sync::Mutex::new(up)));
         Ok(self.upload_reply(StatusCode::ACCEPTED, repo, id, 0))
+    }
+
+    /// The repository named by a mount's `from`, if the caller may take blobs from it into
+    /// `repo`: one the caller may read. An agent may read every repository, but pushes what a
+    /// user's workflow decided, so it takes only from where the repository's owner could.
+    async fn mount_source(
+        &self,
+        caller: &Caller,
+        repo: &Repo,
+        from: Option<&String>,
+    ) -> Result<Option<Repo>, OciError> {
+        let Some(from) = from
+            .and_then(|f| Repo::parse(f).ok())
+            .filter(|f| f.allows(caller))
+        else {
+            return Ok(None);
+        };
+        if caller.role != Role::Agent {
+            return Ok(Some(from));
+        }
+        let owner_group = match repo.scope {
+            names::Scope::User => self
+                .state
+                .store
+                .user_by_name(&repo.owner)
+                .await?
+                .map(|u| u.group),
+            names::Scope::Group => None,
+        };
+        Ok(repo
+            .may_take_from(&from, owner_group.as_deref())
+            .then_some(from))
+    }
+
+    /// Links a blob of `from` into `repo`, if `from` links it and it is here. The caller may
+    /// take from `from` ([`Registry::mount_source`]).
+    async fn mount(&self, repo: &Repo, from: &Repo, digest: &str) -> Result<bool, OciError> {
+        let _g = self.commit.lock().await;
+        if !self.links(from, digest).await? || self.blob_size(digest).await?.is_none() {
+            return Ok(false);
+        }
+        let one = [digest.to_string()];
+        self.state
+            .store
+            .link_blobs(repo.stored(), &one, now_ms())
+            .await?;
+        Ok(true)
     }
 
     fn upload_reply(&self, status: StatusCode, repo: &Repo, id: Uuid, len: u64) -> Response {
@@ -513,7 +594,8 @@ impl Registry {
         res
     }
 
-    /// Checks the digest and moves the upload into the blob store.
+    /// Checks the digest, moves the upload into the blob store (a blob already there stays as
+    /// it is: the upload only proved its content) and links it in `repo`.
     async fn finish_upload(
         &self,
         up: &mut Upload,
@@ -535,7 +617,7 @@ impl Registry {
             self.blobs.commit(&up.path, hex).await?;
             self.state
                 .store
-                .put_blob(digest, up.len as i64, now_ms())
+                .put_blob(digest, up.len as i64, Some(repo.stored()), now_ms())
                 .await?;
             Ok::<_, OciError>(())
         }
@@ -590,14 +672,14 @@ impl Registry {
         Ok(seen)
     }
 
-    /// The digest and media type `reference` names in `repo`. A digest must be one of the
-    /// repository's manifests, or listed by one of its indexes.
+    /// The digest and media type `reference` names in `repo`. A digest must be linked in the
+    /// repository and be one of its manifests or listed by one of its indexes: a manifest
+    /// whose tag was removed is not served, even while its blob (and link) stay for others.
     async fn resolve(
         &self,
         repo: &Repo,
         reference: &Reference,
     ) -> Result<(String, String), OciError> {
-        let scope = repo.scope.as_str();
         match reference {
             Reference::Tag(t) => {
                 let row = self
@@ -610,11 +692,10 @@ impl Registry {
                 Ok((row.digest, row.media_type))
             }
             Reference::Digest(d) => {
-                let rows = self
-                    .state
-                    .store
-                    .images(Some((scope, &repo.owner, &repo.name)))
-                    .await?;
+                if !self.links(repo, d).await? {
+                    return Err(OciError::manifest_unknown(d));
+                }
+                let rows = self.state.store.images(Some(repo.stored())).await?;
                 if let Some(row) = rows.iter().find(|r| r.digest == *d) {
                     for r in rows.iter().filter(|r| r.digest == *d) {
                         self.touch_image(&r.key).await;
@@ -717,7 +798,10 @@ impl Registry {
         };
         let refs = parsed.refs();
         let _g = self.commit.lock().await;
-        // Everything it names must be here: blobs, and an index's entries as manifests.
+        // Everything it names must be here and linked in this repository: blobs, and an
+        // index's entries as manifests. One that another repository links is as unknown as
+        // one that exists nowhere: push it here (or mount it from where you may read it).
+        let linked = self.state.store.linked_blobs(repo.stored(), &refs).await?;
         let mut missing = vec![];
         for d in parsed
             .config
@@ -725,27 +809,20 @@ impl Registry {
             .chain(&parsed.layers)
             .filter(|d| !d.foreign)
         {
-            if self.blob_size(&d.digest).await?.is_none() {
+            if !linked.contains(&d.digest) || self.blob_size(&d.digest).await?.is_none() {
                 missing.push(d.digest.clone());
             }
         }
         for d in &parsed.manifests {
-            let known = self.state.store.manifest(&d.digest).await?.is_some()
+            let known = linked.contains(&d.digest)
+                && self.state.store.manifest(&d.digest).await?.is_some()
                 && self.blob_size(&d.digest).await?.is_some();
             if !known {
                 missing.push(d.digest.clone());
             }
         }
         if !missing.is_empty() {
-            return Err(OciError::new(
-                StatusCode::BAD_REQUEST,
-                "MANIFEST_BLOB_UNKNOWN",
-                format!(
-                    "the manifest references what is not in the cache; push it first: {}",
-                    missing.join(", ")
-                ),
-            )
-            .detail(json!({ "digests": missing })));
+            return Err(blobs_unknown(repo, missing));
         }
         self.blobs.write(&bytes, &hex).await?;
         // Its size: itself and everything it reaches, each blob once.
@@ -772,11 +849,7 @@ impl Registry {
             Reference::Digest(d) => {
                 // Pushed by digest: keep it under its digest unless a tag already reaches it
                 // (an index's platforms are pushed before the index).
-                let rows = self
-                    .state
-                    .store
-                    .images(Some((repo.scope.as_str(), &repo.owner, &repo.name)))
-                    .await?;
+                let rows = self.state.store.images(Some(repo.stored())).await?;
                 let roots: Vec<String> = rows.iter().map(|r| r.digest.clone()).collect();
                 if self.reachable(&roots).await?.contains(d) {
                     None
@@ -791,10 +864,25 @@ impl Registry {
             size: bytes.len() as i64,
             refs,
         };
-        self.state
+        match self
+            .state
             .store
-            .put_image(&m, image.as_ref(), &caller.user.name, now)
-            .await?;
+            .put_image(repo.stored(), &m, image.as_ref(), &caller.user.name, now)
+            .await
+        {
+            Ok(()) => {}
+            // Another replica collected a blob between the check above and this.
+            Err(gantry_store::StoreError::Conflict(_)) => {
+                let linked = self
+                    .state
+                    .store
+                    .linked_blobs(repo.stored(), &m.refs)
+                    .await?;
+                let missing = m.refs.into_iter().filter(|d| !linked.contains(d)).collect();
+                return Err(blobs_unknown(repo, missing));
+            }
+            Err(e) => return Err(e.into()),
+        }
         // The push is stored; keeping the cache in bounds must not fail it.
         if let Err(e) = self.enforce_limit(image.as_ref().map(|i| &i.key)).await {
             tracing::error!("object cache: enforcing {CACHE_BYTES_KEY}: {}", e.message);
@@ -817,11 +905,7 @@ impl Registry {
             ));
         }
         let _g = self.commit.lock().await;
-        let rows = self
-            .state
-            .store
-            .images(Some((repo.scope.as_str(), &repo.owner, &repo.name)))
-            .await?;
+        let rows = self.state.store.images(Some(repo.stored())).await?;
         let (keys, shown): (Vec<ImageRow>, &str) = match reference {
             Reference::Tag(t) => (rows.into_iter().filter(|r| r.key.tag == *t).collect(), t),
             Reference::Digest(d) => (rows.into_iter().filter(|r| r.digest == *d).collect(), d),
@@ -835,11 +919,7 @@ impl Registry {
     }
 
     async fn tags_list(&self, repo: &Repo, params: &Params) -> Result<Response, OciError> {
-        let rows = self
-            .state
-            .store
-            .images(Some((repo.scope.as_str(), &repo.owner, &repo.name)))
-            .await?;
+        let rows = self.state.store.images(Some(repo.stored())).await?;
         if rows.is_empty() {
             return Err(OciError::name_unknown(&repo.to_string()));
         }
@@ -889,6 +969,12 @@ impl Registry {
     }
 
     /// Removes index rows and then the blobs only they referenced. Holds `commit`.
+    ///
+    /// The removed images' repositories keep their links to blobs that stay (others still
+    /// reference them), as distribution keeps a repository's layer links when a manifest is
+    /// deleted: the repository proved it had that content, and a push of the image again
+    /// needs no upload. Links go with their blob, in [`Registry::collect`]; a manifest whose
+    /// tag is gone is not served by digest even so (see [`Registry::resolve`]).
     async fn remove_images(&self, rows: &[ImageRow], by: &str, why: &str) -> Result<(), OciError> {
         let edges = gc::edges(self.state.store.manifest_refs(None).await?);
         let freed = gc::closure(rows.iter().map(|r| r.digest.as_str()), &edges);
@@ -935,7 +1021,8 @@ impl Registry {
     }
 
     /// Deletes blobs no remaining manifest references: at once those in `freed` (what removed
-    /// images referenced), others after [`ORPHAN_GRACE_MS`] unused. Holds `commit`.
+    /// images referenced), others after [`ORPHAN_GRACE_MS`] unused; every repository's links
+    /// to them go in the same transaction. Holds `commit`.
     async fn collect(&self, freed: &HashSet<String>) -> Result<(), OciError> {
         let store = &self.state.store;
         let images = store.images(None).await?;

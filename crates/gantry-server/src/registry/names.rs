@@ -97,6 +97,22 @@ impl Repo {
         }
     }
 
+    /// Whether everyone who may use this repository may also read `from`, so that linking
+    /// `from`'s blobs here shows them to no one new: a user's repositories take from the
+    /// user's others and from the user's group's (`owner_group`), a group's from the group's.
+    pub fn may_take_from(&self, from: &Repo, owner_group: Option<&str>) -> bool {
+        match (self.scope, from.scope) {
+            (Scope::User, Scope::User) | (Scope::Group, Scope::Group) => self.owner == from.owner,
+            (Scope::User, Scope::Group) => owner_group == Some(from.owner.as_str()),
+            (Scope::Group, Scope::User) => false,
+        }
+    }
+
+    /// The repository as the store names it.
+    pub fn stored(&self) -> gantry_store::Repository<'_> {
+        (self.scope.as_str(), &self.owner, &self.name)
+    }
+
     pub fn key(&self, tag: &str) -> gantry_store::ImageKey {
         gantry_store::ImageKey {
             scope: self.scope.as_str().into(),
@@ -228,6 +244,22 @@ mod tests {
         ] {
             assert!(Repo::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn what_a_repository_may_take_from() {
+        let r = |s: &str| Repo::parse(s).unwrap();
+        let alice = r("user/alice/tool");
+        let physics = r("group/physics/tool");
+        assert!(alice.may_take_from(&r("user/alice/base"), Some("physics")));
+        assert!(alice.may_take_from(&r("group/physics/base"), Some("physics")));
+        assert!(!alice.may_take_from(&r("group/chem/base"), Some("physics")));
+        assert!(!alice.may_take_from(&r("group/physics/base"), None));
+        assert!(!alice.may_take_from(&r("user/bob/base"), Some("physics")));
+        assert!(physics.may_take_from(&r("group/physics/base"), None));
+        assert!(!physics.may_take_from(&r("group/chem/base"), None));
+        // A member's own repository is not the whole group's to read.
+        assert!(!physics.may_take_from(&r("user/alice/base"), Some("physics")));
     }
 
     #[test]

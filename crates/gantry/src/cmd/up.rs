@@ -11,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use gantry_agent::image::PullConfig;
 use gantry_agent::node::{detect_capacity, AgentConfig};
+use gantry_agent::runtime::{IdRange, JOB_IDS};
 use gantry_api::agent::Capacity;
 use gantry_api::v1::Role;
 use gantry_server::{Server, ServerConfig};
@@ -60,6 +61,24 @@ impl RegistryArgs {
     }
 }
 
+/// How a node confines its containers, beyond what every container gets.
+#[derive(Args, Clone, Debug)]
+pub struct ConfineArgs {
+    /// Run job containers in user namespaces, so that root in a container is an unprivileged
+    /// host uid (`on`, where the node supports it: Linux 5.19+ with idmapped mounts on the
+    /// state directory and the storage root), or never (`off`).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    job_userns: bool,
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("expected `on` or `off`, not {s:?}")),
+    }
+}
+
 /// The MCP server at `/mcp`.
 #[derive(Args, Clone, Debug, Default)]
 pub struct McpArgs {
@@ -91,6 +110,9 @@ pub struct UpArgs {
     /// Local agents, each with 1/N of this machine.
     #[arg(long, default_value_t = 1)]
     agents: u32,
+    /// Cores each local agent offers (default: 1/N of this machine's).
+    #[arg(long)]
+    cpus: Option<u32>,
     /// Also run the bundled node-health stack: Prometheus, Alertmanager and a Node Exporter
     /// per agent (Debian's packages), with deploy/monitoring's rules and routes.
     #[arg(long)]
@@ -106,6 +128,8 @@ pub struct UpArgs {
     )]
     monitoring_rules: Vec<PathBuf>,
     #[command(flatten)]
+    confine: ConfineArgs,
+    #[command(flatten)]
     registry: RegistryArgs,
     #[command(flatten)]
     mcp: McpArgs,
@@ -119,6 +143,8 @@ pub struct RunArgs {
     data_dir: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     agents: u32,
+    #[command(flatten)]
+    confine: ConfineArgs,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -181,6 +207,13 @@ pub struct AgentArgs {
     /// Prometheus' service discovery scrapes it with the node's name.
     #[arg(long, value_name = "HOST:PORT")]
     node_exporter: Option<String>,
+    /// A port of this host that containers may reach, e.g. tcp/7070 or udp/53 (repeatable).
+    /// Nothing else listening on the host is reachable from a container; the server named by
+    /// --server needs none unless it is reached at a loopback address.
+    #[arg(long = "host-allow", value_name = "PROTO/PORT")]
+    host_allow: Vec<gantry_agent::net::HostPort>,
+    #[command(flatten)]
+    confine: ConfineArgs,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -212,16 +245,30 @@ fn hostname() -> String {
         .unwrap_or_else(|| "node".into())
 }
 
-/// A server plus `agents` local agents. Returns the server and the admin client.
+/// The agents `gantry up` and `gantry run` start in their own process: how many, the cores
+/// each offers (default: its share of the machine), and how they pull and confine.
+struct LocalAgents<'a> {
+    count: u32,
+    cpus: Option<u32>,
+    registry: &'a RegistryArgs,
+    confine: &'a ConfineArgs,
+}
+
+/// A server plus local agents. Returns the server and the admin client.
 async fn embedded(
     data_dir: &Path,
     listen: SocketAddr,
-    agents: u32,
-    registry: &RegistryArgs,
+    local: LocalAgents<'_>,
     write_user_context: bool,
     monitoring: Option<&MonitoringOptions>,
     mcp: &McpArgs,
 ) -> anyhow::Result<(Server, Client, Option<Stack>, Vec<AgentConfig>)> {
+    let LocalAgents {
+        count: agents,
+        cpus,
+        registry,
+        confine,
+    } = local;
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
     }
@@ -230,8 +277,8 @@ async fn embedded(
     }
     let pull = registry.pull_config()?;
     // Nobody else may list or change it: group and others keep at most the right to pass
-    // through (0711), which image builds' unprivileged user namespace needs to reach the
-    // agents' state below. What is private inside has its own modes.
+    // through (0711), which the user namespaces of image builds and jobs (unprivileged host
+    // uids) need to reach the agents' state below. What is private inside has its own modes.
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(data_dir)
@@ -286,6 +333,17 @@ async fn embedded(
     };
     let host = detect_capacity();
     let host_name = hostname();
+    // The local agents reach the server over loopback, which containers cannot; they reach it
+    // (its endpoint proxy) at the host's addresses when it listens on one, and need nothing
+    // else of the host.
+    let host_allow: Vec<gantry_agent::net::HostPort> = if listen.ip().is_loopback() {
+        vec![]
+    } else {
+        vec![gantry_agent::net::HostPort {
+            proto: gantry_agent::net::Proto::Tcp,
+            port: server.addr.port(),
+        }]
+    };
     let mut exporters = vec![];
     let mut configs = vec![];
     for i in 1..=agents {
@@ -305,7 +363,7 @@ async fn embedded(
             pool: "default".into(),
             name: name.clone(),
             capacity: Capacity {
-                cpus: (host.cpus / agents).max(1),
+                cpus: cpus.unwrap_or(host.cpus / agents).max(1),
                 memory_bytes: host.memory_bytes / agents as u64,
                 devices: Default::default(),
             },
@@ -315,6 +373,16 @@ async fn embedded(
             // Each local agent its own port, picked by the system; Hello reports it.
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             node_exporter,
+            // Agents of one host share its ids: each its own part of the range, so no two
+            // containers of the host share host ids.
+            job_userns: confine.job_userns.then(|| {
+                let share = JOB_IDS.slots / agents;
+                IdRange {
+                    first: JOB_IDS.first + (i - 1) * share * 65536,
+                    slots: share,
+                }
+            }),
+            host_allow: host_allow.clone(),
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -364,8 +432,12 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     let (server, client, stack, agents) = embedded(
         &data_dir,
         args.listen,
-        args.agents,
-        &args.registry,
+        LocalAgents {
+            count: args.agents,
+            cpus: args.cpus,
+            registry: &args.registry,
+            confine: &args.confine,
+        },
         true,
         args.monitoring.then_some(&opts),
         &args.mcp,
@@ -430,8 +502,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (_server, client, _, _) = embedded(
         &data_dir,
         listen,
-        args.agents,
-        &args.registry,
+        LocalAgents {
+            count: args.agents,
+            cpus: None,
+            registry: &args.registry,
+            confine: &args.confine,
+        },
         false,
         None,
         &McpArgs::default(),
@@ -511,6 +587,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         pull: args.registry.pull_config()?,
         node_exporter: args.node_exporter,
         metrics_listen: args.metrics_listen.0,
+        job_userns: args.confine.job_userns.then_some(JOB_IDS),
+        host_allow: args.host_allow,
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,

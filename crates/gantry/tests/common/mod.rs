@@ -109,6 +109,8 @@ pub struct Cluster {
     child: Option<Child>,
     /// More arguments for `gantry up`.
     extra: Vec<String>,
+    /// The address `gantry up` listens on (with `port`); clients always use 127.0.0.1.
+    listen_ip: String,
 }
 
 impl Cluster {
@@ -117,16 +119,28 @@ impl Cluster {
     }
 
     pub fn up_with(agents: u32, extra: Vec<String>) -> Cluster {
+        Cluster::up_listening(agents, "127.0.0.1", extra)
+    }
+
+    /// A cluster whose server listens on `ip` (e.g. `0.0.0.0`, so that containers can reach
+    /// it at their bridge's gateway).
+    pub fn up_listening(agents: u32, ip: &str, extra: Vec<String>) -> Cluster {
         let dir = tempfile::Builder::new()
             .prefix("gantry-e2e-")
             .tempdir()
             .unwrap();
+        // Root in a job's container is an unprivileged host uid (a user namespace), which must
+        // be able to pass through the data dir to reach its container's files: as under
+        // /var/lib, not a private 0700 temporary directory.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         let mut c = Cluster {
             dir,
             port: free_port(),
             agents,
             child: None,
             extra,
+            listen_ip: ip.to_owned(),
         };
         c.start();
         c
@@ -154,7 +168,11 @@ impl Cluster {
             .open(self.dir.path().join("up.log"))
             .unwrap();
         let child = Command::new(GANTRY)
-            .args(["up", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .args([
+                "up",
+                "--listen",
+                &format!("{}:{}", self.listen_ip, self.port),
+            ])
             .arg("--data-dir")
             .arg(self.dir.path())
             .args(["--agents", &self.agents.to_string()])
@@ -378,6 +396,13 @@ impl Drop for Cluster {
                 .args(["link", "del", &bridge])
                 .stderr(Stdio::null())
                 .status();
+            // And its firewall's tables, named after it.
+            for family in ["bridge", "inet"] {
+                let _ = Command::new("nft")
+                    .args(["delete", "table", family, &bridge])
+                    .stderr(Stdio::null())
+                    .status();
+            }
         }
         // Unmount anything left under the data dir, deepest first.
         if let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") {
@@ -415,6 +440,7 @@ impl Split {
             agents: 1,
             child: None,
             extra: vec![],
+            listen_ip: "127.0.0.1".into(),
         };
         let log = cluster.log_file();
         let server = Command::new(GANTRY)
@@ -531,6 +557,27 @@ impl Drop for Split {
 }
 
 impl Cluster {
+    /// Runs a client verb with another user's token.
+    pub fn as_user(&self, token: &str, args: &[&str]) -> Output {
+        self.command(args)
+            .env("GANTRY_URL", format!("http://127.0.0.1:{}", self.port))
+            .env("GANTRY_TOKEN", token)
+            .output()
+            .expect("running gantry")
+    }
+
+    /// Submits a workflow file as another user; returns its id.
+    pub fn start_as(&self, token: &str, file: &Path) -> String {
+        let out = self.as_user(token, &["workflow", "start", file.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "workflow start failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Creates a user in `group`; returns the token `gantry admin user create` shows once.
     pub fn user_token(&self, name: &str, group: &str) -> String {
         self.json(&["admin", "user", "create", name, "--group", group])["token"]

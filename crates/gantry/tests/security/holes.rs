@@ -4,29 +4,19 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::common::{test_env, Cluster};
 
-/// Runs a client verb as the user whose token this is.
-fn as_user(c: &Cluster, token: &str, args: &[&str]) -> Output {
-    c.command(args)
-        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
-        .env("GANTRY_TOKEN", token)
-        .output()
-        .expect("running gantry")
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Like [`as_user`], for a verb that must succeed; its stdout.
+/// Like [`Cluster::as_user`], for a verb that must succeed; its stdout.
 fn ok_as(c: &Cluster, token: &str, args: &[&str]) -> String {
-    let out = as_user(c, token, args);
+    let out = c.as_user(token, args);
     assert!(
         out.status.success(),
         "gantry {args:?} failed ({}):\n{}{}",
@@ -138,10 +128,9 @@ fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exis
             "echo from-a-layout",
         ),
     );
-    let id = ok_as(&c, &bob, &["workflow", "start", good.to_str().unwrap()]);
-    let id = id.trim();
-    c.wait_status(id, "FINISHED");
-    let log = ok_as(&c, &bob, &["workflow", "log", id, "main"]);
+    let id = c.start_as(&bob, &good);
+    c.wait_status(&id, "FINISHED");
+    let log = ok_as(&c, &bob, &["workflow", "log", &id, "main"]);
     assert_eq!(log.trim(), "from-a-layout");
 
     // Outside every root, or climbing out of one, or a build base there: refused at submit,
@@ -153,7 +142,7 @@ fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exis
     ];
     for uri in &host_paths {
         let f = c.write("bad.yaml", &job_file(uri, "true"));
-        let out = as_user(&c, &mallory, &["workflow", "start", f.to_str().unwrap()]);
+        let out = c.as_user(&mallory, &["workflow", "start", f.to_str().unwrap()]);
         assert!(!out.status.success(), "{uri} was accepted");
         let err = text(&out.stderr);
         assert!(
@@ -164,7 +153,7 @@ fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exis
     }
     let build = "version: v4\nimages:\n  x:\n    from: oci:///etc\n    run: [\"true\"]\njobs:\n  main:\n    image: { build: x }\n    command: [\"true\"]\n";
     let f = c.write("build.yaml", build);
-    let out = as_user(&c, &mallory, &["workflow", "start", f.to_str().unwrap()]);
+    let out = c.as_user(&mallory, &["workflow", "start", f.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("images.x.from: oci:///etc"),
@@ -182,8 +171,8 @@ fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exis
     for name in ["missing", "linked"] {
         let uri = format!("oci://{}/{name}", root.display());
         let f = c.write(&format!("{name}.yaml"), &job_file(&uri, "true"));
-        let id = ok_as(&c, &mallory, &["workflow", "start", f.to_str().unwrap()]);
-        let d = c.wait_status(id.trim(), "FAILED");
+        let id = c.start_as(&mallory, &f);
+        let d = c.wait_status(&id, "FAILED");
         let reason = main_task(&d)["reason"].as_str().unwrap().to_string();
         assert!(
             reason.contains("is not available on this node"),
@@ -244,17 +233,19 @@ fn the_store_logs_and_secrets_are_private_and_old_modes_are_fixed_at_start() {
             .unwrap();
     }
     assert!(set.wait().unwrap().success());
-    // A job whose environment carries a secret, still running so its bundle can be looked at.
-    let spec = "version: v4\njobs:\n  main:\n    image: { uri: docker://busybox:1 }\n    env: [ KEY=secret://user/api-key ]\n    script: |\n      #!/bin/sh\n      echo private-output\n      sleep 600\n";
+    // A job whose environment carries a secret, still running so its bundle can be looked at;
+    // the file put into it is read by the container's root, an unprivileged host uid.
+    let spec = "version: v4\njobs:\n  main:\n    image: { uri: docker://busybox:1 }\n    env: [ KEY=secret://user/api-key ]\n    files:\n      /etc/app.conf: \"app-config\"\n    script: |\n      #!/bin/sh\n      cat /etc/app.conf\n      echo private-output\n      sleep 600\n";
     let f = c.write("secret.yaml", spec);
-    let id = ok_as(&c, &bob, &["workflow", "start", f.to_str().unwrap()]);
-    let id = id.trim().to_string();
+    let id = c.start_as(&bob, &f);
     c.wait_for(&id, "main running", |d| main_task(d)["status"] == "RUNNING");
     wait_until("its output reaches the server", || {
         ok_as(&c, &bob, &["workflow", "log", &id, "main"]).contains("private-output")
     });
+    let log = ok_as(&c, &bob, &["workflow", "log", &id, "main"]);
+    assert!(log.starts_with("app-config"), "{log}");
     // Its owner reads it through the API; someone of another group does not even see it.
-    let out = as_user(&c, &mallory, &["workflow", "log", &id, "main"]);
+    let out = c.as_user(&mallory, &["workflow", "log", &id, "main"]);
     assert!(!out.status.success());
     assert!(!text(&out.stdout).contains("private-output"));
 
@@ -272,6 +263,8 @@ fn the_store_logs_and_secrets_are_private_and_old_modes_are_fixed_at_start() {
         "the bundle carries the secret's value"
     );
     for (p, m) in [
+        // The files a job is given may carry its secrets too.
+        (bundle.join("files"), 0o700),
         (bundle.join("config.json"), 0o600),
         (bundle.join("meta.json"), 0o600),
         (bundle.join("stdout"), 0o600),
@@ -279,8 +272,8 @@ fn the_store_logs_and_secrets_are_private_and_old_modes_are_fixed_at_start() {
     ] {
         assert_private(&p, m);
     }
-    // Directories on the way to bundles: others may pass (image builds' user namespaces
-    // must), never list.
+    // Directories on the way to bundles: others may pass (image builds' and jobs' user
+    // namespaces must), never list.
     for d in [
         state.clone(),
         state.join("runtime"),
@@ -526,7 +519,7 @@ fn retries_are_capped_and_each_attempt_waits_out_a_growing_backoff() {
     };
     // Past the file format's hard maximum: refused with its position, locally and by the server.
     let huge = c.write("huge.yaml", &retry("4294967295"));
-    let out = as_user(&c, &bob, &["workflow", "validate", huge.to_str().unwrap()]);
+    let out = c.as_user(&bob, &["workflow", "validate", huge.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("huge.yaml:7:")
@@ -549,7 +542,7 @@ fn retries_are_capped_and_each_attempt_waits_out_a_growing_backoff() {
     // An administrator's lower cap is applied at submit, saying so.
     c.ok(&["admin", "settings", "set", "retry.max_attempts=3"]);
     let five = c.write("five.yaml", &retry("5"));
-    let out = as_user(&c, &bob, &["workflow", "start", five.to_str().unwrap()]);
+    let out = c.as_user(&bob, &["workflow", "start", five.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("at most 3 times")
@@ -561,8 +554,8 @@ fn retries_are_capped_and_each_attempt_waits_out_a_growing_backoff() {
     // Within the cap: three attempts, each starting only after the one before ended and its
     // backoff (1 s, then 2 s) passed; the wait is the task's reason meanwhile.
     let three = c.write("three.yaml", &retry("3"));
-    let id = ok_as(&c, &bob, &["workflow", "start", three.to_str().unwrap()]);
-    let d = c.wait_status(id.trim(), "FAILED");
+    let id = c.start_as(&bob, &three);
+    let d = c.wait_status(&id, "FAILED");
     let attempts = main_task(&d)["attempts"].as_array().unwrap().clone();
     assert_eq!(attempts.len(), 3, "{d:#}");
     let at = |v: &Value| {
@@ -621,12 +614,12 @@ fn workflow_files_up_to_4_mib_are_taken_and_bigger_ones_get_a_clear_413() {
     let bob = c.user_token("bob", "chem");
     // 3 MiB: more than axum's default 2 MiB body limit, within the documented 4 MiB.
     let fine = c.write("fine.yaml", &padded(3 << 20));
-    let id = ok_as(&c, &bob, &["workflow", "start", fine.to_str().unwrap()]);
-    c.wait_status(id.trim(), "FINISHED");
+    let id = c.start_as(&bob, &fine);
+    c.wait_status(&id, "FINISHED");
 
     // 5.1 MiB through the CLI: said plainly, not "cannot reach the server".
     let big = c.write("big.yaml", &padded((5 << 20) + (100 << 10)));
-    let out = as_user(&c, &bob, &["workflow", "start", big.to_str().unwrap()]);
+    let out = c.as_user(&bob, &["workflow", "start", big.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(
@@ -676,9 +669,8 @@ fn workflow_log_reads_a_log_past_8_mib_to_its_end() {
         "i=0\nwhile [ $i -lt 147456 ]; do printf '%063d\\n' $i; i=$((i+1)); done\necho THE-END",
     );
     let f = c.write("big-log.yaml", &spec);
-    let id = ok_as(&c, &bob, &["workflow", "start", f.to_str().unwrap()]);
-    let id = id.trim();
-    c.wait_status(id, "FINISHED");
+    let id = c.start_as(&bob, &f);
+    c.wait_status(&id, "FINISHED");
     let check = |out: &str| {
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), 147_457, "{} bytes", out.len());
@@ -687,17 +679,17 @@ fn workflow_log_reads_a_log_past_8_mib_to_its_end() {
         }
         assert_eq!(lines[147_456], "THE-END");
     };
-    let out = ok_as(&c, &bob, &["workflow", "log", id, "main"]);
+    let out = ok_as(&c, &bob, &["workflow", "log", &id, "main"]);
     assert!(out.len() > 8 << 20);
     check(&out);
     check(&ok_as(
         &c,
         &bob,
-        &["workflow", "log", id, "main", "--follow"],
+        &["workflow", "log", &id, "main", "--follow"],
     ));
     // Someone of another group reads none of it.
     let mallory = c.user_token("mallory", "intruders");
-    let out = as_user(&c, &mallory, &["workflow", "log", id, "main"]);
+    let out = c.as_user(&mallory, &["workflow", "log", &id, "main"]);
     assert!(!out.status.success());
     assert!(out.stdout.is_empty());
 }

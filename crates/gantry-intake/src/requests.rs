@@ -1,0 +1,608 @@
+//! The checks of each `/api/v1` request body (and the path parameters that go with it), in the
+//! order the handlers make them, before anything touches the store. A handler authenticates
+//! first, calls one of these, and stores what it returns; a refusal changes nothing.
+
+use std::time::Duration;
+
+use gantry_api::v1::{
+    CreateEndpoint, CreateEndpointToken, CreateUser, Diagnostic, PlaceHold, PutSecret,
+    ReleaseHolds, Role, Setting, SubmitWorkflow,
+};
+use gantry_api::WorkflowStatus;
+use gantry_core::holds::HoldType;
+use gantry_core::takeover::Mode;
+use gantry_spec::Workflow;
+
+use crate::plan::{self, WorkflowPlan};
+
+/// Why a workflow file or a submit is refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Never acceptable as sent (400).
+    Bad(String),
+    /// The workflow file has problems, each at its position (400 with diagnostics).
+    Invalid {
+        message: String,
+        diagnostics: Vec<Diagnostic>,
+    },
+    /// The workflow file is `size` bytes, more than the `limit` the server takes (413, naming
+    /// the limit).
+    TooLarge { size: u64, limit: u64 },
+}
+
+// --- workflows -----------------------------------------------------------------------------
+
+/// Workflow files larger than this are refused before parsing: the parser's work grows with
+/// the file.
+pub const MAX_SPEC_BYTES: usize = gantry_api::v1::MAX_WORKFLOW_FILE_BYTES;
+
+/// Longest workflow name: it is shown in every listing.
+pub const MAX_WORKFLOW_NAME: usize = 256;
+
+/// The workflow file's diagnostics as the API carries them.
+pub fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
+    ds.into_iter()
+        .map(|d| Diagnostic {
+            line: d.line,
+            column: d.column,
+            message: d.message,
+        })
+        .collect()
+}
+
+/// Parses and validates a workflow file (`POST /workflows/validate`, and the first step of a
+/// submit).
+pub fn parse_spec(spec: &str) -> Result<Workflow, Refusal> {
+    if spec.len() > MAX_SPEC_BYTES {
+        return Err(Refusal::TooLarge {
+            size: spec.len() as u64,
+            limit: MAX_SPEC_BYTES as u64,
+        });
+    }
+    gantry_spec::parse(spec).map_err(|ds| Refusal::Invalid {
+        message: format!("the workflow file has {} problem(s)", ds.len()),
+        diagnostics: diagnostics(ds),
+    })
+}
+
+/// A workflow's name for listings: `None` (blank or absent) takes the default. Names are
+/// printed in other people's terminals (the group's members list them), so control characters,
+/// which could rewrite what they see, are refused.
+pub fn workflow_name(name: Option<&str>) -> Result<Option<String>, String> {
+    let Some(name) = name.filter(|n| !n.trim().is_empty()) else {
+        return Ok(None);
+    };
+    if name.len() > MAX_WORKFLOW_NAME {
+        return Err(format!(
+            "the workflow name is {} bytes; the limit is {MAX_WORKFLOW_NAME}",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!(
+            "the workflow name {name:?} has control characters; use printable text"
+        ));
+    }
+    Ok(Some(name.to_string()))
+}
+
+/// A submit that passed every check that needs no store: the file parses, Gantry can run all
+/// of it, and its plan is compiled (builds, secrets and endpoints are checked against the
+/// store next).
+#[derive(Debug)]
+pub struct Submission {
+    pub workflow: Workflow,
+    pub plan: WorkflowPlan,
+    pub name: Option<String>,
+    /// Parts of the file Gantry accepts but does not act on.
+    pub warnings: Vec<String>,
+}
+
+/// `POST /workflows` (and MCP's `start_workflow`) up to the store.
+pub fn submission(req: &SubmitWorkflow) -> Result<Submission, Refusal> {
+    let workflow = parse_spec(&req.spec)?;
+    let name = workflow_name(req.name.as_deref()).map_err(Refusal::Bad)?;
+    let support = plan::support(&workflow);
+    if !support.unsupported.is_empty() {
+        return Err(Refusal::Bad(format!(
+            "this workflow uses what Gantry cannot run yet:\n  {}",
+            support.unsupported.join("\n  ")
+        )));
+    }
+    let plan = plan::compile(&workflow);
+    Ok(Submission {
+        workflow,
+        plan,
+        name,
+        warnings: support.ignored,
+    })
+}
+
+/// What `retry.max_attempts` allows: the file format's own maximum unless an administrator set
+/// a lower one (a value `check_setting` took; anything else reads as the maximum).
+pub fn retry_cap(setting: Option<&str>) -> u32 {
+    setting
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=gantry_spec::MAX_RETRY_ATTEMPTS).contains(n))
+        .unwrap_or(gantry_spec::MAX_RETRY_ATTEMPTS)
+}
+
+/// Refuses a workflow whose steps ask for more than `cap` attempts (see [`retry_cap`]), naming
+/// them: `validate` checks the file format's own maximum, a cluster may allow fewer.
+pub fn check_retries(wf: &Workflow, cap: u32) -> Result<(), String> {
+    let steps = wf
+        .jobs
+        .iter()
+        .map(|(n, j)| (format!("jobs.{n}"), &j.policy.retry))
+        .chain(
+            wf.services
+                .iter()
+                .map(|(n, s)| (format!("services.{n}"), &s.policy.retry)),
+        );
+    let over: Vec<String> = steps
+        .filter(|(_, r)| r.attempts > cap)
+        .map(|(at, r)| format!("{at}.policy.retry.attempts: {}", r.attempts))
+        .collect();
+    if over.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "this cluster starts a step at most {cap} times (an administrator set \
+         {RETRY_MAX_ATTEMPTS_KEY}={cap}); ask for fewer attempts:\n  {}",
+        over.join("\n  ")
+    ))
+}
+
+/// `GET /workflows?status=` (and MCP's `list_workflows`).
+pub fn status_filter(status: Option<&str>) -> Result<Option<WorkflowStatus>, String> {
+    status
+        .map(|s| {
+            s.parse::<WorkflowStatus>().map_err(|_| {
+                format!("unknown status {s:?}: use PENDING, RUNNING, FINISHED, FAILED or STOPPED")
+            })
+        })
+        .transpose()
+}
+
+// --- users and settings --------------------------------------------------------------------
+
+/// 1 to `max` ASCII letters, digits, '-', '_' or '.'.
+fn plain_name(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// User and group names.
+pub fn valid_account_name(s: &str) -> bool {
+    plain_name(s, 64)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewUser {
+    pub name: String,
+    pub group: String,
+    pub role: Role,
+}
+
+/// `POST /admin/users`: a user's group is their own name unless given.
+pub fn create_user(req: CreateUser) -> Result<NewUser, String> {
+    if !valid_account_name(&req.name) {
+        return Err(format!(
+            "user name {:?} is not valid: use 1-64 letters, digits, '-', '_' or '.'",
+            req.name
+        ));
+    }
+    let group = req.group.unwrap_or_else(|| req.name.clone());
+    if !valid_account_name(&group) {
+        return Err(format!("group name {group:?} is not valid"));
+    }
+    Ok(NewUser {
+        name: req.name,
+        group,
+        role: req.role.unwrap_or(Role::User),
+    })
+}
+
+/// The object cache's size limit.
+pub const CACHE_BYTES_KEY: &str = "images.cache_bytes";
+
+/// The fraction of a pool's nodes monitoring may hold; `monitoring.hold_fraction.<pool>` sets
+/// it for one pool.
+pub const HOLD_FRACTION_KEY: &str = "monitoring.hold_fraction";
+
+/// Whether containers of networked workflows may reach outside the cluster: `allow` (the
+/// default) or `deny` (see the server's `netpolicy`).
+pub const EGRESS_KEY: &str = "network.egress";
+
+/// A site's cap on `policy.retry.attempts`, at most the file format's own.
+pub const RETRY_MAX_ATTEMPTS_KEY: &str = "retry.max_attempts";
+
+/// Settings an administrator may change: (key, default, what it does).
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        "builds.enabled",
+        "true",
+        "whether workflows may build images (true|false)",
+    ),
+    (
+        "builds.network",
+        "none",
+        "the network of image build steps: none (only lo) or bridge (NAT'd on the node's bridge; never the host's)",
+    ),
+    (
+        EGRESS_KEY,
+        "allow",
+        "whether containers of workflows with services may open connections outside the cluster: allow or deny (other workflows are never reachable but through endpoints)",
+    ),
+    (
+        RETRY_MAX_ATTEMPTS_KEY,
+        "100",
+        "the most starts of one step a workflow may ask for (policy.retry.attempts), 1-100",
+    ),
+    (
+        CACHE_BYTES_KEY,
+        "10737418240",
+        "the object cache's size limit in bytes; least recently used images are evicted beyond it",
+    ),
+    (
+        HOLD_FRACTION_KEY,
+        "0.2",
+        "the fraction of a pool's nodes monitoring may hold at once, from 0 to 1 (it always may hold one); monitoring.hold_fraction.<pool> for one pool",
+    ),
+];
+
+pub type SettingDef = (&'static str, &'static str, &'static str);
+
+/// The setting a URL names; an unknown one is refused as not found. A key that refines a
+/// setting for one pool (`monitoring.hold_fraction.<pool>`) names that setting's definition.
+pub fn setting_def(key: &str) -> Result<&'static SettingDef, String> {
+    let base = match key.strip_prefix(HOLD_FRACTION_KEY) {
+        Some(pool) if pool.len() > 1 && pool.starts_with('.') => HOLD_FRACTION_KEY,
+        _ => key,
+    };
+    SETTINGS.iter().find(|(k, _, _)| *k == base).ok_or_else(|| {
+        let known: Vec<&str> = SETTINGS.iter().map(|(k, _, _)| *k).collect();
+        format!("no setting {key:?}; known settings: {}", known.join(", "))
+    })
+}
+
+/// `PUT /admin/settings/{key}`: the body must name the URL's setting and hold a value it takes.
+pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), String> {
+    let (k, _, help) = *def;
+    if body.key != key {
+        return Err(format!(
+            "the body names {:?} but the URL names {key:?}",
+            body.key
+        ));
+    }
+    if k == "builds.network" && !matches!(body.value.as_str(), "none" | "bridge") {
+        return Err(format!(
+            "builds.network must be none or bridge ({help}), not {:?}",
+            body.value
+        ));
+    }
+    if k == EGRESS_KEY && !matches!(body.value.as_str(), "allow" | "deny") {
+        return Err(format!(
+            "{key} must be allow or deny ({help}), not {:?}",
+            body.value
+        ));
+    }
+    if k.ends_with(".enabled") && !matches!(body.value.as_str(), "true" | "false") {
+        return Err(format!(
+            "{key} must be true or false ({help}), not {:?}",
+            body.value
+        ));
+    }
+    if k == HOLD_FRACTION_KEY
+        && !body
+            .value
+            .parse::<f64>()
+            .is_ok_and(|f| (0.0..=1.0).contains(&f))
+    {
+        return Err(format!(
+            "{key} must be a fraction from 0 to 1 ({help}), not {:?}",
+            body.value
+        ));
+    }
+    if k == CACHE_BYTES_KEY && !body.value.parse::<u64>().is_ok_and(|n| n > 0) {
+        return Err(format!(
+            "{key} must be a positive whole number of bytes ({help}), not {:?}",
+            body.value
+        ));
+    }
+    let max = gantry_spec::MAX_RETRY_ATTEMPTS;
+    if k == RETRY_MAX_ATTEMPTS_KEY
+        && !body
+            .value
+            .parse::<u32>()
+            .is_ok_and(|n| (1..=max).contains(&n))
+    {
+        return Err(format!(
+            "{key} must be a whole number from 1 to {max} ({help}), not {:?}",
+            body.value
+        ));
+    }
+    Ok(())
+}
+
+// --- holds ---------------------------------------------------------------------------------
+
+/// `POST /nodes/{name}/holds`: the hold's type, and its reason trimmed.
+pub fn place_hold(req: &PlaceHold) -> Result<(HoldType, String), String> {
+    let kind = HoldType::parse(&req.kind)
+        .ok_or_else(|| format!("hold type must be cordon or evict, not {:?}", req.kind))?;
+    let reason = req.reason.trim();
+    if reason.is_empty() {
+        return Err("a hold needs a reason (--reason)".into());
+    }
+    Ok((kind, reason.into()))
+}
+
+/// `POST /nodes/{name}/release`, read: which hold (an id prefix, lower-cased as ids are
+/// printed; every hold of the node when absent) and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    pub hold: Option<String>,
+    pub reason: String,
+}
+
+pub fn release_holds(req: ReleaseHolds) -> Release {
+    Release {
+        hold: req.hold.map(|p| p.to_ascii_lowercase()),
+        reason: req
+            .reason
+            .unwrap_or_else(|| "released by an administrator".into()),
+    }
+}
+
+// --- endpoints -----------------------------------------------------------------------------
+
+/// How long requests on the old backend may finish after a switch, unless the endpoint says.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(300);
+
+/// An endpoint's name becomes a host name (`NAME.<endpoint domain>`): one DNS label, the
+/// grammar a workflow file's `attach:` is checked against too.
+pub fn valid_endpoint_name(name: &str) -> bool {
+    gantry_spec::names::endpoint_name_error(name).is_none()
+}
+
+/// Why `name` cannot be an endpoint's. The server answers a name held by an endpoint the
+/// caller may not see with this too (400, the same words), since a 409 would confirm that a
+/// name they cannot see is someone's endpoint.
+pub fn unusable_endpoint_name(name: &str) -> String {
+    format!(
+        "endpoint name {name:?} cannot be used: names are 1-63 lower-case letters, digits or '-' \
+         (it becomes a host name), and must not be taken; choose another"
+    )
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEndpoint {
+    pub name: String,
+    pub scope: String,
+    pub mode: String,
+    pub drain_timeout_ms: i64,
+    pub confirm: bool,
+}
+
+/// `POST /endpoints` (and MCP's `create_endpoint`).
+pub fn create_endpoint(req: CreateEndpoint) -> Result<NewEndpoint, String> {
+    if !valid_endpoint_name(&req.name) {
+        return Err(unusable_endpoint_name(&req.name));
+    }
+    let scope = req.scope.unwrap_or_else(|| "user".into());
+    if !matches!(scope.as_str(), "user" | "group" | "organization" | "public") {
+        return Err(format!(
+            "scope must be user, group, organization or public, not {scope:?}"
+        ));
+    }
+    let mode = req.mode.unwrap_or_else(|| "when-ready".into());
+    if Mode::parse(&mode).is_none() {
+        return Err(format!(
+            "mode must be when-ready or stop-first, not {mode:?}"
+        ));
+    }
+    let drain = match &req.drain_timeout {
+        Some(d) => {
+            gantry_spec::parse_duration(d).map_err(|e| format!("drain timeout {d:?}: {e}"))?
+        }
+        None => DEFAULT_DRAIN,
+    };
+    Ok(NewEndpoint {
+        name: req.name,
+        scope,
+        mode,
+        drain_timeout_ms: millis(drain),
+        confirm: req.confirm,
+    })
+}
+
+/// `POST /endpoints/{name}/tokens`: when the token expires (ms since the epoch), from `now_ms`;
+/// never when no expiry is given.
+pub fn token_expiry(req: &CreateEndpointToken, now_ms: i64) -> Result<Option<i64>, String> {
+    req.expires
+        .as_ref()
+        .map(|d| {
+            let after = gantry_spec::parse_duration(d).map_err(|e| format!("expiry {d:?}: {e}"))?;
+            Ok(now_ms.saturating_add(millis(after)))
+        })
+        .transpose()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+// --- secrets -------------------------------------------------------------------------------
+
+/// Whose a secret is: the user's, their group's, or the whole organization's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretScope {
+    User,
+    Group,
+    Organization,
+}
+
+impl SecretScope {
+    /// `account` is the vendor format's word for the group; `org` is short for organization.
+    pub fn parse(s: &str) -> Result<SecretScope, String> {
+        match s {
+            "user" => Ok(SecretScope::User),
+            "group" | "account" => Ok(SecretScope::Group),
+            "organization" | "org" => Ok(SecretScope::Organization),
+            other => Err(format!(
+                "unknown scope {other:?}; use user, group or organization"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretScope::User => "user",
+            SecretScope::Group => "group",
+            SecretScope::Organization => "organization",
+        }
+    }
+}
+
+/// Largest secret value accepted.
+pub const MAX_SECRET: usize = 64 << 10;
+
+pub fn valid_secret_name(name: &str) -> Result<(), String> {
+    if !plain_name(name, 128) {
+        return Err(format!(
+            "secret name {name:?} must be 1-128 letters, digits, '-', '_' or '.'"
+        ));
+    }
+    Ok(())
+}
+
+/// `PUT /secrets/{scope}/{name}`: the scope it is written to (whether the caller may write
+/// that scope is the server's to say).
+pub fn put_secret(scope: &str, name: &str, body: &PutSecret) -> Result<SecretScope, String> {
+    let scope = SecretScope::parse(scope)?;
+    valid_secret_name(name)?;
+    if body.value.is_empty() || body.value.len() > MAX_SECRET {
+        return Err(format!("a secret's value must be 1 to {MAX_SECRET} bytes"));
+    }
+    Ok(scope)
+}
+
+/// `secret://SCOPE/NAME`, as workflow files refer to secrets (the owner is the workflow's).
+pub fn secret_ref(uri: &str) -> Result<(SecretScope, &str), String> {
+    let rest = uri
+        .strip_prefix("secret://")
+        .ok_or_else(|| format!("{uri:?} is not a secret:// reference"))?;
+    let (scope, name) = rest
+        .split_once('/')
+        .ok_or_else(|| format!("{uri:?}: expected secret://SCOPE/NAME"))?;
+    valid_secret_name(name).map_err(|e| format!("{uri:?}: {e}"))?;
+    let scope = SecretScope::parse(scope).map_err(|e| format!("{uri:?}: {e}"))?;
+    Ok((scope, name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_references_name_a_scope_and_a_plain_name() {
+        assert_eq!(
+            secret_ref("secret://account/T").unwrap(),
+            (SecretScope::Group, "T")
+        );
+        assert_eq!(
+            secret_ref("secret://org/a.b").unwrap(),
+            (SecretScope::Organization, "a.b")
+        );
+        for bad in [
+            "secret://user/../x",
+            "secret://user/a/b",
+            "secret://nope/x",
+            "secret://user/",
+            "https://x",
+        ] {
+            assert!(secret_ref(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn workflow_names_are_printable() {
+        assert_eq!(workflow_name(None), Ok(None));
+        assert_eq!(workflow_name(Some("  ")), Ok(None));
+        assert_eq!(
+            workflow_name(Some("train résumé")),
+            Ok(Some("train résumé".into()))
+        );
+        assert!(workflow_name(Some("ok\u{1b}[2J")).is_err());
+        assert!(workflow_name(Some("a\nb")).is_err());
+        assert!(workflow_name(Some(&"x".repeat(MAX_WORKFLOW_NAME + 1))).is_err());
+    }
+
+    #[test]
+    fn endpoint_expiry_never_overflows() {
+        let req = CreateEndpointToken {
+            expires: Some("2562047h".into()),
+        };
+        assert_eq!(token_expiry(&req, i64::MAX - 1), Ok(Some(i64::MAX)));
+        let never = CreateEndpointToken { expires: None };
+        assert_eq!(token_expiry(&never, 5), Ok(None));
+        let bad = CreateEndpointToken {
+            expires: Some("-1h".into()),
+        };
+        assert!(token_expiry(&bad, 5).is_err());
+    }
+
+    #[test]
+    fn settings_take_only_their_values() {
+        let def = setting_def("builds.network").unwrap();
+        let set = |key: &str, value: &str| Setting {
+            key: key.into(),
+            value: value.into(),
+        };
+        assert!(check_setting(def, "builds.network", &set("builds.network", "bridge")).is_ok());
+        assert!(check_setting(def, "builds.network", &set("builds.network", "host")).is_err());
+        assert!(check_setting(def, "builds.network", &set("builds.enabled", "none")).is_err());
+        let cache = setting_def(CACHE_BYTES_KEY).unwrap();
+        assert!(check_setting(cache, CACHE_BYTES_KEY, &set(CACHE_BYTES_KEY, "0")).is_err());
+        assert!(setting_def("no.such").is_err());
+        let pool = "monitoring.hold_fraction.gpu";
+        let fraction = setting_def(pool).unwrap();
+        assert_eq!(fraction.0, HOLD_FRACTION_KEY);
+        assert!(check_setting(fraction, pool, &set(pool, "0.5")).is_ok());
+        for bad in ["1.5", "-0.1", "NaN", "inf", "", "20%"] {
+            assert!(
+                check_setting(fraction, pool, &set(pool, bad)).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(setting_def("monitoring.hold_fraction.").is_err());
+        assert!(setting_def("monitoring.hold_fractions").is_err());
+        let retry = setting_def(RETRY_MAX_ATTEMPTS_KEY).unwrap();
+        let key = RETRY_MAX_ATTEMPTS_KEY;
+        for good in ["1", "3", "100"] {
+            assert!(check_setting(retry, key, &set(key, good)).is_ok(), "{good}");
+        }
+        for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
+            assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_may_allow_fewer_retry_attempts_than_the_format() {
+        assert_eq!(retry_cap(None), gantry_spec::MAX_RETRY_ATTEMPTS);
+        assert_eq!(retry_cap(Some("3")), 3);
+        assert_eq!(retry_cap(Some("0")), gantry_spec::MAX_RETRY_ATTEMPTS);
+        let wf = gantry_spec::parse(
+            "version: v4\njobs:\n  few:\n    image: {uri: docker://alpine}\n    policy:\n      retry: {attempts: 3}\n  many:\n    image: {uri: docker://alpine}\n    policy:\n      retry: {attempts: 4}\n",
+        )
+        .unwrap();
+        assert!(check_retries(&wf, 4).is_ok());
+        let why = check_retries(&wf, 3).unwrap_err();
+        assert!(why.contains("at most 3 times"), "{why}");
+        assert!(why.contains("jobs.many.policy.retry.attempts: 4"), "{why}");
+        assert!(!why.contains("jobs.few"), "{why}");
+    }
+}
