@@ -328,6 +328,7 @@ fn set_setting(key: &str, body: &[u8]) {
             match def.0 {
                 "builds.network" => assert!(v == "none" || v == "bridge"),
                 "builds.enabled" => assert!(v == "true" || v == "false"),
+                requests::EGRESS_KEY => assert!(v == "allow" || v == "deny"),
                 requests::CACHE_BYTES_KEY => assert!(v.parse::<u64>().is_ok_and(|n| n > 0)),
                 requests::HOLD_FRACTION_KEY => {
                     assert!(v.parse::<f64>().is_ok_and(|f| (0.0..=1.0).contains(&f)))
