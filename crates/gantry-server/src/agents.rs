@@ -159,7 +159,17 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     let conn_id = Uuid::new_v4();
     // The desired set goes first, before anything the controller sends on the new channel.
     let mut desired: Vec<Assignment> = Vec::new();
+    // Stops the controller sent while no connection of the node's was there to take them (a
+    // workflow stopped while its agent restarted) go again right after the desired set.
+    let mut stops: Vec<ServerMessage> = Vec::new();
     for a in st.store.live_attempts_on(&name).await? {
+        if let Some(cause) = a.stop_sent {
+            stops.push(ServerMessage::Stop {
+                attempt_id: a.id,
+                grace_ms: st.config.stop_grace.as_millis() as u64,
+                cause,
+            });
+        }
         let Ok(mut asg) = serde_json::from_str::<Assignment>(&a.assignment) else {
             continue;
         };
@@ -177,6 +187,9 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         subnet: Some(subnet_of(st.subnet_base, node.seq)),
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
+    for stop in stops {
+        tx.send(stop)?;
+    }
     st.hub.insert(&name, conn_id, tx);
     // A node joining may make room under its pool's hold cap.
     if let Err(e) = crate::holds::promote_all(&st).await {

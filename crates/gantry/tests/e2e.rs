@@ -450,6 +450,30 @@ fn a_silent_agent_loses_its_node_and_its_steps_fail_with_the_reason() {
 }
 
 #[test]
+fn a_workflow_stopped_while_its_agent_is_away_stops_when_the_agent_returns() {
+    // The stop is sent while no connection of the node's is there to take it; the server
+    // sends it again when the agent reconnects, before the node could be declared lost.
+    let mut s = common::Split::start("60s");
+    let c = &s.cluster;
+    let file = c.write(
+        "sleep.yaml",
+        "version: v4\njobs:\n  sleeper:\n    image: { uri: docker://busybox:1 }\n    command: [ sleep, \"600\" ]\n",
+    );
+    let id = c.start_workflow(&file);
+    c.wait_for(&id, "sleeper RUNNING", |d| {
+        Cluster::task(d, "sleeper")["status"] == "RUNNING"
+    });
+    s.kill_agent();
+    s.cluster.ok(&["workflow", "stop", &id]);
+    s.start_agent();
+    let d = s.cluster.wait_status(&id, "STOPPED");
+    assert_eq!(
+        attempts(Cluster::task(&d, "sleeper"))[0]["cause"],
+        "STOPPED"
+    );
+}
+
+#[test]
 fn task_array_concurrency_is_honoured_and_logs_follow_to_the_end() {
     let c = Cluster::up(1);
     let file = c.write(

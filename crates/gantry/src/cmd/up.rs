@@ -67,7 +67,7 @@ pub struct ConfineArgs {
     /// Run job containers in user namespaces, so that root in a container is an unprivileged
     /// host uid (`on`, where the node supports it: Linux 5.19+ with idmapped mounts on the
     /// state directory and the storage root), or never (`off`).
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     job_userns: bool,
 }
 
