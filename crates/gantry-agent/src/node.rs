@@ -213,9 +213,15 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     }
     let mut rc = runtime_config(&config);
     rc.job_userns = config.job_userns;
-    let probe = config
-        .storage_root
-        .join(format!(".userns-probe.{}", std::process::id()));
+    // Local agents of one `gantry up` share the storage root and the pid, and each removes
+    // its probe when done: each probes in a directory of its own, or one removes another's
+    // mid-probe and that agent runs its jobs without a user namespace.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let probe = config.storage_root.join(format!(
+        ".userns-probe.{}.{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     if let Some(Err(why)) = rc
         .job_userns
         .map(|range| runtime::userns::probe_idmapped_dir(range.slot(0), &probe))
