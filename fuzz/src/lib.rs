@@ -23,6 +23,10 @@ const NOW_MS: i64 = 1_767_225_600_000;
 fn refusal(r: Refusal) {
     match r {
         Refusal::Bad(message) => assert!(!message.is_empty()),
+        Refusal::TooLarge { size, limit } => {
+            assert_eq!(limit, requests::MAX_SPEC_BYTES as u64);
+            assert!(size > limit, "{size} bytes refused as more than {limit}");
+        }
         Refusal::Invalid {
             message,
             diagnostics,
@@ -70,6 +74,13 @@ fn submission(req: &SubmitWorkflow) {
     }
     let wf = &s.workflow;
     assert_eq!(s.plan.jobs.len(), wf.jobs.len() + wf.services.len());
+    // What the file format allows, a cluster's cap of the same number allows too.
+    let most = requests::retry_cap(None);
+    assert_eq!(most, gantry_spec::MAX_RETRY_ATTEMPTS);
+    requests::check_retries(wf, most).expect("a valid file asks for at most the maximum");
+    if let Err(why) = requests::check_retries(wf, 1) {
+        assert!(why.contains(".policy.retry.attempts: "), "{why}");
+    }
     // Steps are placed in plan order, so what a step waits for comes before it.
     for (i, j) in s.plan.jobs.iter().enumerate() {
         for d in &j.depends_on {
@@ -122,26 +133,34 @@ pub fn alertmanager(body: &[u8]) {
     };
     let known = |n: &str| KNOWN_NODES.contains(&n);
     let r = alertmanager::read(&payload, known);
-    // Every entry is accounted for once: acted on, ignored with a reason, or a watchdog.
+    // Every entry is accounted for once: acted on, ignored with a reason, refused with a
+    // reason, or a watchdog.
     assert_eq!(
-        r.entries.len() + r.ignored.len() + r.watchdogs,
+        r.entries.len() + r.ignored.len() + r.refused.len() + r.watchdogs,
         payload.alerts.len()
     );
     assert!(r.unknown.len() <= r.ignored.len());
     assert!(r.ignored.iter().all(|why| !why.is_empty()));
+    assert!(r.refused.iter().all(|why| !why.is_empty()));
+    // What is stored is keyed by fingerprint and episode: only real ones get that far.
     for u in &r.unknown {
         assert!(!known(&u.node) && !u.message.is_empty());
+        assert!(alertmanager::valid_fingerprint(&u.fingerprint), "{u:?}");
+        assert!(alertmanager::episode_start(&u.episode).is_ok(), "{u:?}");
     }
     for e in &r.entries {
         let a = &e.alert;
         assert!(known(&a.node), "{a:?}");
-        assert!(!a.fingerprint.is_empty() && !e.alertname.is_empty());
+        assert!(alertmanager::valid_fingerprint(&a.fingerprint) && !e.alertname.is_empty());
+        assert!(alertmanager::episode_start(&a.starts_at).is_ok(), "{a:?}");
         assert!(!e.summary.trim().is_empty());
     }
     // Posts are idempotent only if the same post reads the same every time.
     let again = alertmanager::read(&payload, known);
     assert_eq!(again.entries, r.entries);
+    assert_eq!(again.unknown, r.unknown);
     assert_eq!(again.ignored, r.ignored);
+    assert_eq!(again.refused, r.refused);
 }
 
 /// One request as the `api` target reads it: a first line `METHOD /api/v1/PATH`, then the body.
@@ -309,9 +328,15 @@ fn set_setting(key: &str, body: &[u8]) {
             match def.0 {
                 "builds.network" => assert!(v == "none" || v == "bridge"),
                 "builds.enabled" => assert!(v == "true" || v == "false"),
+                requests::EGRESS_KEY => assert!(v == "allow" || v == "deny"),
                 requests::CACHE_BYTES_KEY => assert!(v.parse::<u64>().is_ok_and(|n| n > 0)),
                 requests::HOLD_FRACTION_KEY => {
                     assert!(v.parse::<f64>().is_ok_and(|f| (0.0..=1.0).contains(&f)))
+                }
+                requests::RETRY_MAX_ATTEMPTS_KEY => {
+                    let n = v.parse::<u32>().expect("a whole number");
+                    assert!((1..=gantry_spec::MAX_RETRY_ATTEMPTS).contains(&n));
+                    assert_eq!(requests::retry_cap(Some(v)), n);
                 }
                 other => panic!("a setting the target does not know: {other}"),
             }

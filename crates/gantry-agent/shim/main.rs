@@ -13,6 +13,7 @@
 //! (bench/README.md). Standard library only; what it writes is simple enough to spell out.
 
 use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{exit, Command, Stdio};
@@ -109,10 +110,12 @@ fn run(a: &Args) -> Result<(), String> {
 
     // The container writes straight into these files (runc hands them on); O_APPEND so a
     // restarted container or an operator's `>>` never overwrites what is there.
+    // Only the agent reads them: a job's output is its owner's.
     let open = |name: &str| {
         OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(dir.join(name))
             .map_err(|e| format!("opening {name}: {e}"))
     };

@@ -2,12 +2,13 @@
 //! workflow's containers can plant symlinks anywhere they can write (a volume, an image build's
 //! tree) and rename directories between a check and a use; so every path that comes from a
 //! workflow (a volume's directory under the storage root, a file written into a volume or an
-//! image, a mount source) is opened here, one component at a time relative to an open
-//! directory, and then used through the descriptor, never by its name again. Nothing else in
-//! the agent joins a path from workflow input onto a host path.
+//! image, a mount source, an `oci://` layout beneath its `--oci-root` and the files in it) is
+//! opened here, one component at a time relative to an open directory, and then used through
+//! the descriptor, never by its name again. Nothing else in the agent joins a path from
+//! workflow input onto a host path.
 //!
 //! Two ways to resolve, both with `openat2` (Linux 5.6):
-//! - [`Resolve::Beneath`] (volumes, the storage root): `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! - [`Resolve::Beneath`] (volumes, the storage root, layouts): `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //!   RESOLVE_NO_MAGICLINKS`. A symlink anywhere on the way is an error ([`is_symlink_error`]),
 //!   whatever it points at: a symlink in a volume means what it says only inside a container,
 //!   where `/` is another directory.
@@ -210,6 +211,21 @@ impl Dir {
         Ok(Dir {
             fd: openat2(self.fd.as_fd(), rel, libc::O_PATH | libc::O_DIRECTORY, how)?,
         })
+    }
+
+    /// The regular file `rel` beneath this directory, opened read-only. Non-blocking, so that
+    /// a FIFO put in its place cannot hang the agent (reads of a regular file do not block
+    /// anyway), and refused unless it is a plain file.
+    pub fn open_file(&self, rel: &Rel, how: Resolve) -> io::Result<fs::File> {
+        let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY;
+        let file = fs::File::from(openat2(self.fd.as_fd(), rel.as_path(), flags, how)?);
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{rel} is not a regular file"),
+            ));
+        }
+        Ok(file)
     }
 
     /// The directory `rel` beneath this one, made (with `mode`, owned by `owner`) where it is
@@ -503,6 +519,40 @@ mod tests {
             .write_file(&rel("sub"), b"", 0o644, Owner::ROOT, Resolve::Beneath)
             .is_err());
         assert!(root.join("sub/a/b/c.txt").exists());
+    }
+
+    #[test]
+    fn only_regular_files_beneath_are_opened_and_a_fifo_does_not_block() {
+        let t = scratch();
+        let d = t.path();
+        let (root, host) = (d.join("layout"), d.join("host"));
+        fs::create_dir_all(root.join("blobs")).unwrap();
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret"), b"host's").unwrap();
+        fs::write(root.join("blobs/a"), b"blob").unwrap();
+        symlink(host.join("secret"), root.join("blobs/link")).unwrap();
+        symlink(&host, root.join("hostdir")).unwrap();
+        let fifo = cstr(root.join("blobs/fifo").as_os_str()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        check(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }).unwrap();
+        let r = Dir::open_root(&root).unwrap();
+        // Opening a FIFO without O_NONBLOCK would wait here for a writer for ever.
+        for (bad, symlinked) in [
+            ("blobs/fifo", false),
+            ("blobs", false),
+            ("blobs/link", true),
+            ("hostdir/secret", true),
+        ] {
+            let e = r.open_file(&rel(bad), Resolve::Beneath).unwrap_err();
+            assert_eq!(is_symlink_error(&e), symlinked, "{bad}: {e}");
+        }
+        let mut content = String::new();
+        io::Read::read_to_string(
+            &mut r.open_file(&rel("blobs/a"), Resolve::Beneath).unwrap(),
+            &mut content,
+        )
+        .unwrap();
+        assert_eq!(content, "blob");
     }
 
     #[test]

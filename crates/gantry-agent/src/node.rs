@@ -203,15 +203,25 @@ pub fn release_if_idle(config: &AgentConfig) -> anyhow::Result<bool> {
 }
 
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.state_dir)
-        .with_context(|| format!("creating {}", config.state_dir.display()))?;
-    std::fs::create_dir_all(&config.storage_root)
-        .with_context(|| format!("creating {}", config.storage_root.display()))?;
+    for (dir, keep) in [
+        (&config.state_dir, crate::PASS_THROUGH),
+        // Volumes are bind-mounted by path: nothing needs to list the root they live in.
+        (&config.storage_root, crate::PASS_THROUGH),
+    ] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        crate::restrict_dir(dir, keep).with_context(|| format!("restricting {}", dir.display()))?;
+    }
     let mut rc = runtime_config(&config);
     rc.job_userns = config.job_userns;
-    let probe = config
-        .storage_root
-        .join(format!(".userns-probe.{}", std::process::id()));
+    // Local agents of one `gantry up` share the storage root and the pid, and each removes
+    // its probe when done: each probes in a directory of its own, or one removes another's
+    // mid-probe and that agent runs its jobs without a user namespace.
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let probe = config.storage_root.join(format!(
+        ".userns-probe.{}.{}",
+        std::process::id(),
+        PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     if let Some(Err(why)) = rc
         .job_userns
         .map(|range| runtime::userns::probe_idmapped_dir(range.slot(0), &probe))

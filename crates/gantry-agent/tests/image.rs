@@ -26,6 +26,20 @@ fn plain_http() -> PullConfig {
             common::env().registry.clone(),
             common::env().auth_registry.clone(),
         ],
+        oci_roots: vec![layouts_root()],
+        ..Default::default()
+    }
+}
+
+/// Where `scripts/test-images.sh` makes its layouts: the root these tests allow.
+fn layouts_root() -> PathBuf {
+    common::env().oci_busybox.parent().unwrap().to_path_buf()
+}
+
+/// A node that reads layouts only from `roots`.
+fn layouts_in(roots: Vec<PathBuf>) -> PullConfig {
+    PullConfig {
+        oci_roots: roots,
         ..Default::default()
     }
 }
@@ -206,7 +220,7 @@ async fn zstd_layers() {
 async fn oci_layouts() {
     let env = common::env();
     let dir = common::scratch("layout");
-    let s = store(dir.path(), PullConfig::default());
+    let s = store(dir.path(), layouts_in(vec![layouts_root()]));
     let tagged = s
         .prepare(&src(&format!("oci://{}:1", env.oci_busybox.display())))
         .await
@@ -345,4 +359,124 @@ async fn whiteouts_hide_files_and_metadata_is_kept() {
     assert_eq!(suid.permissions().mode() & 0o7777, 0o4755);
     let tmp = fs::metadata(root.join("tmp")).unwrap();
     assert_eq!(tmp.permissions().mode() & 0o7777, 0o1777);
+}
+
+/// The message a user sees for a layout the node will not read, whatever the reason.
+fn refusal(path: &Path) -> String {
+    format!(
+        "OCI layout {} is not available on this node: layouts are read only from the \
+         directories an administrator allows (--oci-root), and only when they can be read there",
+        path.display()
+    )
+}
+
+#[tokio::test]
+async fn layouts_are_read_only_beneath_an_allowed_root_and_refusals_look_alike() {
+    let env = common::env();
+    let dir = common::scratch("oci-roots");
+    let root = dir.path().join("allowed");
+    let outside = dir.path().join("outside");
+    fs::create_dir_all(&root).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    // A real layout inside the root (the legitimate use), and one outside it.
+    let copy = |from: &Path, to: &Path| {
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    copy(&env.oci_busybox, &root.join("busybox"));
+    copy(&env.oci_busybox, &outside.join("busybox"));
+    // Symlinks a user might hope to be followed: a layout that is a link out of the root, a
+    // directory on the way that is one, and a layout whose index.json is one.
+    std::os::unix::fs::symlink(outside.join("busybox"), root.join("linked")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("via")).unwrap();
+    fs::create_dir_all(root.join("sneaky/blobs")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.join("busybox/index.json"),
+        root.join("sneaky/index.json"),
+    )
+    .unwrap();
+    // Not a layout at all; and one whose index.json is a FIFO, which must not hang the node.
+    fs::create_dir_all(root.join("empty")).unwrap();
+    fs::create_dir_all(root.join("fifo")).unwrap();
+    let fifo = CString::new(root.join("fifo/index.json").as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    // A file the node could read but that is no directory.
+    fs::write(root.join("file"), "x").unwrap();
+    fs::set_permissions(root.join("file"), fs::Permissions::from_mode(0o600)).unwrap();
+
+    let s = store(dir.path(), layouts_in(vec![root.clone()]));
+    let ok = s
+        .prepare(&src(&format!("oci://{}/busybox:1", root.display())))
+        .await
+        .unwrap();
+    assert_eq!(ok.manifest_digest, env.busybox_digest);
+    assert_busybox(&ok);
+
+    let refused = [
+        outside.join("busybox"),         // outside every root
+        PathBuf::from("/etc"),           // the host's own files
+        root.join("../outside/busybox"), // `..` out of the root
+        root.join("linked"),             // a symlink out of the root
+        root.join("via/busybox"),        // a symlinked directory on the way
+        root.join("sneaky"),             // index.json a symlink
+        root.join("missing"),            // does not exist
+        root.join("empty"),              // no index.json
+        root.join("fifo"),               // index.json a FIFO
+        root.join("file"),               // not a directory
+    ];
+    for path in &refused {
+        for uri in [
+            format!("oci://{}", path.display()),
+            format!("oci://{}:1", path.display()),
+        ] {
+            let err = s.prepare(&src(&uri)).await.unwrap_err();
+            let want = refusal(path);
+            assert_eq!(err.to_string(), want, "{uri}");
+            assert!(matches!(err, ImageError::LayoutUnavailable { .. }), "{uri}");
+        }
+    }
+    // With no root configured, no layout is read at all, not even a real one.
+    let none = store(&dir.path().join("none"), PullConfig::default());
+    let err = none
+        .prepare(&src(&format!("oci://{}/busybox", root.display())))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), refusal(&root.join("busybox")));
+    // Digest resolution (what the server does for a build's base) keeps to the same rule.
+    let config = layouts_in(vec![root.clone()]);
+    assert_eq!(
+        gantry_agent::image::resolve_digest(
+            &src(&format!("oci://{}/busybox:1", root.display())),
+            &config
+        )
+        .await
+        .unwrap(),
+        env.busybox_digest
+    );
+    let err = gantry_agent::image::resolve_digest(
+        &src(&format!("oci://{}", root.join("linked").display())),
+        &config,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.to_string(), refusal(&root.join("linked")));
+    assert_eq!(s.fetch_count(), 0);
+}
+
+#[test]
+fn oci_roots_must_be_absolute() {
+    for bad in ["relative/dir", "/srv/../etc"] {
+        let dir = common::scratch("bad-root");
+        let r = ImageStore::new(dir.path().join("cache"), layouts_in(vec![bad.into()]));
+        assert!(
+            matches!(r, Err(ImageError::InvalidConfig(_))),
+            "{bad} was taken as a root"
+        );
+    }
 }

@@ -7,12 +7,19 @@ use uuid::Uuid;
 
 use crate::{agent::Capacity, EndCause, NodeState, TaskStatus, WorkflowStatus};
 
-/// Every error body: `{"error": "..."}` plus positions for workflow-file problems.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The largest workflow file the server takes, in bytes (4 MiB).
+pub const MAX_WORKFLOW_FILE_BYTES: usize = 4 << 20;
+
+/// Every error body: `{"error": "..."}` plus positions for workflow-file problems, and for a
+/// 413 the limit that was passed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<Diagnostic>,
+    /// With 413: the most bytes the server takes of what was too large.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -256,6 +263,10 @@ pub struct WebhookOutcome {
     /// Entries Gantry could not act on, with why (missing labels, unknown nodes).
     #[serde(default)]
     pub ignored: Vec<String>,
+    /// Entries that can never be accepted (no valid `startsAt`, a malformed fingerprint),
+    /// with why: nothing of them was stored, and sending them again changes nothing.
+    #[serde(default)]
+    pub refused: Vec<String>,
 }
 
 /// One target group of Prometheus HTTP service discovery.

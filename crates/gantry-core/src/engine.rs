@@ -4,7 +4,8 @@
 //!
 //! Retry is decided by the *cause* of an attempt's end, never by its exit code alone: a process
 //! that exited non-zero on its own, or timed out, is a `failure`; a lost or evicted node is
-//! `node`.
+//! `node`. Attempts of one task are spaced by an exponential backoff ([`retry_backoff`]), so a
+//! step that fails at once does not restart in a tight loop.
 
 use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
 use std::collections::HashMap;
@@ -12,6 +13,29 @@ use uuid::Uuid;
 
 /// Milliseconds since the Unix epoch. Time is passed in: core never reads a clock.
 pub type Millis = i64;
+
+/// The wait before a task's second attempt; each later one waits twice as long as the one
+/// before, up to [`RETRY_BACKOFF_MAX_MS`].
+pub const RETRY_BACKOFF_BASE_MS: Millis = 1_000;
+/// The longest wait between two attempts of a task.
+pub const RETRY_BACKOFF_MAX_MS: Millis = 5 * 60 * 1_000;
+
+/// How long a task waits after its attempt number `ended` (1 for the first) ended before the
+/// next one may start: 1 s, 2 s, 4 s, ... at most 5 min.
+pub fn retry_backoff(ended: u32) -> Millis {
+    let doublings = ended.saturating_sub(1).min(20);
+    (RETRY_BACKOFF_BASE_MS << doublings).min(RETRY_BACKOFF_MAX_MS)
+}
+
+/// A wait for people: "1s", "2m8s", "5m".
+fn wait_text(ms: Millis) -> String {
+    let secs = (ms + 999) / 1000;
+    match (secs / 60, secs % 60) {
+        (0, s) => format!("{s}s"),
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
 
 pub type TaskId = Uuid;
 
@@ -107,6 +131,8 @@ pub struct TaskView {
     /// Attempts started so far (ended ones and the live one).
     pub attempts_made: u32,
     pub live: Option<LiveAttempt>,
+    /// A PENDING task waiting out its retry backoff may not start before this time.
+    pub not_before: Option<Millis>,
 }
 
 /// An attempt that has been placed and has not ended yet.
@@ -335,6 +361,10 @@ pub fn reconcile(wf: &WorkflowView, now: Millis) -> Vec<Action> {
             if !ready {
                 continue;
             }
+            // Still backing off after a failed attempt: its reason says until when.
+            if t.not_before.is_some_and(|at| now < at) {
+                continue;
+            }
             if job.concurrency.is_some_and(|c| in_flight >= c) {
                 continue;
             }
@@ -408,20 +438,23 @@ fn end_pending<'a>(
 /// What becomes of a task when its live attempt ends.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Back to PENDING for another attempt.
-    Retry { reason: String },
+    /// Back to PENDING for another attempt, which may start at `not_before` (after the
+    /// backoff) and no earlier.
+    Retry { reason: String, not_before: Millis },
     Final {
         status: TaskStatus,
         reason: Option<String>,
     },
 }
 
+/// What becomes of a task whose attempt number `attempts_made` ended `now` with `cause`.
 pub fn attempt_outcome(
     job: &JobView,
     attempts_made: u32,
     exit_code: Option<i32>,
     cause: EndCause,
     node: &str,
+    now: Millis,
 ) -> Outcome {
     let left = attempts_made < job.attempts.max(1);
     let (retryable, reason) = match cause {
@@ -453,12 +486,15 @@ pub fn attempt_outcome(
         }
     };
     if retryable && left {
+        let wait = retry_backoff(attempts_made);
         Outcome::Retry {
             reason: format!(
-                "{reason}; retrying (attempt {} of {})",
+                "{reason}; attempt {} of {} starts after a {} backoff",
                 attempts_made + 1,
-                job.attempts
+                job.attempts,
+                wait_text(wait)
             ),
+            not_before: now.saturating_add(wait),
         }
     } else {
         Outcome::Final {

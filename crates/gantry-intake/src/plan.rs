@@ -282,6 +282,26 @@ impl Step<'_> {
     }
 }
 
+/// Every `oci://` image the workflow names, with where: steps' `image.uri` and image
+/// recipes' `from`.
+pub fn layouts(wf: &Workflow) -> Vec<(String, &str)> {
+    let mut out: Vec<(String, &str)> = steps(wf)
+        .into_iter()
+        .filter_map(|st| match st.image {
+            ImageRef::Uri { uri, .. } if uri.starts_with("oci://") => {
+                Some((format!("{}.image.uri", st.at()), uri.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    for (name, r) in &wf.images {
+        if r.from.starts_with("oci://") {
+            out.push((format!("images.{name}.from"), r.from.as_str()));
+        }
+    }
+    out
+}
+
 fn steps(wf: &Workflow) -> Vec<Step<'_>> {
     let jobs = wf.jobs.iter().map(|(name, j)| Step {
         name,

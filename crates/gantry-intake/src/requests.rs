@@ -25,12 +25,16 @@ pub enum Refusal {
         message: String,
         diagnostics: Vec<Diagnostic>,
     },
+    /// The workflow file is `size` bytes, more than the `limit` the server takes (413, naming
+    /// the limit).
+    TooLarge { size: u64, limit: u64 },
 }
 
 // --- workflows -----------------------------------------------------------------------------
 
-/// Workflow files larger than this are refused before parsing.
-pub const MAX_SPEC_BYTES: usize = 4 << 20;
+/// Workflow files larger than this are refused before parsing: the parser's work grows with
+/// the file.
+pub const MAX_SPEC_BYTES: usize = gantry_api::v1::MAX_WORKFLOW_FILE_BYTES;
 
 /// Longest workflow name: it is shown in every listing.
 pub const MAX_WORKFLOW_NAME: usize = 256;
@@ -50,10 +54,10 @@ pub fn diagnostics(ds: Vec<gantry_spec::Diagnostic>) -> Vec<Diagnostic> {
 /// submit).
 pub fn parse_spec(spec: &str) -> Result<Workflow, Refusal> {
     if spec.len() > MAX_SPEC_BYTES {
-        return Err(Refusal::Bad(format!(
-            "the workflow file is {} bytes; the limit is {MAX_SPEC_BYTES}",
-            spec.len()
-        )));
+        return Err(Refusal::TooLarge {
+            size: spec.len() as u64,
+            limit: MAX_SPEC_BYTES as u64,
+        });
     }
     gantry_spec::parse(spec).map_err(|ds| Refusal::Invalid {
         message: format!("the workflow file has {} problem(s)", ds.len()),
@@ -112,6 +116,41 @@ pub fn submission(req: &SubmitWorkflow) -> Result<Submission, Refusal> {
         name,
         warnings: support.ignored,
     })
+}
+
+/// What `retry.max_attempts` allows: the file format's own maximum unless an administrator set
+/// a lower one (a value `check_setting` took; anything else reads as the maximum).
+pub fn retry_cap(setting: Option<&str>) -> u32 {
+    setting
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=gantry_spec::MAX_RETRY_ATTEMPTS).contains(n))
+        .unwrap_or(gantry_spec::MAX_RETRY_ATTEMPTS)
+}
+
+/// Refuses a workflow whose steps ask for more than `cap` attempts (see [`retry_cap`]), naming
+/// them: `validate` checks the file format's own maximum, a cluster may allow fewer.
+pub fn check_retries(wf: &Workflow, cap: u32) -> Result<(), String> {
+    let steps = wf
+        .jobs
+        .iter()
+        .map(|(n, j)| (format!("jobs.{n}"), &j.policy.retry))
+        .chain(
+            wf.services
+                .iter()
+                .map(|(n, s)| (format!("services.{n}"), &s.policy.retry)),
+        );
+    let over: Vec<String> = steps
+        .filter(|(_, r)| r.attempts > cap)
+        .map(|(at, r)| format!("{at}.policy.retry.attempts: {}", r.attempts))
+        .collect();
+    if over.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "this cluster starts a step at most {cap} times (an administrator set \
+         {RETRY_MAX_ATTEMPTS_KEY}={cap}); ask for fewer attempts:\n  {}",
+        over.join("\n  ")
+    ))
 }
 
 /// `GET /workflows?status=` (and MCP's `list_workflows`).
@@ -177,6 +216,9 @@ pub const HOLD_FRACTION_KEY: &str = "monitoring.hold_fraction";
 /// default) or `deny` (see the server's `netpolicy`).
 pub const EGRESS_KEY: &str = "network.egress";
 
+/// A site's cap on `policy.retry.attempts`, at most the file format's own.
+pub const RETRY_MAX_ATTEMPTS_KEY: &str = "retry.max_attempts";
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -193,6 +235,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         EGRESS_KEY,
         "allow",
         "whether containers of workflows with services may open connections outside the cluster: allow or deny (other workflows are never reachable but through endpoints)",
+    ),
+    (
+        RETRY_MAX_ATTEMPTS_KEY,
+        "100",
+        "the most starts of one step a workflow may ask for (policy.retry.attempts), 1-100",
     ),
     (
         CACHE_BYTES_KEY,
@@ -265,6 +312,18 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
             body.value
         ));
     }
+    let max = gantry_spec::MAX_RETRY_ATTEMPTS;
+    if k == RETRY_MAX_ATTEMPTS_KEY
+        && !body
+            .value
+            .parse::<u32>()
+            .is_ok_and(|n| (1..=max).contains(&n))
+    {
+        return Err(format!(
+            "{key} must be a whole number from 1 to {max} ({help}), not {:?}",
+            body.value
+        ));
+    }
     Ok(())
 }
 
@@ -309,6 +368,16 @@ pub fn valid_endpoint_name(name: &str) -> bool {
     gantry_spec::names::endpoint_name_error(name).is_none()
 }
 
+/// Why `name` cannot be an endpoint's. The server answers a name held by an endpoint the
+/// caller may not see with this too (400, the same words), since a 409 would confirm that a
+/// name they cannot see is someone's endpoint.
+pub fn unusable_endpoint_name(name: &str) -> String {
+    format!(
+        "endpoint name {name:?} cannot be used: names are 1-63 lower-case letters, digits or '-' \
+         (it becomes a host name), and must not be taken; choose another"
+    )
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEndpoint {
     pub name: String,
@@ -321,10 +390,7 @@ pub struct NewEndpoint {
 /// `POST /endpoints` (and MCP's `create_endpoint`).
 pub fn create_endpoint(req: CreateEndpoint) -> Result<NewEndpoint, String> {
     if !valid_endpoint_name(&req.name) {
-        return Err(format!(
-            "endpoint name {:?} must be 1-63 lower-case letters, digits or '-' (it becomes a host name)",
-            req.name
-        ));
+        return Err(unusable_endpoint_name(&req.name));
     }
     let scope = req.scope.unwrap_or_else(|| "user".into());
     if !matches!(scope.as_str(), "user" | "group" | "organization" | "public") {
@@ -514,5 +580,29 @@ mod tests {
         }
         assert!(setting_def("monitoring.hold_fraction.").is_err());
         assert!(setting_def("monitoring.hold_fractions").is_err());
+        let retry = setting_def(RETRY_MAX_ATTEMPTS_KEY).unwrap();
+        let key = RETRY_MAX_ATTEMPTS_KEY;
+        for good in ["1", "3", "100"] {
+            assert!(check_setting(retry, key, &set(key, good)).is_ok(), "{good}");
+        }
+        for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
+            assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_may_allow_fewer_retry_attempts_than_the_format() {
+        assert_eq!(retry_cap(None), gantry_spec::MAX_RETRY_ATTEMPTS);
+        assert_eq!(retry_cap(Some("3")), 3);
+        assert_eq!(retry_cap(Some("0")), gantry_spec::MAX_RETRY_ATTEMPTS);
+        let wf = gantry_spec::parse(
+            "version: v4\njobs:\n  few:\n    image: {uri: docker://alpine}\n    policy:\n      retry: {attempts: 3}\n  many:\n    image: {uri: docker://alpine}\n    policy:\n      retry: {attempts: 4}\n",
+        )
+        .unwrap();
+        assert!(check_retries(&wf, 4).is_ok());
+        let why = check_retries(&wf, 3).unwrap_err();
+        assert!(why.contains("at most 3 times"), "{why}");
+        assert!(why.contains("jobs.many.policy.retry.attempts: 4"), "{why}");
+        assert!(!why.contains("jobs.few"), "{why}");
     }
 }

@@ -371,8 +371,17 @@ async fn end_read_attempt(
         }),
         (r, _) => r,
     };
-    let outcome =
-        gantry_core::engine::attempt_outcome(&job, task.attempts, exit_code, cause, &attempt.node);
+    // One time for the end and the backoff it starts, so the next attempt waits the whole
+    // backoff after the end the store records.
+    let now = now_ms();
+    let outcome = gantry_core::engine::attempt_outcome(
+        &job,
+        task.attempts,
+        exit_code,
+        cause,
+        &attempt.node,
+        now,
+    );
     // A start error's own message is what a person needs to see on the task.
     let detail = |r: String| match (&reason, cause) {
         (Some(why), EndCause::StartError | EndCause::Evicted | EndCause::Exit) => {
@@ -381,8 +390,9 @@ async fn end_read_attempt(
         _ => r,
     };
     let next = match outcome {
-        gantry_core::engine::Outcome::Retry { reason } => TaskNext::Retry {
+        gantry_core::engine::Outcome::Retry { reason, not_before } => TaskNext::Retry {
             reason: detail(reason),
+            not_before,
         },
         gantry_core::engine::Outcome::Final { status, reason } => TaskNext::Final {
             status,
@@ -405,7 +415,7 @@ async fn end_read_attempt(
                 reason,
                 task: next,
             },
-            now_ms(),
+            now,
         )
         .await?;
     st.wake_controller();

@@ -188,6 +188,7 @@ fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
                     id: t.id,
                     status: t.status,
                     attempts_made: t.attempts,
+                    not_before: t.not_before,
                     live: t
                         .live_attempt
                         .and_then(|a| live.get(&a))

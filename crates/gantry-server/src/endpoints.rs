@@ -162,8 +162,30 @@ pub async fn create(
         port: None,
         since: None,
     };
-    st.store.create_endpoint(&row, now_ms()).await?;
+    match st.store.create_endpoint(&row, now_ms()).await {
+        Ok(()) => {}
+        Err(gantry_store::StoreError::Conflict(_)) => {
+            return Err(name_taken(&st, &c, &name).await);
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(Json(info(&st, st.store.endpoint(&name).await?).await?))
+}
+
+/// Why a name that is in use cannot be created again. Only someone who may see the endpoint
+/// learns that it exists; anyone else gets the answer an invalid name gets (400, the same
+/// shape), since a 409 would confirm that a name they cannot see is someone's endpoint.
+async fn name_taken(st: &AppState, c: &Caller, name: &str) -> ApiError {
+    match visible(st, c, name).await {
+        Ok(e) if e.owner == c.user.name => {
+            ApiError::Conflict(format!("you already have an endpoint {name}"))
+        }
+        Ok(e) => ApiError::Conflict(format!(
+            "endpoint {name} already exists (owned by {})",
+            e.owner
+        )),
+        Err(_) => ApiError::BadRequest(requests::unusable_endpoint_name(name)),
+    }
 }
 
 pub async fn list(

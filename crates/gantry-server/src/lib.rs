@@ -14,6 +14,7 @@ mod logs;
 pub mod mcp;
 mod monitoring;
 mod netpolicy;
+mod private;
 pub mod proxy;
 mod registry;
 mod secrets;
@@ -83,7 +84,7 @@ pub struct Server {
 impl Server {
     /// Opens the store, starts the controller and serves the API. Returns once listening.
     pub async fn start(config: ServerConfig) -> anyhow::Result<Server> {
-        std::fs::create_dir_all(&config.data_dir)
+        private::dir(&config.data_dir)
             .with_context(|| format!("creating {}", config.data_dir.display()))?;
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(&config.data_dir.join("gantry.db"))
@@ -98,6 +99,11 @@ impl Server {
         let mut config = config;
         config.listen = addr;
         let key = secrets::load_or_create_key(&config.data_dir).context("the secrets key")?;
+        private::file(&config.data_dir.join("secret.key")).context("the secrets key's mode")?;
+        for d in ["logs", "objects"] {
+            let top = config.data_dir.join(d);
+            private::tree(&top).with_context(|| format!("making {} private", top.display()))?;
+        }
         let base = agents::subnet_base(store.as_ref())
             .await
             .context("the subnet base")?;

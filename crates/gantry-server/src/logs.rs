@@ -45,12 +45,17 @@ pub async fn append(st: &AppState, chunk: &LogChunk) -> anyhow::Result<(u64, u64
     let file = path(st, chunk.attempt_id, name);
     let offset = chunk.offset;
     let written = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(crate::private::DIR_MODE)
+                .create(dir)?;
         }
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(crate::private::FILE_MODE)
             .open(&file)?;
         let len = f.metadata()?.len();
         let end = offset + data.len() as u64;

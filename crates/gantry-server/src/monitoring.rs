@@ -62,6 +62,16 @@ pub async fn webhook(
         Err(e) => return transient(&st, e.into()),
     };
     let reading = alertmanager::read(&payload, |node| known.contains(node));
+    if !reading.refused.is_empty() && reading.refused.len() == payload.alerts.len() {
+        // Nothing of this post can ever be accepted: a 4xx, which Alertmanager does not retry.
+        count(&st, StatusCode::BAD_REQUEST);
+        st.metrics.webhook_errors.inc();
+        return ApiError::BadRequest(format!(
+            "no alert of this post can be accepted: {}",
+            reading.refused.join("; ")
+        ))
+        .into_response();
+    }
     if reading.watchdog_firing {
         st.metrics.watchdog_at.store(now_ms(), Ordering::Relaxed);
     }
@@ -69,19 +79,33 @@ pub async fn webhook(
         alerts: payload.alerts.len(),
         unchanged: reading.watchdogs,
         ignored: reading.ignored,
+        refused: reading.refused,
         ..Default::default()
     };
-    for u in reading.unknown {
-        let ev = gantry_store::NewEvent {
-            workflow_id: None,
-            node: Some(u.node),
-            task: None,
-            kind: "alert.unknown_node".into(),
-            message: u.message,
-        };
-        if let Err(e) = st.store.record_event(&ev, now_ms()).await {
-            return transient(&st, e.into());
-        }
+    let unknown: Vec<gantry_store::UnknownNodeAlert> = reading
+        .unknown
+        .into_iter()
+        .map(|u| gantry_store::UnknownNodeAlert {
+            fingerprint: u.fingerprint,
+            episode: u.episode,
+            status: u.status,
+            event: gantry_store::NewEvent {
+                workflow_id: None,
+                node: Some(u.node),
+                task: None,
+                kind: "alert.unknown_node".into(),
+                message: u.message,
+            },
+        })
+        .collect();
+    // Repeats of an episode (Alertmanager re-sends every group interval, HA peers each send
+    // it) record nothing more.
+    if let Err(e) = st
+        .store
+        .record_unknown_node_alerts(&unknown, now_ms())
+        .await
+    {
+        return transient(&st, e.into());
     }
     match apply_alerts(&st, &reading.entries).await {
         Ok(applied) => {
@@ -104,6 +128,7 @@ pub async fn webhook(
         ("awaiting_admin", out.awaiting_admin),
         ("unchanged", out.unchanged),
         ("ignored", out.ignored.len()),
+        ("refused", out.refused.len()),
     ] {
         if n > 0 {
             st.metrics
@@ -125,7 +150,7 @@ fn transient(st: &AppState, e: ApiError) -> Response {
         StatusCode::SERVICE_UNAVAILABLE,
         Json(gantry_api::v1::ErrorBody {
             error: format!("try again: {e}"),
-            diagnostics: vec![],
+            ..Default::default()
         }),
     )
         .into_response()

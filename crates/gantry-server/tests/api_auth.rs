@@ -431,13 +431,14 @@ async fn bad_input_is_refused_and_changes_nothing() {
         "after an unsupported autoscaler"
     );
 
-    // A file far too large.
+    // A file far too large: 413, naming the limit.
     let huge = format!("{HELLO}# {}\n", "x".repeat(5 << 20));
     let r = c
         .post(&c.alice, "/workflows", Some(json!({"spec": huge})))
         .await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
-    assert!(!r.error().is_empty());
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{}", r.body);
+    assert!(r.error().contains("at most 4 MiB"), "{}", r.error());
+    assert_eq!(r.json()["limit_bytes"], 4 << 20);
     assert_eq!(c.list_ids(&c.admin).await, before, "after a huge file");
 
     // A listing filter that is not a status.

@@ -1551,9 +1551,10 @@ impl Cx<'_> {
         }
         if let Some(n) = f.get("retry") {
             if let Some(rf) = self.fields(n, &f.child("retry"), f.key_pos("retry"), &RETRY) {
-                p.attempts = rf
-                    .get("attempts")
-                    .and_then(|n| self.u32_in(n, &rf.child("attempts"), 1));
+                p.attempts = rf.get("attempts").and_then(|n| {
+                    self.uint(n, &rf.child("attempts"), 1, MAX_RETRY_ATTEMPTS.into())
+                        .and_then(|v| u32::try_from(v).ok())
+                });
                 if let Some(n) = rf.get("on") {
                     let rp = rf.child("on");
                     let mut on = Vec::new();

@@ -215,9 +215,13 @@ pub enum RetryOn {
     Node,
 }
 
+/// The most starts of one step a workflow file may ask for (`policy.retry.attempts`). A site
+/// may allow fewer (the `retry.max_attempts` setting), never more.
+pub const MAX_RETRY_ATTEMPTS: u32 = 100;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Retry {
-    /// Most starts in all; default 1 (no retry).
+    /// Most starts in all; default 1 (no retry), at most [`MAX_RETRY_ATTEMPTS`].
     pub attempts: u32,
     /// Default `[Failure]`.
     pub on: Vec<RetryOn>,

@@ -555,7 +555,7 @@ jobs:
             "8:5: jobs.j.requires: `requires` and `depends-on` are both set; list every dependency under `depends-on`",
             "8:16: jobs.j.requires[0]: `nope` is not a job or service of this workflow; jobs: `bad.name`, `j`, `k`; services: (none)",
             "10:26: jobs.j.policy.timeout.execute: the timeout must be longer than 0",
-            "11:25: jobs.j.policy.retry.attempts: 0 is out of range; it must be at least 1",
+            "11:25: jobs.j.policy.retry.attempts: 0 is out of range; it must be between 1 and 100",
             "11:33: jobs.j.policy.retry.on[0]: `network` is not one of `failure`, `node`",
             "12:24: jobs.j.multinode.nodes: 0 is out of range; it must be at least 1",
             "12:43: jobs.j.multinode.implementation: `pvm` is not one of `openmpi`, `ompi`, `mpich`, `gasnet`, `generic`",
@@ -592,6 +592,35 @@ services:
       endpoints: [{name: e, port-name: p, attach: chat}]
 ",
         &["12:19: services.b.network.endpoints[0]: persistent endpoint `chat` is already attached at 7:19; attach it once"],
+    );
+}
+
+#[test]
+fn retry_attempts_have_a_hard_maximum() {
+    check(
+        r#"version: v4
+defaults:
+  job:
+    policy:
+      retry: {attempts: 101}
+jobs:
+  j:
+    image: {uri: docker://alpine}
+    policy:
+      retry: {attempts: 4294967295, on: [failure]}
+"#,
+        &[
+            "5:25: defaults.job.policy.retry.attempts: 101 is out of range; it must be between 1 and 100",
+            "10:25: jobs.j.policy.retry.attempts: 4294967295 is out of range; it must be between 1 and 100",
+        ],
+    );
+    let most = gantry_spec::parse(
+        "version: v4\njobs:\n  j:\n    image: {uri: docker://alpine}\n    policy:\n      retry: {attempts: 100}\n",
+    )
+    .expect("the hard maximum itself is valid");
+    assert_eq!(
+        most.jobs["j"].policy.retry.attempts,
+        gantry_spec::MAX_RETRY_ATTEMPTS
     );
 }
 

@@ -4,9 +4,11 @@
 //! durable (WAL with `synchronous = FULL`).
 
 mod sqlite;
+mod text;
 mod types;
 
 pub use sqlite::SqliteStore;
+pub use text::{cap_text, MAX_TEXT_BYTES};
 pub use types::*;
 
 use async_trait::async_trait;
@@ -121,6 +123,13 @@ pub trait Store: Send + Sync + 'static {
         fingerprints: &[String],
     ) -> Result<std::collections::HashSet<(String, String)>>;
     async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()>;
+    /// Records each alert's event unless one was recorded for its (fingerprint, episode,
+    /// status) already, in one transaction; returns how many were recorded.
+    async fn record_unknown_node_alerts(
+        &self,
+        alerts: &[UnknownNodeAlert],
+        now: Millis,
+    ) -> Result<usize>;
 
     // --- services and endpoints --------------------------------------------------------------
     /// Records a running attempt's address on its node's bridge.

@@ -12,6 +12,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
+use crate::text::cap_opt;
 use crate::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -27,7 +28,38 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     /// Opens (creating if needed) the database file and brings its schema up to date.
+    /// Opens (creating if needed) the database at `path`. The file and its `-wal` and `-shm`
+    /// are the owner's alone (0600): they hold every user's workflows, token hashes and
+    /// sealed secrets. SQLite gives the `-wal` and `-shm` files the database file's mode, so
+    /// it is made private before SQLite first opens it; files an older version left readable
+    /// are made private here too.
     pub async fn open(path: &Path) -> Result<Self> {
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+        }
+        let private = || -> Result<()> {
+            use std::os::unix::fs::PermissionsExt;
+            for suffix in ["", "-wal", "-shm"] {
+                let mut name = path.as_os_str().to_owned();
+                name.push(suffix);
+                let p = std::path::PathBuf::from(name);
+                match std::fs::metadata(&p) {
+                    Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                            .map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        };
+        private()?;
         let opts = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -45,6 +77,8 @@ impl SqliteStore {
             .max_connections(4)
             .connect_with(opts)
             .await?;
+        // An older version's `-wal` and `-shm` live on while SQLite has the database open.
+        private()?;
         Ok(Self { pool, writer })
     }
 }
@@ -112,6 +146,7 @@ fn task_row(r: &SqliteRow) -> Result<TaskRow> {
         exit_code: r.get::<Option<i64>, _>("exit_code").map(|c| c as i32),
         created_at: r.get("created_at"),
         ended_at: r.get("ended_at"),
+        not_before: r.get("not_before"),
     })
 }
 
@@ -282,7 +317,7 @@ async fn event(tx: &mut Transaction<'_, Sqlite>, ev: &NewEvent, now: Millis) -> 
     .bind(&ev.node)
     .bind(&ev.task)
     .bind(&ev.kind)
-    .bind(&ev.message)
+    .bind(cap_text(&ev.message))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -761,7 +796,7 @@ impl Store for SqliteStore {
                         "UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?",
                     )
                     .bind(status.as_str())
-                    .bind(reason)
+                    .bind(cap_text(reason))
                     .bind(now)
                     .bind(task_id.to_string())
                     .execute(&mut *tx)
@@ -798,7 +833,7 @@ impl Store for SqliteStore {
                          ORDER BY idx",
                     )
                     .bind(now)
-                    .bind(format!("{status}: {reason}"))
+                    .bind(cap_text(&format!("{status}: {reason}")).into_owned())
                     .bind(workflow_id.to_string())
                     .bind(job)
                     .execute(&mut *tx)
@@ -808,7 +843,7 @@ impl Store for SqliteStore {
                          WHERE workflow_id = ? AND job = ? AND status = 'PENDING'",
                     )
                     .bind(status.as_str())
-                    .bind(reason)
+                    .bind(cap_text(reason))
                     .bind(now)
                     .bind(workflow_id.to_string())
                     .bind(job)
@@ -817,7 +852,7 @@ impl Store for SqliteStore {
                 }
                 Change::TaskWaiting { task_id, reason } => {
                     sqlx::query("UPDATE tasks SET reason = ? WHERE id = ? AND status = 'PENDING'")
-                        .bind(reason)
+                        .bind(cap_opt(reason))
                         .bind(task_id.to_string())
                         .execute(&mut *tx)
                         .await?;
@@ -833,7 +868,7 @@ impl Store for SqliteStore {
                          WHERE id = ? AND status IN ('PENDING', 'RUNNING') AND status != ?",
                     )
                     .bind(status.as_str())
-                    .bind(reason)
+                    .bind(cap_opt(reason))
                     .bind(ended)
                     .bind(workflow_id.to_string())
                     .bind(status.as_str())
@@ -948,7 +983,7 @@ impl Store for SqliteStore {
         .bind(end.status.as_str())
         .bind(end.cause.as_str())
         .bind(end.exit_code.map(i64::from))
-        .bind(&end.reason)
+        .bind(cap_opt(&end.reason))
         .bind(now)
         .bind(end.attempt_id.to_string())
         .fetch_optional(&mut *tx)
@@ -984,18 +1019,24 @@ impl Store for SqliteStore {
         )
         .await?;
         // Only the task's current attempt moves the task: a stale attempt never overwrites a newer one.
-        let (status, reason, ended) = match &end.task {
-            TaskNext::Retry { reason } => (TaskStatus::Pending, Some(reason.clone()), None),
-            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now)),
+        let (status, reason, ended, not_before) = match &end.task {
+            TaskNext::Retry { reason, not_before } => (
+                TaskStatus::Pending,
+                Some(reason.clone()),
+                None,
+                Some(*not_before),
+            ),
+            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
         };
         let moved = sqlx::query(
-            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?
-             WHERE id = ? AND live_attempt = ?",
+            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
+             not_before = ? WHERE id = ? AND live_attempt = ?",
         )
         .bind(status.as_str())
-        .bind(&reason)
+        .bind(cap_opt(&reason))
         .bind(end.exit_code.map(i64::from))
         .bind(ended)
+        .bind(not_before)
         .bind(task_id.to_string())
         .bind(end.attempt_id.to_string())
         .execute(&mut *tx)
@@ -1205,6 +1246,37 @@ impl Store for SqliteStore {
             }
         };
         rows.iter().map(event_row).collect()
+    }
+
+    async fn record_unknown_node_alerts(
+        &self,
+        alerts: &[UnknownNodeAlert],
+        now: Millis,
+    ) -> Result<usize> {
+        if alerts.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.writer.begin().await?;
+        let mut recorded = 0;
+        for a in alerts {
+            let new = sqlx::query(
+                "INSERT INTO unknown_node_alerts (fingerprint, episode, status, seen_at)
+                 VALUES (?, ?, ?, ?) ON CONFLICT (fingerprint, episode, status) DO NOTHING",
+            )
+            .bind(&a.fingerprint)
+            .bind(&a.episode)
+            .bind(&a.status)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if new > 0 {
+                event(&mut tx, &a.event, now).await?;
+                recorded += 1;
+            }
+        }
+        tx.commit().await?;
+        Ok(recorded)
     }
 
     async fn record_event(&self, e: &NewEvent, now: Millis) -> Result<()> {
@@ -1453,11 +1525,11 @@ impl Store for SqliteStore {
                     .bind(&h.kind)
                     .bind(&h.source)
                     .bind(&h.state)
-                    .bind(&h.alertname)
+                    .bind(cap_opt(&h.alertname))
                     .bind(&h.fingerprint)
                     .bind(&h.episode)
                     .bind(&h.release_rule)
-                    .bind(&h.reason)
+                    .bind(cap_text(&h.reason))
                     .bind(&h.created_by)
                     .bind(now)
                     .bind((h.state == "ACTIVE").then_some(now))
@@ -1524,7 +1596,7 @@ impl Store for SqliteStore {
                     )
                     .bind(by)
                     .bind(now)
-                    .bind(reason)
+                    .bind(cap_text(reason))
                     .bind(id.to_string())
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -1786,7 +1858,7 @@ impl Store for SqliteStore {
                          WHERE id = ? AND ended_at IS NULL AND phase != ? RETURNING endpoint, to_workflow",
                     )
                     .bind(phase)
-                    .bind(reason)
+                    .bind(cap_opt(reason))
                     .bind(now)
                     .bind(end)
                     .bind(now)

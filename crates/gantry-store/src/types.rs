@@ -74,6 +74,9 @@ pub struct TaskRow {
     pub exit_code: Option<i32>,
     pub created_at: Millis,
     pub ended_at: Option<Millis>,
+    /// Set when a failed attempt sent the task back to PENDING: the next attempt waits until
+    /// then (its retry backoff).
+    pub not_before: Option<Millis>,
 }
 
 #[derive(Debug, Clone)]
@@ -178,8 +181,8 @@ pub struct AttemptEnd {
 
 #[derive(Debug, Clone)]
 pub enum TaskNext {
-    /// Back to PENDING for another attempt.
-    Retry { reason: String },
+    /// Back to PENDING for another attempt, which may not start before `not_before`.
+    Retry { reason: String, not_before: Millis },
     Final {
         status: TaskStatus,
         reason: Option<String>,
@@ -228,6 +231,16 @@ pub struct NewEvent {
     pub task: Option<String>,
     pub kind: String,
     pub message: String,
+}
+
+/// An alert about a node the store does not know, as the webhook saw it: its event is recorded
+/// once per (fingerprint, episode, status).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownNodeAlert {
+    pub fingerprint: String,
+    pub episode: String,
+    pub status: String,
+    pub event: NewEvent,
 }
 
 #[derive(Debug, Clone)]

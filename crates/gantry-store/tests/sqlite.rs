@@ -142,6 +142,7 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
     // A retry takes a task back to PENDING: open again.
     let retry = TaskNext::Retry {
         reason: "again".into(),
+        not_before: 1003,
     };
     s.end_attempt(&end(a2, retry), 3).await.unwrap();
     s.apply(
@@ -319,6 +320,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
         reason: None,
         task: TaskNext::Retry {
             reason: "exited with code 1; retrying".into(),
+            not_before: 1004,
         },
     };
     assert!(s.end_attempt(&end, 4).await.unwrap());
@@ -329,6 +331,11 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let t = s.task(task).await.unwrap();
     assert_eq!(t.status, TaskStatus::Pending);
     assert_eq!(t.attempts, 1);
+    assert_eq!(
+        t.not_before,
+        Some(1004),
+        "the retry's backoff is kept with the task"
+    );
 
     // Second attempt, then a stale report from the first must not move the task.
     let a2 = Uuid::new_v4();
@@ -436,6 +443,142 @@ async fn everything_survives_reopening() {
         !s.request_stop(w.id, "ada", 4).await.unwrap(),
         "stop twice is one stop"
     );
+}
+
+#[tokio::test]
+async fn an_unknown_node_alert_is_recorded_once_per_episode_and_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let alert = |fp: &str, starts: &str, status: &str| UnknownNodeAlert {
+        fingerprint: fp.into(),
+        episode: starts.into(),
+        status: status.into(),
+        event: NewEvent {
+            workflow_id: None,
+            node: Some("ghost".into()),
+            task: None,
+            kind: "alert.unknown_node".into(),
+            message: format!("{fp} {starts} {status}"),
+        },
+    };
+    let firing = alert("a1", "2026-11-30T10:00:00Z", "firing");
+    // A post repeating one alert, then the same post again (an HA peer, a re-send).
+    let post = vec![firing.clone(); 1001];
+    assert_eq!(s.record_unknown_node_alerts(&post, 1).await.unwrap(), 1);
+    assert_eq!(s.record_unknown_node_alerts(&post, 2).await.unwrap(), 0);
+    // Its resolve, a next episode and another alert are each new.
+    let more = vec![
+        alert("a1", "2026-11-30T10:00:00Z", "resolved"),
+        alert("a1", "2026-11-30T11:00:00Z", "firing"),
+        alert("b2", "2026-11-30T10:00:00Z", "firing"),
+        firing,
+    ];
+    assert_eq!(s.record_unknown_node_alerts(&more, 3).await.unwrap(), 3);
+    let events = s
+        .events(&EventQuery {
+            node: Some("ghost".into()),
+            limit: 10_000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let messages: Vec<&str> = events.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "a1 2026-11-30T10:00:00Z firing",
+            "a1 2026-11-30T10:00:00Z resolved",
+            "a1 2026-11-30T11:00:00Z firing",
+            "b2 2026-11-30T10:00:00Z firing",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn free_text_is_stored_capped_with_a_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let summary = "ü".repeat(750_000); // a 1.5 MB alert summary
+    let hold = HoldRow {
+        id: Uuid::new_v4(),
+        node: "n1".into(),
+        pool: "default".into(),
+        kind: "cordon".into(),
+        source: "monitoring".into(),
+        state: "ACTIVE".into(),
+        alertname: Some("A".repeat(100_000)),
+        fingerprint: Some("f".into()),
+        episode: Some("2026-11-30T10:00:00Z".into()),
+        release_rule: "auto".into(),
+        reason: summary.clone(),
+        created_by: "monitoring".into(),
+        created_at: 1,
+        activated_at: None,
+        alert_resolved_at: None,
+        released_by: None,
+        released_at: None,
+        release_reason: None,
+    };
+    s.apply_holds(&[HoldChange::Place(Box::new(hold.clone()))], 1)
+        .await
+        .unwrap();
+    s.apply_holds(
+        &[HoldChange::Release {
+            id: hold.id,
+            by: "root".into(),
+            reason: "x".repeat(10_000),
+        }],
+        2,
+    )
+    .await
+    .unwrap();
+    s.record_event(
+        &NewEvent {
+            workflow_id: None,
+            node: Some("n1".into()),
+            task: None,
+            kind: "test".into(),
+            message: summary.clone(),
+        },
+        3,
+    )
+    .await
+    .unwrap();
+    let h = s.hold(hold.id).await.unwrap();
+    let checks = [
+        (h.reason.clone(), 1_500_000),
+        (h.alertname.clone().unwrap(), 100_000),
+        (h.release_reason.clone().unwrap(), 10_000),
+    ];
+    for (text, was) in checks {
+        assert!(text.len() <= MAX_TEXT_BYTES, "{}", text.len());
+        assert!(
+            text.ends_with(&format!("… (truncated, {was} bytes)")),
+            "{}",
+            &text[text.len() - 60..]
+        );
+    }
+    assert!(h.reason.starts_with("üü"));
+    let events = s
+        .events(&EventQuery {
+            node: Some("n1".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(!events.is_empty());
+    for e in &events {
+        assert!(
+            e.message.len() <= MAX_TEXT_BYTES,
+            "{}: {}",
+            e.kind,
+            e.message.len()
+        );
+    }
+    assert!(events
+        .iter()
+        .any(|e| e.message.ends_with("… (truncated, 1500000 bytes)")));
 }
 
 fn manifest(digest: &str, refs: &[&str]) -> NewManifest {

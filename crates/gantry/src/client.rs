@@ -36,23 +36,27 @@ pub fn write_context(path: &Path, ctx: &ClientContext) -> anyhow::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let text = toml::to_string(ctx)?;
     // The token is a credential: only the owner may read it.
+    write_private(path, toml::to_string(ctx)?.as_bytes())?;
+    Ok(())
+}
+
+/// Writes a file only its owner may read (0600), whole: a token or another credential.
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");
     {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
             .write(true)
             .mode(0o600)
             .open(&tmp)?;
-        f.write_all(text.as_bytes())?;
+        f.write_all(data)?;
         f.sync_all()?;
     }
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    std::fs::rename(&tmp, path)
 }
 
 fn read_context(path: &Path) -> anyhow::Result<Option<ClientContext>> {

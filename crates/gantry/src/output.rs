@@ -73,10 +73,10 @@ pub fn bytes(n: u64) -> String {
         u += 1;
     }
     if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
+        return format!("{n} B");
     }
+    let text = format!("{v:.1}");
+    format!("{} {}", text.strip_suffix(".0").unwrap_or(&text), UNITS[u])
 }
 
 /// An error for bad input (exit 2) rather than a failed operation (exit 1).

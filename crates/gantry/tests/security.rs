@@ -9,6 +9,8 @@
 mod common;
 #[path = "security/fuzz.rs"]
 mod fuzz;
+#[path = "security/holes.rs"]
+mod holes;
 #[path = "security/network.rs"]
 mod network;
 #[path = "security/paths.rs"]

@@ -15,6 +15,8 @@ mod layout;
 mod reference;
 pub mod unpack;
 
+pub use layout::LayoutDir;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
@@ -50,6 +52,10 @@ pub struct PullConfig {
     /// Registry hosts (`host` or `host:port`) that speak plain HTTP.
     #[serde(default)]
     pub insecure_hosts: Vec<String>,
+    /// Directories under which `oci://PATH` layouts may be read (`--oci-root`, absolute). A
+    /// layout elsewhere is refused, and none is read when the list is empty.
+    #[serde(default)]
+    pub oci_roots: Vec<PathBuf>,
 }
 
 /// What a container needs from its image's configuration.
@@ -104,6 +110,11 @@ pub enum ImageError {
     WrongPlatform { reference: String, platform: String },
     #[error("OCI layout {path}: {reason}")]
     Layout { path: String, reason: String },
+    #[error(
+        "OCI layout {path} is not available on this node: layouts are read only from the \
+         directories an administrator allows (--oci-root), and only when they can be read there"
+    )]
+    LayoutUnavailable { path: String },
     #[error("image config {digest} is not valid: {reason}")]
     BadConfig { digest: String, reason: String },
     #[error("unpacking layer {digest}: {source}")]
@@ -183,9 +194,23 @@ impl ImageStore {
                 ImageError::InvalidConfig(format!("mirror for {host}: {reason}"))
             })?;
         }
+        check_oci_roots(&config.oci_roots)?;
         for d in ["blobs/sha256", "layers/sha256", "locks", "tmp"] {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
+        }
+        // Private images' blobs and layers are their owners' alone: blobs are read by the agent
+        // only; layers are overlays' lower directories, reached by path, never listed.
+        for (d, keep) in [
+            ("", crate::PASS_THROUGH),
+            ("blobs", crate::OWNER_ONLY),
+            ("layers", crate::PASS_THROUGH),
+            ("locks", crate::OWNER_ONLY),
+            ("tmp", crate::OWNER_ONLY),
+        ] {
+            let p = root.join(d);
+            crate::restrict_dir(&p, keep)
+                .map_err(io_err(format!("restricting {}", p.display())))?;
         }
         // reqwest is built without a bundled crypto provider; ring is the light one. An error
         // only means some other part of the process installed one first.
@@ -243,7 +268,10 @@ impl ImageStore {
                 self.prepare_registry(reference, src.credential.as_ref())
                     .await
             }
-            Source::Layout { path, tag } => self.prepare_layout(&path, tag.as_deref()).await,
+            Source::Layout { path, tag } => {
+                let (dir, tag) = open_layout(&self.config.oci_roots, &path, tag)?;
+                self.prepare_layout(&dir, tag.as_deref()).await
+            }
         }
     }
 
@@ -317,13 +345,14 @@ impl ImageStore {
         Ok(image)
     }
 
-    async fn prepare_layout(&self, path: &Path, tag: Option<&str>) -> Result<PreparedImage> {
-        let (digest, manifest) = layout::resolve(path, tag).await?;
+    async fn prepare_layout(&self, dir: &LayoutDir, tag: Option<&str>) -> Result<PreparedImage> {
+        let (digest, manifest) = layout::resolve(dir, tag)?;
+        let path = dir.path();
         let display = match tag {
             Some(t) => format!("oci:{}:{t}", path.display()),
             None => format!("oci:{}", path.display()),
         };
-        let source = BlobSource::Layout(path);
+        let source = BlobSource::Layout(dir);
         self.finish(&source, display, digest, &manifest).await
     }
 
@@ -422,9 +451,9 @@ impl ImageStore {
         let res = match source {
             BlobSource::Registry(ctx) => self.fetch_blob(ctx, desc, &tmp).await,
             BlobSource::Layout(dir) => {
-                let src = layout::blob_path(dir, &desc.digest)?;
+                let src = dir.open_blob(&desc.digest)?;
                 let (tmp2, digest) = (tmp.clone(), desc.digest.clone());
-                tokio::task::spawn_blocking(move || copy_verified(&src, &tmp2, &digest))
+                tokio::task::spawn_blocking(move || copy_verified(src, &tmp2, &digest))
                     .await
                     .map_err(|e| io_err("copy task")(io::Error::other(e)))?
             }
@@ -533,7 +562,7 @@ struct DigestGuard {
 
 enum BlobSource<'a> {
     Registry(&'a RegistryCtx),
-    Layout(&'a Path),
+    Layout(&'a LayoutDir),
 }
 
 struct RegistryCtx {
@@ -603,6 +632,62 @@ impl RegistryCtx {
     }
 }
 
+/// The roots a node reads `oci://` layouts from must be absolute, without `..`: layout paths
+/// are matched against them component by component.
+pub fn check_oci_roots(roots: &[PathBuf]) -> Result<()> {
+    for r in roots {
+        if !r.is_absolute() || r.components().any(|c| c == std::path::Component::ParentDir) {
+            return Err(ImageError::InvalidConfig(format!(
+                "--oci-root {} must be an absolute path without `..`",
+                r.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` lies beneath one of `roots` by its name alone (nothing is opened): what the
+/// server can check at submit. The node still opens it beneath its root, refusing symlinks.
+pub fn oci_path_allowed(roots: &[PathBuf], uri: &str) -> bool {
+    match parse_source(uri) {
+        Ok(Source::Layout { path, tag }) => {
+            let whole = layout_whole(&path, tag.as_deref());
+            roots.iter().any(|r| {
+                let inside = |p: &Path| {
+                    p.components().all(|c| c != std::path::Component::ParentDir) && p.starts_with(r)
+                };
+                inside(&path) || inside(&whole)
+            })
+        }
+        _ => false,
+    }
+}
+
+/// `PATH:TAG` as one path: a layout's directory may itself have a `:` in its name.
+fn layout_whole(path: &Path, tag: Option<&str>) -> PathBuf {
+    match tag {
+        Some(t) => PathBuf::from(format!("{}:{t}", path.display())),
+        None => path.to_path_buf(),
+    }
+}
+
+/// Opens an `oci://PATH[:TAG]` layout beneath the allowed roots: `PATH` with the tag, or, when
+/// that is not a layout, the whole `PATH:TAG` as a directory's name. Either failing answers
+/// the same way for whatever reason.
+fn open_layout(
+    roots: &[PathBuf],
+    path: &Path,
+    tag: Option<String>,
+) -> Result<(LayoutDir, Option<String>)> {
+    match LayoutDir::open(roots, path) {
+        Ok(dir) => Ok((dir, tag)),
+        Err(e) if tag.is_none() => Err(e),
+        Err(e) => LayoutDir::open(roots, &layout_whole(path, tag.as_deref()))
+            .map(|dir| (dir, None))
+            .map_err(|_| e),
+    }
+}
+
 /// Returns the hex part of a `sha256:` digest, refusing anything else: the hex becomes a file
 /// name, so it must be exactly 64 lowercase hex digits.
 pub(crate) fn check_digest(digest: &str) -> Result<&str> {
@@ -630,15 +715,14 @@ fn verify(digest: &str, actual: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn copy_verified(src: &Path, dst: &Path, digest: &str) -> Result<()> {
-    let mut input = fs::File::open(src).map_err(io_err(format!("opening {}", src.display())))?;
+fn copy_verified(mut input: fs::File, dst: &Path, digest: &str) -> Result<()> {
     let mut out = fs::File::create(dst).map_err(io_err(format!("creating {}", dst.display())))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = input
             .read(&mut buf)
-            .map_err(io_err(format!("reading {}", src.display())))?;
+            .map_err(io_err(format!("reading blob {digest}")))?;
         if n == 0 {
             break;
         }
@@ -771,7 +855,10 @@ pub async fn resolve_digest(src: &ImageSource, config: &PullConfig) -> Result<St
                 })?;
             Ok(digest)
         }
-        Source::Layout { path, tag } => Ok(layout::resolve(&path, tag.as_deref()).await?.0),
+        Source::Layout { path, tag } => {
+            let (dir, tag) = open_layout(&config.oci_roots, &path, tag)?;
+            Ok(layout::resolve(&dir, tag.as_deref())?.0)
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Image source URIs (`docker://REF`, `oci://PATH[:TAG]`) and registry mirrors.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use oci_client::Reference;
 
@@ -31,15 +31,9 @@ pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
         if !rest.starts_with('/') {
             return Err(invalid("an oci:// layout path must be absolute"));
         }
-        // A path may itself contain `:`, so the tag split is only taken when the whole string
-        // is not a layout.
-        let whole = Path::new(rest);
-        if whole.join("index.json").is_file() {
-            return Ok(Source::Layout {
-                path: whole.to_path_buf(),
-                tag: None,
-            });
-        }
+        // Split by the name alone: looking at the path here would tell a workflow what exists
+        // on the node. A layout whose directory has a `:` in its name is still found when it
+        // is opened (`open_layout` tries the whole name too).
         if let Some((path, tag)) = rest.rsplit_once(':') {
             if !tag.is_empty() && !tag.contains('/') {
                 return Ok(Source::Layout {
@@ -49,7 +43,7 @@ pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
             }
         }
         return Ok(Source::Layout {
-            path: whole.to_path_buf(),
+            path: PathBuf::from(rest),
             tag: None,
         });
     }

@@ -48,7 +48,9 @@ pub mod files {
 /// containers with them, and the server then treats the node's attempts as lost), and the
 /// fsyncs cost each container start and end milliseconds on the path of every job.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    write_atomic_mode(path, data, 0o644)
+    // The owner's alone: a bundle's config.json and meta.json carry the assignment's
+    // environment, secrets filled in.
+    write_atomic_mode(path, data, 0o600)
 }
 
 /// [`write_atomic`] with the file's permissions.

@@ -473,11 +473,17 @@ impl Runtime {
                 config.cgroup_parent
             )));
         }
+        // Bundles (with their assignments' secrets) and runc's state are nobody else's; image
+        // builds' and jobs' user namespaces (unprivileged host uids) must still pass through to
+        // their bundles.
         for d in [
+            config.state_dir.clone(),
             config.state_dir.join("containers"),
             config.runc_root.clone(),
         ] {
             fs::create_dir_all(&d).map_err(io_err(format!("creating {}", d.display())))?;
+            crate::restrict_dir(&d, crate::PASS_THROUGH)
+                .map_err(io_err(format!("restricting {}", d.display())))?;
         }
         if sys::noexec(&config.state_dir).map_err(io_err("statvfs of the state directory"))? {
             return Err(RuntimeError::InvalidConfig(format!(
@@ -784,6 +790,20 @@ impl Runtime {
         let userns = build
             .and_then(|b| b.userns)
             .or(job_ns.as_ref().map(|(m, _)| *m));
+        if let Some(d) = injected_dir {
+            // A job's files may carry its secrets: nobody else may reach them. In a user
+            // namespace the directory is the container's root's (as the files are), so the
+            // bind mounts work whether runc opens their sources as the host's root or from
+            // inside the namespace.
+            let d = dir.join(d);
+            fs::set_permissions(&d, fs::Permissions::from_mode(0o700))
+                .map_err(io_err(format!("chmod {}", files::INJECTED)))?;
+            if let Some(m) = userns {
+                std::os::unix::fs::lchown(&d, Some(m.host), Some(m.host)).map_err(io_err(
+                    "giving the injected files' directory to the user namespace",
+                ))?;
+            }
+        }
         if let Some(m) = userns {
             // The upper directory is the overlay's `/`: root in the container must own it.
             std::os::unix::fs::lchown(dir.join(files::UPPER), Some(m.host), Some(m.host))
@@ -1249,7 +1269,13 @@ impl Runtime {
             write_atomic(&dir.join(files::META), &meta_bytes)
                 .map_err(io_err("writing meta.json"))?;
             for f in [files::STDOUT, files::STDERR] {
-                fs::File::create(dir.join(f)).map_err(io_err(format!("creating {f}")))?;
+                fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(true)
+                    .write(true)
+                    .mode(0o600)
+                    .open(dir.join(f))
+                    .map_err(io_err(format!("creating {f}")))?;
             }
             let owner = serde_json::to_vec(&owner).map_err(|e| io_err("task")(e.into()))?;
             write_atomic(&dir.join(files::TASK), &owner).map_err(io_err("writing task.json"))

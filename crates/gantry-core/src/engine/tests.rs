@@ -10,6 +10,7 @@ fn task(n: u128, status: TaskStatus) -> TaskView {
         status,
         attempts_made: 0,
         live: None,
+        not_before: None,
     }
 }
 
@@ -24,6 +25,7 @@ fn live(n: u128, a: u128, status: TaskStatus, since: Option<Millis>) -> TaskView
             running_since: since,
             stop_sent: None,
         }),
+        not_before: None,
     }
 }
 
@@ -252,7 +254,14 @@ fn retry_job(attempts: u32, failure: bool, node: bool) -> JobView {
 #[test]
 fn outcome_success_is_finished() {
     assert_eq!(
-        attempt_outcome(&retry_job(3, true, true), 1, Some(0), EndCause::Exit, "n1"),
+        attempt_outcome(
+            &retry_job(3, true, true),
+            1,
+            Some(0),
+            EndCause::Exit,
+            "n1",
+            0
+        ),
         Outcome::Final {
             status: TaskStatus::Finished,
             reason: None
@@ -264,11 +273,11 @@ fn outcome_success_is_finished() {
 fn outcome_failure_retries_while_attempts_remain() {
     let j = retry_job(2, true, false);
     assert!(matches!(
-        attempt_outcome(&j, 1, Some(3), EndCause::Exit, "n1"),
+        attempt_outcome(&j, 1, Some(3), EndCause::Exit, "n1", 0),
         Outcome::Retry { .. }
     ));
     assert_eq!(
-        attempt_outcome(&j, 2, Some(3), EndCause::Exit, "n1"),
+        attempt_outcome(&j, 2, Some(3), EndCause::Exit, "n1", 0),
         Outcome::Final {
             status: TaskStatus::Failed,
             reason: Some("exited with code 3".into())
@@ -284,7 +293,8 @@ fn outcome_timeout_is_a_failure_with_reason_timeout() {
             1,
             Some(137),
             EndCause::Timeout,
-            "n1"
+            "n1",
+            0
         ),
         Outcome::Final {
             status: TaskStatus::Failed,
@@ -298,19 +308,19 @@ fn outcome_node_loss_retries_only_with_retry_on_node() {
     let no = retry_job(3, true, false);
     let yes = retry_job(3, false, true);
     assert_eq!(
-        attempt_outcome(&no, 1, None, EndCause::NodeLost, "n7"),
+        attempt_outcome(&no, 1, None, EndCause::NodeLost, "n7", 0),
         Outcome::Final {
             status: TaskStatus::Failed,
             reason: Some("node n7 was lost".into())
         }
     );
     assert!(matches!(
-        attempt_outcome(&yes, 1, None, EndCause::Evicted, "n7"),
+        attempt_outcome(&yes, 1, None, EndCause::Evicted, "n7", 0),
         Outcome::Retry { .. }
     ));
     // A failure exit does not retry when only `node` is listed.
     assert!(matches!(
-        attempt_outcome(&yes, 1, Some(1), EndCause::Exit, "n7"),
+        attempt_outcome(&yes, 1, Some(1), EndCause::Exit, "n7", 0),
         Outcome::Final {
             status: TaskStatus::Failed,
             ..
@@ -326,7 +336,8 @@ fn outcome_stopped_is_stopped_never_retried() {
             1,
             Some(143),
             EndCause::Stopped,
-            "n1"
+            "n1",
+            0
         ),
         Outcome::Final {
             status: TaskStatus::Stopped,
@@ -513,6 +524,7 @@ mod counted {
                     status,
                     attempts_made: 1,
                     live,
+                    not_before: None,
                 };
                 if status.is_terminal() && fold {
                     c.ended.add(status, 1);
@@ -610,6 +622,108 @@ mod counted {
                 full.iter().find(|a| matches!(a, Action::SetWorkflow { .. })),
                 part.last().filter(|a| matches!(a, Action::SetWorkflow { .. }))
             );
+        }
+    }
+}
+
+#[test]
+fn a_retry_waits_out_a_doubling_backoff() {
+    assert_eq!(retry_backoff(1), RETRY_BACKOFF_BASE_MS);
+    assert_eq!(retry_backoff(2), 2 * RETRY_BACKOFF_BASE_MS);
+    assert_eq!(retry_backoff(3), 4 * RETRY_BACKOFF_BASE_MS);
+    assert_eq!(retry_backoff(u32::MAX), RETRY_BACKOFF_MAX_MS);
+    let j = retry_job(4, true, false);
+    let Outcome::Retry { reason, not_before } =
+        attempt_outcome(&j, 2, Some(1), EndCause::Exit, "n1", 50_000)
+    else {
+        panic!("attempts remain: a retry");
+    };
+    assert_eq!(not_before, 52_000);
+    assert_eq!(
+        reason,
+        "exited with code 1; attempt 3 of 4 starts after a 2s backoff"
+    );
+    let Outcome::Retry { reason, .. } = attempt_outcome(
+        &retry_job(100, true, false),
+        9,
+        Some(1),
+        EndCause::Exit,
+        "n1",
+        0,
+    ) else {
+        panic!("attempts remain: a retry");
+    };
+    assert!(
+        reason.ends_with("attempt 10 of 100 starts after a 4m16s backoff"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_task_backing_off_is_placed_only_once_its_wait_is_over() {
+    let mut t = task(1, TaskStatus::Pending);
+    t.attempts_made = 1;
+    t.not_before = Some(10_000);
+    let w = wf(WorkflowStatus::Running, vec![job("a", &[], vec![t])]);
+    assert!(
+        reconcile(&w, 9_999).is_empty(),
+        "{:?}",
+        reconcile(&w, 9_999)
+    );
+    assert_eq!(reconcile(&w, 10_000), vec![Action::Place { task: id(1) }]);
+    // A stop does not wait for the backoff.
+    let mut stopped = w.clone();
+    stopped.stop_requested = true;
+    assert!(reconcile(&stopped, 0)
+        .iter()
+        .any(|a| matches!(a, Action::EndTask { task, .. } if *task == id(1))));
+}
+
+mod backoff_props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Waits never shrink from one attempt to the next, never exceed the cap, and each is
+        /// at least the base: attempts of one task are never back to back.
+        #[test]
+        fn waits_grow_and_stay_bounded(n in 1u32..200) {
+            let (a, b) = (retry_backoff(n), retry_backoff(n + 1));
+            prop_assert!(a >= RETRY_BACKOFF_BASE_MS);
+            prop_assert!(b >= a);
+            prop_assert!(b <= RETRY_BACKOFF_MAX_MS);
+            prop_assert!(b == RETRY_BACKOFF_MAX_MS || b == 2 * a);
+        }
+
+        /// Whatever the attempt, the cause and the time, a retry starts no earlier than one
+        /// backoff after the end, and reconcile holds the task back until exactly then.
+        #[test]
+        fn a_retried_task_starts_no_earlier_than_its_backoff(
+            made in 1u32..50,
+            extra in 1u32..50,
+            ended in 0i64..1_000_000_000,
+            cause in prop_oneof![
+                Just(EndCause::Exit),
+                Just(EndCause::Timeout),
+                Just(EndCause::StartError),
+                Just(EndCause::NodeLost),
+                Just(EndCause::Evicted),
+            ],
+            probe in 0i64..400_000,
+        ) {
+            let j = retry_job(made + extra, true, true);
+            let outcome = attempt_outcome(&j, made, Some(1), cause, "n1", ended);
+            let Outcome::Retry { not_before, .. } = outcome else {
+                return Err(TestCaseError::fail(format!("attempts remain: {outcome:?}")));
+            };
+            prop_assert_eq!(not_before, ended + retry_backoff(made));
+            let mut t = task(1, TaskStatus::Pending);
+            t.attempts_made = made;
+            t.not_before = Some(not_before);
+            let w = wf(WorkflowStatus::Running, vec![job("a", &[], vec![t])]);
+            let now = ended + probe;
+            let placed = reconcile(&w, now).contains(&Action::Place { task: id(1) });
+            prop_assert_eq!(placed, now >= not_before);
         }
     }
 }

@@ -100,7 +100,7 @@ async fn json_errors(resp: Response) -> Response {
     };
     let body = serde_json::to_vec(&ErrorBody {
         error,
-        diagnostics: vec![],
+        ..Default::default()
     })
     .unwrap_or_default();
     parts.headers.remove(CONTENT_LENGTH);
@@ -136,6 +136,9 @@ pub enum ApiError {
     },
     #[error("{0}")]
     Conflict(String),
+    /// 413: what was sent is larger than the server takes; `limit` is that size in bytes.
+    #[error("{message}")]
+    TooLarge { message: String, limit: u64 },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -165,17 +168,23 @@ impl IntoResponse for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) | ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Internal(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         let diagnostics = match &self {
             ApiError::Invalid { diagnostics, .. } => diagnostics.clone(),
             _ => vec![],
         };
+        let limit_bytes = match &self {
+            ApiError::TooLarge { limit, .. } => Some(*limit),
+            _ => None,
+        };
         let mut resp = (
             status,
             Json(ErrorBody {
                 error: self.to_string(),
                 diagnostics,
+                limit_bytes,
             }),
         )
             .into_response();
@@ -189,18 +198,82 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// JSON bodies that fail to parse get our error shape, not axum's plain text.
-pub struct JsonBody<T>(pub T);
+/// The most bytes of a JSON request body a route takes unless it says otherwise (axum's own
+/// default).
+pub const BODY_LIMIT: usize = 2 << 20;
 
-impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+/// What a workflow file's route takes: a file of the largest size the server accepts, JSON
+/// escaped. Valid YAML has no control characters but tab, CR and LF, so escaping at most
+/// doubles it; the rest is room for the other fields.
+pub const WORKFLOW_BODY_LIMIT: usize = 2 * gantry_api::v1::MAX_WORKFLOW_FILE_BYTES + (64 << 10);
+
+/// A JSON request body of at most `LIMIT` bytes. Bigger is 413 with the limit named (in the
+/// message and as `limit_bytes`); one that does not parse is 400, in our error shape. Read
+/// here rather than by axum's `Json`, whose own limit (2 MiB unless a layer says otherwise)
+/// would answer first, in plain text, and as 400.
+pub struct JsonBody<T, const LIMIT: usize = BODY_LIMIT>(pub T);
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::TooLarge {
+        message: format!(
+            "the request body is larger than this route takes: at most {}",
+            crate::web::bytes(limit as u64)
+        ),
+        limit: limit as u64,
+    }
+}
+
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(ct) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+impl<S, T, const LIMIT: usize> axum::extract::FromRequest<S> for JsonBody<T, LIMIT>
 where
     T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
-        match Json::<T>::from_request(req, state).await {
+    async fn from_request(req: axum::extract::Request, _: &S) -> Result<Self, ApiError> {
+        use futures_util::StreamExt;
+        let (parts, body) = req.into_parts();
+        if !is_json(&parts.headers) {
+            return Err(ApiError::BadRequest(
+                "bad request body: expected a request with `Content-Type: application/json`".into(),
+            ));
+        }
+        let declared = parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > LIMIT as u64) {
+            return Err(too_large(LIMIT));
+        }
+        let mut stream = body.into_data_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk
+                .map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+            if buf.len() + chunk.len() > LIMIT {
+                return Err(too_large(LIMIT));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        match Json::<T>::from_bytes(&buf) {
             Ok(Json(v)) => Ok(JsonBody(v)),
             Err(e) => Err(ApiError::BadRequest(format!(
                 "bad request body: {}",

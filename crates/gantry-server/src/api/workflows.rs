@@ -13,7 +13,7 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::{ApiError, JsonBody};
+use super::{ApiError, JsonBody, WORKFLOW_BODY_LIMIT};
 use crate::auth::{Caller, UserCaller};
 use crate::state::{now_ms, AppState};
 
@@ -33,12 +33,20 @@ fn refused(r: Refusal) -> ApiError {
             message,
             diagnostics,
         },
+        Refusal::TooLarge { size, limit } => ApiError::TooLarge {
+            message: format!(
+                "the workflow file is {}; the server takes at most {}",
+                crate::web::bytes(size),
+                crate::web::bytes(limit)
+            ),
+            limit,
+        },
     }
 }
 
 pub async fn validate(
     UserCaller(_): UserCaller,
-    JsonBody(req): JsonBody<ValidateWorkflow>,
+    JsonBody(req): JsonBody<ValidateWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<Validation>, ApiError> {
     match requests::parse_spec(&req.spec).map_err(refused) {
         Ok(_) => Ok(Json(Validation {
@@ -57,7 +65,7 @@ pub async fn submit(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
     headers: axum::http::HeaderMap,
-    JsonBody(req): JsonBody<SubmitWorkflow>,
+    JsonBody(req): JsonBody<SubmitWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
     let prepared = prepare(&st, &c, req, channel_of(&headers)).await?;
     Ok(Json(commit(&st, &c, prepared, None).await?))
@@ -101,6 +109,14 @@ pub async fn prepare(
         name,
         warnings,
     } = requests::submission(&req).map_err(refused)?;
+    let cap = requests::retry_cap(
+        st.store
+            .setting(requests::RETRY_MAX_ATTEMPTS_KEY)
+            .await?
+            .as_deref(),
+    );
+    requests::check_retries(&wf, cap).map_err(ApiError::BadRequest)?;
+    check_layouts(st, &wf)?;
     if !wf.images.is_empty() {
         let enabled = st.store.setting("builds.enabled").await?;
         if enabled.as_deref() == Some("false") {
@@ -125,6 +141,32 @@ pub async fn prepare(
         warnings,
         takeovers,
     })
+}
+
+/// Refuses `oci://` layouts outside the directories this server allows (`--oci-root`), by
+/// name alone: nothing on disk is looked at, so the answer says nothing of what exists. The
+/// node checks again, opening the layout beneath its own roots.
+fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiError> {
+    let roots = &st.config.pull.oci_roots;
+    let outside: Vec<String> = crate::plan::layouts(wf)
+        .into_iter()
+        .filter(|(_, uri)| !gantry_agent::image::oci_path_allowed(roots, uri))
+        .map(|(at, uri)| format!("{at}: {uri}"))
+        .collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    let allowed = if roots.is_empty() {
+        "this cluster allows none".to_string()
+    } else {
+        let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        format!("this cluster allows those under {}", list.join(", "))
+    };
+    Err(ApiError::BadRequest(format!(
+        "oci:// images are read only from directories an administrator allows (--oci-root), \
+         and {allowed}:\n  {}",
+        outside.join("\n  ")
+    )))
 }
 
 /// Stores a prepared workflow. `confirmed_via` says that the submitter confirmed its takeovers

@@ -33,7 +33,7 @@ impl BlobStore {
         }
         for d in [root.join("blobs/sha256"), uploads] {
             // Reported again, with the path, by the first request that needs it.
-            if let Err(e) = std::fs::create_dir_all(&d) {
+            if let Err(e) = crate::private::dir(&d) {
                 tracing::error!("object cache: creating {}: {e}", d.display());
             }
         }
@@ -75,7 +75,7 @@ impl BlobStore {
             return Ok(());
         }
         let tmp = self.upload_path(Uuid::new_v4());
-        let mut f = tokio::fs::File::create(&tmp).await?;
+        let mut f = private_file(&tmp).await?;
         f.write_all(bytes).await?;
         f.sync_all().await?;
         drop(f);
@@ -167,7 +167,7 @@ pub struct Upload {
 
 impl Upload {
     pub async fn create(path: PathBuf, repo: String, user: String) -> io::Result<Upload> {
-        tokio::fs::File::create(&path).await?;
+        private_file(&path).await?;
         Ok(Upload {
             repo,
             user,
@@ -235,4 +235,15 @@ impl Upload {
     pub async fn sync(&self) -> io::Result<()> {
         tokio::fs::File::open(&self.path).await?.sync_all().await
     }
+}
+
+/// A new file (truncated if it exists) only the server may read: the blobs of private images.
+async fn private_file(path: &Path) -> io::Result<tokio::fs::File> {
+    tokio::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(crate::private::FILE_MODE)
+        .open(path)
+        .await
 }

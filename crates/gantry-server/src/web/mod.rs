@@ -314,7 +314,7 @@ pub fn span(secs: i64) -> String {
     }
 }
 
-/// Bytes in IEC units: "512 B", "1.5 KiB", "2.0 GiB".
+/// Bytes in IEC units: "512 B", "1.5 KiB", "2 GiB" (the API's messages use it too).
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
     if n < 1024 {
@@ -329,7 +329,8 @@ pub fn bytes(n: u64) -> String {
         v /= 1024.0;
         unit = u;
     }
-    format!("{v:.1} {unit}")
+    let text = format!("{v:.1}");
+    format!("{} {unit}", text.strip_suffix(".0").unwrap_or(&text))
 }
 
 /// A path segment with everything but unreserved characters percent-encoded.
@@ -382,7 +383,8 @@ mod tests {
     fn sizes_use_iec_units() {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(2 << 30), "2.0 GiB");
+        assert_eq!(bytes(2 << 30), "2 GiB");
+        assert_eq!(bytes((5 << 20) + (100 << 10)), "5.1 MiB");
     }
 
     #[test]

@@ -145,17 +145,7 @@ pub async fn start(
 ) -> anyhow::Result<Stack> {
     std::fs::create_dir_all(dir.join("rules"))?;
     let token_file = dir.join("token");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&token_file)?;
-        f.write_all(token.as_bytes())?;
-    }
+    crate::client::write_private(&token_file, token.as_bytes())?;
     let am = free_addr()?;
     let prom = free_addr()?;
     let am_yml = ALERTMANAGER_YML

@@ -18,7 +18,9 @@ use gantry_server::{Server, ServerConfig};
 
 use super::monitoring::{MonitoringOptions, Stack};
 
-use crate::client::{default_data_dir, user_config_dir, write_context, Client, ClientContext};
+use crate::client::{
+    default_data_dir, user_config_dir, write_context, write_private, Client, ClientContext,
+};
 use crate::output::UsageError;
 use crate::Conn;
 
@@ -31,6 +33,11 @@ pub struct RegistryArgs {
     /// Registries (host:port) that speak plain HTTP (repeatable).
     #[arg(long = "insecure-registry", value_name = "HOST")]
     pub insecure: Vec<String>,
+    /// A directory whose OCI image layouts workflows may run as `oci://DIR/...` (repeatable,
+    /// absolute). Without one, `oci://` images are refused. Give the server the same list as
+    /// its agents: it refuses at submit what none allows.
+    #[arg(long = "oci-root", value_name = "DIR")]
+    pub oci_roots: Vec<PathBuf>,
 }
 
 impl RegistryArgs {
@@ -44,9 +51,12 @@ impl RegistryArgs {
             };
             mirrors.insert(reg.to_string(), url.to_string());
         }
+        gantry_agent::image::check_oci_roots(&self.oci_roots)
+            .map_err(|e| UsageError(e.to_string()))?;
         Ok(PullConfig {
             mirrors,
             insecure_hosts: self.insecure.clone(),
+            oci_roots: self.oci_roots.clone(),
         })
     }
 }
@@ -266,6 +276,18 @@ async fn embedded(
         super::monitoring::check_installed()?;
     }
     let pull = registry.pull_config()?;
+    // Nobody else may list or change it: group and others keep at most the right to pass
+    // through (0711), which the user namespaces of image builds and jobs (unprivileged host
+    // uids) need to reach the agents' state below. What is private inside has its own modes.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("creating {}", data_dir.display()))?;
+        let mode = std::fs::metadata(data_dir)?.permissions().mode() & 0o7777;
+        if mode & 0o066 != 0 {
+            std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(mode & 0o7711))?;
+        }
+    }
     let mut config = ServerConfig::new(listen, data_dir.join("server"));
     config.pull = pull.clone();
     config.heartbeat_interval = Duration::from_secs(2);
@@ -292,14 +314,20 @@ async fn embedded(
             write_context(&dir.join("context.toml"), &ctx)?;
         }
     }
+    // The agents' token: whoever reads it can register a node and be sent assignments, their
+    // secrets filled in. Only the owner may read it (an older version wrote it 0644).
     let agent_token_path = data_dir.join("agent.token");
     let agent_token = match std::fs::read_to_string(&agent_token_path) {
-        Ok(t) => t.trim().to_string(),
+        Ok(t) => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&agent_token_path, std::fs::Permissions::from_mode(0o600))?;
+            t.trim().to_string()
+        }
         Err(_) => {
             let t = server
                 .create_user("local-agents", "admin", Role::Agent)
                 .await?;
-            std::fs::write(&agent_token_path, &t)?;
+            write_private(&agent_token_path, t.as_bytes())?;
             t
         }
     };

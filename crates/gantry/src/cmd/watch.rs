@@ -190,42 +190,61 @@ pub async fn print_logs(
         let path = format!("/workflows/{id}/logs/{job}");
         let prefix = prefix.map(|p| format!("[{p}] "));
         async move {
+            let mut out = Lines::new(stream, prefix);
             let mut q: Vec<(&str, String)> = vec![("stream", stream.to_string())];
             if let Some(t) = task {
                 q.push(("task", t.to_string()));
             }
-            if let Some(a) = attempt {
-                q.push(("attempt", a.to_string()));
-            }
             if follow {
+                // One reply streams the attempt's output until it ends, however long.
+                if let Some(a) = attempt {
+                    q.push(("attempt", a.to_string()));
+                }
                 q.push(("follow", "true".into()));
+                let resp = client
+                    .check(client.request(reqwest::Method::GET, &path).query(&q))
+                    .await?;
+                let mut body = resp.bytes_stream();
+                while let Some(chunk) = body.next().await {
+                    out.write(&chunk?);
+                }
+                out.finish();
+                return anyhow::Ok(());
             }
-            let resp = client
-                .check(client.request(reqwest::Method::GET, &path).query(&q))
-                .await?;
-            let mut body = resp.bytes_stream();
-            let mut pending: Vec<u8> = Vec::new();
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk?;
-                match &prefix {
-                    None => write_out(stream, &chunk),
-                    Some(p) => {
-                        pending.extend_from_slice(&chunk);
-                        while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
-                            let line: Vec<u8> = pending.drain(..=nl).collect();
-                            let mut out = p.as_bytes().to_vec();
-                            out.extend_from_slice(&line);
-                            write_out(stream, &out);
-                        }
-                    }
+            // Without follow a reply is one page (the server sends at most 8 MiB): go on from
+            // the offset it names until a page is empty, pinned to the first page's attempt so
+            // a retry starting meanwhile is not mixed in.
+            let mut attempt = attempt;
+            let mut offset: u64 = 0;
+            loop {
+                let mut page = q.clone();
+                if let Some(a) = attempt {
+                    page.push(("attempt", a.to_string()));
+                }
+                page.push(("offset", offset.to_string()));
+                let resp = client
+                    .check(client.request(reqwest::Method::GET, &path).query(&page))
+                    .await?;
+                let header = |name: &str| {
+                    resp.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                };
+                let next = header("x-gantry-next-offset");
+                if attempt.is_none() {
+                    attempt = header("x-gantry-attempt")
+                        .filter(|n| *n > 0)
+                        .map(|n| n as u32);
+                }
+                let bytes = resp.bytes().await?;
+                out.write(&bytes);
+                match next {
+                    Some(n) if !bytes.is_empty() && n > offset && attempt.is_some() => offset = n,
+                    _ => break,
                 }
             }
-            if let (Some(p), false) = (&prefix, pending.is_empty()) {
-                let mut out = p.as_bytes().to_vec();
-                out.extend_from_slice(&pending);
-                out.push(b'\n');
-                write_out(stream, &out);
-            }
+            out.finish();
             anyhow::Ok(())
         }
     };
@@ -233,6 +252,47 @@ pub async fn print_logs(
     a?;
     b?;
     Ok(())
+}
+
+/// Output written as it comes, or with a prefix on each whole line (a line split across
+/// chunks is held until its end).
+struct Lines {
+    stream: &'static str,
+    prefix: Option<String>,
+    pending: Vec<u8>,
+}
+
+impl Lines {
+    fn new(stream: &'static str, prefix: Option<String>) -> Lines {
+        Lines {
+            stream,
+            prefix,
+            pending: Vec::new(),
+        }
+    }
+
+    fn write(&mut self, chunk: &[u8]) {
+        let Some(p) = &self.prefix else {
+            write_out(self.stream, chunk);
+            return;
+        };
+        self.pending.extend_from_slice(chunk);
+        while let Some(nl) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=nl).collect();
+            let mut out = p.as_bytes().to_vec();
+            out.extend_from_slice(&line);
+            write_out(self.stream, &out);
+        }
+    }
+
+    fn finish(&mut self) {
+        if let (Some(p), false) = (&self.prefix, self.pending.is_empty()) {
+            let mut out = p.as_bytes().to_vec();
+            out.append(&mut self.pending);
+            out.push(b'\n');
+            write_out(self.stream, &out);
+        }
+    }
 }
 
 fn write_out(stream: &str, data: &[u8]) {

@@ -82,8 +82,21 @@ pub enum WorkflowCmd {
 }
 
 fn read_file(file: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(file)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", file.display())).into())
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", file.display())))?;
+    // Said here rather than after sending it all: a server stops reading a body past its limit,
+    // and the connection it closes would read as "cannot reach the server".
+    let max = gantry_api::v1::MAX_WORKFLOW_FILE_BYTES;
+    if text.len() > max {
+        return Err(UsageError(format!(
+            "{}: the workflow file is {}; the server takes at most {}",
+            file.display(),
+            output::bytes(text.len() as u64),
+            output::bytes(max as u64)
+        ))
+        .into());
+    }
+    Ok(text)
 }
 
 /// Validates locally so problems carry the file's name; true when valid.

@@ -306,7 +306,10 @@ jobs:
 
 #[test]
 fn root_in_a_job_is_an_unprivileged_user_of_the_node() {
-    let c = Cluster::up(1);
+    // On every node: the local agents of one `gantry up` share a storage root, where each
+    // probes for idmapped mounts when it starts. Each agent offers 2 cores and each job asks
+    // for 2, and `a` is still running when `b` is placed, so they run on different nodes.
+    let c = Cluster::up_with(2, vec!["--cpus".into(), "2".into()]);
     let mallory = c.user_token("mallory", "outsiders");
     let file = c.write(
         "who.yaml",
@@ -314,30 +317,43 @@ fn root_in_a_job_is_an_unprivileged_user_of_the_node() {
 volumes:
   scratch: {}
 jobs:
-  who:
+  a:
     image: { uri: docker://busybox:1 }
+    resource: { cpu: { cores: 2 } }
+    command: [/bin/sh, -c, "id -u; cat /proc/self/uid_map; touch /data/mine; stat -c %u /data/mine; sleep 5"]
+    mounts: { /data: { volume: scratch } }
+  b:
+    image: { uri: docker://busybox:1 }
+    resource: { cpu: { cores: 2 } }
     command: [/bin/sh, -c, "id -u; cat /proc/self/uid_map; touch /data/mine; stat -c %u /data/mine"]
     mounts: { /data: { volume: scratch } }
 "#,
     );
     let id = c.start_as(&mallory, &file);
-    c.wait_status(&id, "FINISHED");
-    let out = log(&c, &id, "who");
-    let lines: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    // Root inside, written files root's inside: as without a user namespace...
-    assert_eq!(lines[0], ["0"], "{out}");
-    assert_eq!(lines[2], ["0"], "{out}");
-    // ...but root of the container is a host uid far from root (and from any real user).
-    assert_eq!(lines[1][0], "0", "{out}");
-    let host: u32 = lines[1][1].parse().unwrap();
-    assert!(
-        host >= 0x7100_0000,
-        "container root is host uid {host}: {out}"
+    let d = c.wait_status(&id, "FINISHED");
+    assert_ne!(
+        Cluster::task(&d, "a")["node"],
+        Cluster::task(&d, "b")["node"],
+        "{d:#}"
     );
-    assert_eq!(lines[1][2], "65536", "{out}");
+    for job in ["a", "b"] {
+        let out = log(&c, &id, job);
+        let lines: Vec<Vec<&str>> = out
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        // Root inside, written files root's inside: as without a user namespace...
+        assert_eq!(lines[0], ["0"], "{job}: {out}");
+        assert_eq!(lines[2], ["0"], "{job}: {out}");
+        // ...but root of the container is a host uid far from root (and from any real user).
+        assert_eq!(lines[1][0], "0", "{job}: {out}");
+        let host: u32 = lines[1][1].parse().unwrap();
+        assert!(
+            host >= 0x7100_0000,
+            "{job}: container root is host uid {host}: {out}"
+        );
+        assert_eq!(lines[1][2], "65536", "{job}: {out}");
+    }
 }
 
 #[test]
