@@ -223,6 +223,8 @@ runc_prepare() {
   mkdir -p "$WORK/runc" "$RUNC_ROOT"
   umoci unpack --image "$GANTRY_TEST_OCI_BUSYBOX:1" "$RUNC_BUNDLE" >/dev/null 2>&1 ||
     die "umoci unpack $GANTRY_TEST_OCI_BUSYBOX failed"
+  # Gantry's config (runc_gantry_config) has a user namespace whose root must pass through.
+  chmod 711 "$WORK/runc" "$RUNC_BUNDLE"
   (cd "$RUNC_BUNDLE" && rm -f config.json && runc spec)
   jq '.process.terminal = false | .process.args = ["/bin/true"] | .root.readonly = true
       | .hostname = "bench"' "$RUNC_BUNDLE/config.json" > "$RUNC_BUNDLE/config.tmp"
