@@ -110,11 +110,15 @@ pub fn submission(req: &SubmitWorkflow) -> Result<Submission, Refusal> {
         )));
     }
     let plan = plan::compile(&workflow);
+    let warnings = gantry_spec::upgrade_warning(&workflow)
+        .into_iter()
+        .chain(support.ignored)
+        .collect();
     Ok(Submission {
         workflow,
         plan,
         name,
-        warnings: support.ignored,
+        warnings,
     })
 }
 
@@ -604,5 +608,25 @@ mod tests {
         assert!(why.contains("at most 3 times"), "{why}");
         assert!(why.contains("jobs.many.policy.retry.attempts: 4"), "{why}");
         assert!(!why.contains("jobs.few"), "{why}");
+    }
+
+    #[test]
+    fn a_v1_file_is_accepted_for_submit_with_a_warning() {
+        // The same checks the server runs on `POST /workflows`, before the store.
+        let req = SubmitWorkflow {
+            spec: include_str!("../../gantry-spec/tests/fixtures/rclone_server_v1.yaml").into(),
+            name: None,
+        };
+        let sub = submission(&req).unwrap_or_else(|r| panic!("{r:?}"));
+        assert_eq!(sub.workflow.upgraded_from.as_deref(), Some("v1"));
+        assert!(
+            sub.warnings.iter().any(|w| w.contains("version: v1")),
+            "{:?}",
+            sub.warnings
+        );
+        assert_eq!(
+            sub.workflow.jobs["rclone-server"].mounts["/data"].volume,
+            "vol-i"
+        );
     }
 }

@@ -821,9 +821,9 @@ impl Cx<'_> {
                 let v = self.string(node, "version")?;
                 match v.as_str() {
                     "v4" => v,
-                    "v1" | "v2" | "v3" => {
+                    "v2" | "v3" => {
                         let msg = format!(
-                            "version `{v}` is not supported; Gantry reads `version: v4`. In v4, mounts are \
+                            "version `{v}` is not supported; Gantry reads `version: v4` (and v1). In v4, mounts are \
                              keyed by container path (`/data: {{volume: NAME}}` instead of \
                              `NAME: {{location: /data}}`), an endpoint names its port with `port-name` \
                              instead of `port`, and volumes use `use: ephemeral|persistent` (legacy \
@@ -964,6 +964,7 @@ impl Cx<'_> {
 
         Some(Workflow {
             version,
+            upgraded_from: None,
             annotations,
             preemptible,
             files,

@@ -10,6 +10,10 @@ use std::time::Duration;
 pub struct Workflow {
     /// Always `v4` once parsed.
     pub version: String,
+    /// `v1` when the file was written in v1 and read as v4 (the CLI and
+    /// the server warn about it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgraded_from: Option<String>,
     pub annotations: BTreeMap<String, String>,
     /// Workflow-wide `preemptible`; jobs and services may override it.
     pub preemptible: Option<bool>,

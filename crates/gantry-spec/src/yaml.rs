@@ -46,6 +46,45 @@ pub(crate) struct Entry {
 }
 
 impl Node {
+    /// A node made by a rewrite (the v1 upgrade), placed where the text it
+    /// stands for was written.
+    pub fn scalar(pos: Pos, text: &str, plain: bool) -> Node {
+        Node {
+            pos,
+            kind: Kind::Scalar(Scalar {
+                text: text.to_string(),
+                plain,
+            }),
+            size: 1,
+        }
+    }
+
+    pub fn map(pos: Pos, entries: Vec<Entry>) -> Node {
+        let size = 1 + entries.iter().map(|e| e.value.size).sum::<usize>();
+        Node {
+            pos,
+            kind: Kind::Map(entries),
+            size,
+        }
+    }
+
+    /// The tree as yaml-rust2 values, for printing a rewritten file.
+    pub fn to_yaml(&self) -> yaml_rust2::Yaml {
+        use yaml_rust2::Yaml;
+        match &self.kind {
+            Kind::Scalar(_) if self.is_null() => Yaml::Null,
+            Kind::Scalar(s) if s.plain => Yaml::from_str(&s.text),
+            Kind::Scalar(s) => Yaml::String(s.text.clone()),
+            Kind::Seq(items) => Yaml::Array(items.iter().map(Node::to_yaml).collect()),
+            Kind::Map(entries) => Yaml::Hash(
+                entries
+                    .iter()
+                    .map(|e| (Yaml::String(e.key.clone()), e.value.to_yaml()))
+                    .collect(),
+            ),
+        }
+    }
+
     pub fn is_null(&self) -> bool {
         match &self.kind {
             Kind::Scalar(s) => {

@@ -17,9 +17,9 @@ fn check(src: &str, want: &[&str]) {
 }
 
 #[test]
-fn version_v1_names_the_v4_changes() {
+fn version_v3_names_the_v4_changes() {
     check(
-        r#"version: v1
+        r#"version: v3
 jobs:
   a:
     image: {uri: docker://alpine}
@@ -27,7 +27,7 @@ jobs:
       data: {location: /data}
 "#,
         &[
-            "1:10: version: version `v1` is not supported; Gantry reads `version: v4`. In v4, mounts are keyed by container path (`/data: {volume: NAME}` instead of `NAME: {location: /data}`), an endpoint names its port with `port-name` instead of `port`, and volumes use `use: ephemeral|persistent` (legacy `reference: volume://...` still works)",
+            "1:10: version: version `v3` is not supported; Gantry reads `version: v4` (and v1). In v4, mounts are keyed by container path (`/data: {volume: NAME}` instead of `NAME: {location: /data}`), an endpoint names its port with `port-name` instead of `port`, and volumes use `use: ephemeral|persistent` (legacy `reference: volume://...` still works)",
         ],
     );
 }

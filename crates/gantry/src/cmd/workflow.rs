@@ -79,6 +79,12 @@ pub enum WorkflowCmd {
         #[command(flatten)]
         out: OutputArg,
     },
+    /// Print a `version: v1` file in v4 form (a v4 file as it is).
+    Upgrade {
+        file: PathBuf,
+        #[command(flatten)]
+        out: OutputArg,
+    },
 }
 
 fn read_file(file: &Path) -> anyhow::Result<String> {
@@ -99,32 +105,49 @@ fn read_file(file: &Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// Validates locally so problems carry the file's name; true when valid.
-fn check(file: &Path, text: &str, format: Format) -> anyhow::Result<bool> {
+/// Validates locally so problems carry the file's name; true when valid. `warn` prints what
+/// the file's reading warns about (a submit leaves that to the server's answer).
+fn check(file: &Path, text: &str, format: Format, warn: bool) -> anyhow::Result<bool> {
     let name = file.display().to_string();
     match gantry_spec::parse(text) {
-        Ok(_) => {
+        Ok(wf) => {
+            let warnings: Vec<String> = gantry_spec::upgrade_warning(&wf).into_iter().collect();
             if format == Format::Json {
-                json(&serde_json::json!({"file": name, "valid": true, "diagnostics": []}))?;
+                json(
+                    &serde_json::json!({"file": name, "valid": true, "diagnostics": [], "warnings": warnings}),
+                )?;
+            } else if warn {
+                for w in &warnings {
+                    eprintln!("{name}: warning: {w}");
+                }
             }
             Ok(true)
         }
         Err(ds) => {
-            if format == Format::Json {
-                let list: Vec<_> = ds
-                    .iter()
-                    .map(|d| serde_json::json!({"line": d.line, "column": d.column, "message": d.message}))
-                    .collect();
-                json(&serde_json::json!({"file": name, "valid": false, "diagnostics": list}))?;
-            } else {
-                for d in &ds {
-                    eprintln!("{}", d.render(&name));
-                }
-                eprintln!("{name}: {} problem(s)", ds.len());
-            }
+            report_problems(&name, &ds, format)?;
             Ok(false)
         }
     }
+}
+
+fn report_problems(
+    name: &str,
+    ds: &[gantry_spec::Diagnostic],
+    format: Format,
+) -> anyhow::Result<()> {
+    if format == Format::Json {
+        let list: Vec<_> = ds
+            .iter()
+            .map(|d| serde_json::json!({"line": d.line, "column": d.column, "message": d.message}))
+            .collect();
+        json(&serde_json::json!({"file": name, "valid": false, "diagnostics": list}))?;
+    } else {
+        for d in ds {
+            eprintln!("{}", d.render(name));
+        }
+        eprintln!("{name}: {} problem(s)", ds.len());
+    }
+    Ok(())
 }
 
 pub async fn submit(
@@ -133,7 +156,7 @@ pub async fn submit(
     name: Option<String>,
 ) -> anyhow::Result<WorkflowCreated> {
     let text = read_file(file)?;
-    if !check(file, &text, Format::Text)? {
+    if !check(file, &text, Format::Text, false)? {
         return Err(UsageError(format!("{} is not a valid workflow file", file.display())).into());
     }
     let name = name.or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()));
@@ -156,7 +179,7 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
     match cmd {
         WorkflowCmd::Validate { file, out } => {
             let text = read_file(&file)?;
-            Ok(if check(&file, &text, out.format)? {
+            Ok(if check(&file, &text, out.format, true)? {
                 if out.format == Format::Text {
                     println!("{}: valid", file.display());
                 }
@@ -164,6 +187,32 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::from(2)
             })
+        }
+        WorkflowCmd::Upgrade { file, out } => {
+            let text = read_file(&file)?;
+            let name = file.display().to_string();
+            let from = gantry_spec::parse(&text)
+                .ok()
+                .and_then(|wf| wf.upgraded_from);
+            match gantry_spec::upgrade(&text) {
+                Ok(v4) => {
+                    if out.format == Format::Json {
+                        json(
+                            &serde_json::json!({"file": name, "from": from.as_deref().unwrap_or("v4"), "spec": v4}),
+                        )?;
+                    } else {
+                        if from.is_none() {
+                            eprintln!("{name}: already v4; printed as it is");
+                        }
+                        print!("{v4}");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(ds) => {
+                    report_problems(&name, &ds, out.format)?;
+                    Ok(ExitCode::from(2))
+                }
+            }
         }
         WorkflowCmd::Start {
             file,
