@@ -1,0 +1,154 @@
+//! Every file of `tests/catalog/` (the vendor catalog's applications, rendered) through what
+//! `gantry workflow start` checks before it submits: the file parses and validates, and Gantry
+//! can run all of it (`plan::support`, the function the server calls).
+//!
+//! Each file states the refusals that remain expected. Multinode and host networking are
+//! issue 15; the others name work of issue 14 not yet landed, and go from this table as it
+//! lands: a refusal that disappears, or a new one, fails the test.
+
+use gantry_intake::{plan, requests};
+use std::collections::BTreeMap;
+
+/// Per file, what `support` refuses today. Issue 15: `multinode`, `network.host`. Issue 14, not
+/// landed yet: `oras://` images (SIF), volume `ingress`/`egress`.
+#[rustfmt::skip]
+const EXPECTED: &[(&str, &[&str])] = &[
+    (
+        "alphafold2.yaml",
+        &[
+            "volumes.data_volume: ingress/egress data transfers are not supported yet",
+        ],
+    ),
+    (
+        "ansys_cfx_desktop.yaml",
+        &[
+            "jobs.xfce4.image.uri: \"oras://depot.ciq.com/ansys-fluids/ansys-structures-fluids-images/ansys_cfx_desktop.sif:2025R1\": only docker:// and oci:// images are supported",
+        ],
+    ),
+    (
+        "ansys_fluent_desktop.yaml",
+        &[
+            "services.xfce4.image.uri: \"oras://depot.ciq.com/ansys-fluids/ansys-fluids-application-images/ansys_fluent_desktop.sif:2025R1\": only docker:// and oci:// images are supported",
+        ],
+    ),
+    (
+        "ansys_ls_dyna_desktop.yaml",
+        &[
+            "services.xfce4.image.uri: \"oras://depot.ciq.com/ansys-structures/ansys-structures-application-images/ansys_ls_dyna_desktop.sif:2025R1\": only docker:// and oci:// images are supported",
+        ],
+    ),
+    (
+        "ansys_mechanical_desktop.yaml",
+        &[
+            "jobs.xfce4.image.uri: \"oras://depot.ciq.com/ansys-structures/ansys-structures-application-images/ansys_mechanical_desktop.sif:2025R1\": only docker:// and oci:// images are supported",
+        ],
+    ),
+    (
+        "blast.yaml",
+        &[
+            "jobs.fetch-db.image.uri: \"oras://ghcr.io/ctrliq/ciq-fuzzball-catalog/blast-blast:2.17.0-1-amd64\": only docker:// and oci:// images are supported",
+            "jobs.retrieve-query-sequences.image.uri: \"oras://ghcr.io/ctrliq/ciq-fuzzball-catalog/blast-blast:2.17.0-1-amd64\": only docker:// and oci:// images are supported",
+            "jobs.run-blast.image.uri: \"oras://ghcr.io/ctrliq/ciq-fuzzball-catalog/blast-blast:2.17.0-1-amd64\": only docker:// and oci:// images are supported",
+        ],
+    ),
+    (
+        "boltz2_fixed_affinity_screen.yaml",
+        &[
+            "jobs.boltz-predict.image.uri: \"oras://ghcr.io/ctrliq/ciq-fuzzball-catalog/boltz2_fixed_affinity_screen-boltz-predict:2.2.1-1-amd64\": only docker:// and oci:// images are supported",
+            "jobs.setup.image.uri: \"oras://ghcr.io/ctrliq/ciq-fuzzball-catalog/boltz2_fixed_affinity_screen-utility:1.0-1-amd64\": only docker:// and oci:// images are supported",
+        ],
+    ),
+    (
+        "gromacs_gpu.yaml",
+        &[
+            "volumes.scratch: ingress/egress data transfers are not supported yet",
+        ],
+    ),
+    (
+        "immune_builder.yaml",
+        &[
+            "volumes.data_volume: ingress/egress data transfers are not supported yet",
+        ],
+    ),
+    (
+        "lammps_cpu.yaml",
+        &[
+            "volumes.scratch: ingress/egress data transfers are not supported yet",
+            "jobs.run-lammps.multinode: multinode steps are not supported yet",
+        ],
+    ),
+    (
+        "llm_client_server.yaml",
+        &[
+            "services.vllm.network.host: host networking is not supported yet",
+        ],
+    ),
+    (
+        "nim_flux_webui.yaml",
+        &[
+            "services.nim.network.host: host networking is not supported yet",
+            "services.nim-stub.network.host: host networking is not supported yet",
+        ],
+    ),
+    (
+        "openfoam_motorbike.yaml",
+        &[
+            "jobs.check-mesh.multinode: multinode steps are not supported yet",
+            "jobs.patch-summary.multinode: multinode steps are not supported yet",
+            "jobs.potential-foam.multinode: multinode steps are not supported yet",
+            "jobs.simple-foam.multinode: multinode steps are not supported yet",
+            "jobs.snappy-hex-mesh.multinode: multinode steps are not supported yet",
+            "jobs.to-vtk.multinode: multinode steps are not supported yet",
+            "jobs.toposet.multinode: multinode steps are not supported yet",
+        ],
+    ),
+    (
+        "specfem3d.yaml",
+        &[
+            "jobs.db-generation.image.uri: \"oras://docker.io/adere2/specfem3d_minimal:latest\": only docker:// and oci:// images are supported",
+            "jobs.forward-simulation.image.uri: \"oras://docker.io/adere2/specfem3d_minimal:latest\": only docker:// and oci:// images are supported",
+            "jobs.mesh-generation.image.uri: \"oras://docker.io/adere2/specfem3d_minimal:latest\": only docker:// and oci:// images are supported",
+        ],
+    ),
+
+];
+
+#[test]
+fn every_catalog_file_passes_start_checks_but_for_its_stated_refusals() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/catalog");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 22, "21 catalog files and the v1 one");
+    let expected: BTreeMap<&str, &[&str]> = EXPECTED.iter().copied().collect();
+    let mut wrong = Vec::new();
+    for path in &files {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let text = std::fs::read_to_string(path).unwrap();
+        let got: Vec<String> = match requests::parse_spec(&text) {
+            Ok(wf) => plan::support(&wf).unsupported,
+            Err(r) => vec![format!("invalid: {r:?}")],
+        };
+        let want: Vec<String> = expected
+            .get(name)
+            .map(|w| w.iter().map(|s| s.to_string()).collect())
+            .unwrap_or_default();
+        if got != want {
+            wrong.push(format!("    (\"{name}\", &{got:#?}),"));
+        }
+    }
+    for name in expected.keys() {
+        assert!(
+            files.iter().any(|p| p.ends_with(name)),
+            "{name} is not in tests/catalog"
+        );
+    }
+    assert!(
+        wrong.is_empty(),
+        "refusals differ from the table; what the files get now:\n{}",
+        wrong.join("\n")
+    );
+}
