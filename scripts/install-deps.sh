@@ -13,6 +13,8 @@ dpkg -s busybox-static >/dev/null 2>&1 || need="$need busybox-static"
 have jq || need="$need jq"
 have curl || need="$need curl"
 have htpasswd || need="$need apache2-utils"
+# The SIF image tests make squashfs root filesystems.
+have mksquashfs || need="$need squashfs-tools"
 [ -x /usr/bin/tini-static ] || need="$need tini"
 # The agent compiles its seccomp profile with libseccomp (linked at build time).
 [ -e /usr/include/seccomp.h ] || need="$need libseccomp-dev"

@@ -172,14 +172,29 @@ pub fn support(wf: &Workflow) -> Support {
                 decryption_secret,
                 ..
             } => {
-                if !(uri.starts_with("docker://") || uri.starts_with("oci://")) {
+                if let Some(rest) = uri.strip_prefix("oras://") {
+                    // Apptainer's rule: an oras:// image has no default registry.
+                    let host = rest.split('/').next().unwrap_or("");
+                    if !rest.contains('/')
+                        || !(host.contains('.') || host.contains(':') || host == "localhost")
+                    {
+                        s.unsupported.push(format!(
+                            "{at}.image.uri: {uri:?}: an oras:// image names its registry (oras://REGISTRY/REPO:TAG)"
+                        ));
+                    }
+                } else if !(uri.starts_with("docker://") || uri.starts_with("oci://")) {
                     s.unsupported.push(format!(
-                        "{at}.image.uri: {uri:?}: only docker:// and oci:// images are supported"
+                        "{at}.image.uri: {uri:?}: only docker://, oras:// and oci:// images are supported"
                     ));
                 }
-                if !secrets.is_empty() || decryption_secret.is_some() {
+                if !secrets.is_empty() {
                     s.unsupported.push(format!(
-                        "{at}.image: `secrets` and `decryption-secret` are not supported yet (`secret` is)"
+                        "{at}.image.secrets: `secrets` is not supported yet (`secret` is)"
+                    ));
+                }
+                if decryption_secret.is_some() {
+                    s.unsupported.push(format!(
+                        "{at}.image.decryption-secret: encrypted SIF images are not supported yet"
                     ));
                 }
                 if let Some(sec) = secret {
@@ -544,5 +559,29 @@ mod tests {
         assert_eq!(script_argv("#! /bin/sh\necho"), ["/bin/sh", SCRIPT_PATH]);
         assert_eq!(script_argv("echo hi"), ["/bin/sh", SCRIPT_PATH]);
         assert_eq!(script_argv(""), ["/bin/sh", SCRIPT_PATH]);
+    }
+
+    #[test]
+    fn oras_images_are_supported_when_they_name_a_registry_and_are_not_encrypted() {
+        let wf = |image: &str| {
+            gantry_spec::parse(&format!(
+                "version: v4\njobs:\n  a:\n    image: {image}\n    command: [true]\n"
+            ))
+            .unwrap()
+        };
+        assert!(support(&wf("{uri: oras://ghcr.io/org/app:1}"))
+            .unsupported
+            .is_empty());
+        assert_eq!(
+            support(&wf("{uri: oras://org/app:1}")).unsupported,
+            ["jobs.a.image.uri: \"oras://org/app:1\": an oras:// image names its registry (oras://REGISTRY/REPO:TAG)"]
+        );
+        assert_eq!(
+            support(&wf(
+                "{uri: oras://ghcr.io/org/app:1, decryption-secret: secret://user/key}"
+            ))
+            .unsupported,
+            ["jobs.a.image.decryption-secret: encrypted SIF images are not supported yet"]
+        );
     }
 }

@@ -115,6 +115,12 @@ pub async fn base_image(
         }
     };
     let (manifest, config) = match parse_source(&src.uri).map_err(|e| e.to_string())? {
+        Source::Sif(_) => {
+            return Err(format!(
+                "{}: a build's base is an OCI image (docker:// or oci://), not a SIF",
+                src.uri
+            ))
+        }
         Source::Layout { path, .. } => {
             let read = |digest: &str| -> Result<Vec<u8>, String> {
                 let p = path.join("blobs/sha256").join(hex_of(digest)?);

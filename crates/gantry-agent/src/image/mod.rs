@@ -13,6 +13,7 @@
 
 mod layout;
 mod reference;
+pub mod sif;
 pub mod unpack;
 
 pub use layout::LayoutDir;
@@ -265,7 +266,11 @@ impl ImageStore {
     pub async fn prepare(&self, src: &ImageSource) -> Result<PreparedImage> {
         match parse_source(&src.uri)? {
             Source::Registry(reference) => {
-                self.prepare_registry(reference, src.credential.as_ref())
+                self.prepare_registry(reference, src.credential.as_ref(), Format::Oci)
+                    .await
+            }
+            Source::Sif(reference) => {
+                self.prepare_registry(reference, src.credential.as_ref(), Format::Sif)
                     .await
             }
             Source::Layout { path, tag } => {
@@ -279,6 +284,7 @@ impl ImageStore {
         &self,
         original: Reference,
         credential: Option<&RegistryCredential>,
+        format: Format,
     ) -> Result<PreparedImage> {
         let display = original.whole();
         let (target, plain_http) =
@@ -287,7 +293,9 @@ impl ImageStore {
         let mut plain: Vec<String> = self.config.insecure_hosts.clone();
         plain.extend(plain_http);
         let key = credential_key(credential);
-        let cache_key = (target.whole(), key);
+        // The format is part of the key: `docker://` and `oras://` of one reference are
+        // different images.
+        let cache_key = (format!("{format:?} {}", target.whole()), key);
         if let Some((at, image)) = lock(&self.resolved).get(&cache_key) {
             if at.elapsed() < RESOLVED_TTL {
                 return Ok(image.clone());
@@ -334,7 +342,9 @@ impl ImageStore {
             .map_err(|e| ctx.error(e))?;
         check_digest(&digest)?;
         let source = BlobSource::Registry(&ctx);
-        let image = self.finish(&source, display, digest, &manifest).await?;
+        let image = self
+            .finish(&source, display, digest, &manifest, format)
+            .await?;
         let mut resolved = lock(&self.resolved);
         if resolved.len() >= CACHE_ENTRIES {
             resolved.retain(|_, (at, _)| at.elapsed() < RESOLVED_TTL);
@@ -353,7 +363,8 @@ impl ImageStore {
             None => format!("oci:{}", path.display()),
         };
         let source = BlobSource::Layout(dir);
-        self.finish(&source, display, digest, &manifest).await
+        self.finish(&source, display, digest, &manifest, Format::Oci)
+            .await
     }
 
     async fn finish(
@@ -362,22 +373,65 @@ impl ImageStore {
         reference: String,
         manifest_digest: String,
         manifest: &OciImageManifest,
+        format: Format,
     ) -> Result<PreparedImage> {
-        let config_path = self.ensure_blob(source, &manifest.config).await?;
-        let raw = tokio::fs::read(&config_path)
-            .await
-            .map_err(io_err(format!("reading {}", config_path.display())))?;
-        let config = parse_image_config(&manifest.config.digest, &reference, &raw)?;
-        let layers = futures_util::future::try_join_all(
-            manifest.layers.iter().map(|l| self.ensure_layer(source, l)),
-        )
-        .await?;
+        let (layers, config) = match format {
+            Format::Oci => {
+                let config_path = self.ensure_blob(source, &manifest.config).await?;
+                let raw = tokio::fs::read(&config_path)
+                    .await
+                    .map_err(io_err(format!("reading {}", config_path.display())))?;
+                let config = parse_image_config(&manifest.config.digest, &reference, &raw)?;
+                let layers = futures_util::future::try_join_all(
+                    manifest.layers.iter().map(|l| self.ensure_layer(source, l)),
+                )
+                .await?;
+                (layers, config)
+            }
+            Format::Sif => self.sif_layer(source, &manifest_digest, manifest).await?,
+        };
         Ok(PreparedImage {
             reference,
             manifest_digest,
             layers,
             config,
         })
+    }
+
+    /// An ORAS artifact's one SIF layer, unpacked as the image's only layer, and the
+    /// environment it sets.
+    async fn sif_layer(
+        &self,
+        source: &BlobSource<'_>,
+        manifest_digest: &str,
+        manifest: &OciImageManifest,
+    ) -> Result<(Vec<PathBuf>, ImageConfig)> {
+        let sifs: Vec<&OciDescriptor> = manifest
+            .layers
+            .iter()
+            .filter(|l| l.media_type == sif::SIF_LAYER_MEDIA_TYPE)
+            .collect();
+        let [layer] = sifs[..] else {
+            let types: Vec<&str> = manifest
+                .layers
+                .iter()
+                .map(|l| l.media_type.as_str())
+                .collect();
+            return Err(ImageError::BadConfig {
+                digest: manifest_digest.to_string(),
+                reason: format!(
+                    "an oras:// image is an artifact with one `{}` layer; this one has [{}]",
+                    sif::SIF_LAYER_MEDIA_TYPE,
+                    types.join(", ")
+                ),
+            });
+        };
+        let dir = self.ensure_layer_as(source, layer, Format::Sif).await?;
+        let d = dir.clone();
+        let config = tokio::task::spawn_blocking(move || sif::image_config(&d))
+            .await
+            .map_err(|e| io_err("reading the SIF's environment")(io::Error::other(e)))?;
+        Ok((vec![dir], config))
     }
 
     fn blob_path(&self, digest: &str) -> Result<PathBuf> {
@@ -397,6 +451,16 @@ impl ImageStore {
     }
 
     async fn ensure_layer(&self, source: &BlobSource<'_>, desc: &OciDescriptor) -> Result<PathBuf> {
+        self.ensure_layer_as(source, desc, Format::Oci).await
+    }
+
+    /// A blob unpacked once per digest: as an OCI layer (tar), or as a SIF file.
+    async fn ensure_layer_as(
+        &self,
+        source: &BlobSource<'_>,
+        desc: &OciDescriptor,
+        format: Format,
+    ) -> Result<PathBuf> {
         let dest = self.layer_path(&desc.digest)?;
         if dest.is_dir() {
             return Ok(dest);
@@ -413,7 +477,11 @@ impl ImageStore {
         let final_dest = dest.clone();
         tokio::task::spawn_blocking(move || -> Result<()> {
             fs::create_dir(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
-            let done = unpack::unpack_layer(&blob, &tmp)
+            let unpacked = match format {
+                Format::Oci => unpack::unpack_layer(&blob, &tmp),
+                Format::Sif => sif::unpack_sif(&blob, &tmp),
+            };
+            let done = unpacked
                 .map_err(|source| ImageError::Unpack {
                     digest: digest.clone(),
                     source,
@@ -551,6 +619,13 @@ impl ImageStore {
             }
         }
     }
+}
+
+/// What a registry image's manifest holds: OCI layers, or (`oras://`) one SIF file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Oci,
+    Sif,
 }
 
 /// Held while one digest is being fetched or unpacked; released on drop (closing the file
@@ -826,7 +901,7 @@ pub(crate) fn pid_alive(pid: i32) -> bool {
 /// pulls. For a registry it returns the digest of the platform manifest (linux/amd64).
 pub async fn resolve_digest(src: &ImageSource, config: &PullConfig) -> Result<String> {
     match parse_source(&src.uri)? {
-        Source::Registry(original) => {
+        Source::Registry(original) | Source::Sif(original) => {
             let (target, plain_http) =
                 reference::apply_mirror(&original, config).map_err(ImageError::InvalidConfig)?;
             let mut plain: Vec<String> = config.insecure_hosts.clone();

@@ -14,6 +14,9 @@ pub enum Source {
     Registry(Reference),
     /// A local OCI image layout, with the `org.opencontainers.image.ref.name` to pick.
     Layout { path: PathBuf, tag: Option<String> },
+    /// `oras://`: a SIF file as an ORAS artifact in a registry. Unlike `docker://` there is no
+    /// default registry (Apptainer's rule), so the reference always names its host.
+    Sif(Reference),
 }
 
 pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
@@ -26,6 +29,20 @@ pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
             .parse()
             .map_err(|e| invalid(&format!("not a valid image reference ({e})")))?;
         return Ok(Source::Registry(reference));
+    }
+    if let Some(rest) = uri.strip_prefix("oras://") {
+        let host = rest.split('/').next().unwrap_or("");
+        let names_host =
+            rest.contains('/') && (host.contains('.') || host.contains(':') || host == "localhost");
+        if !names_host {
+            return Err(invalid(
+                "an oras:// image names its registry (oras://REGISTRY/REPO:TAG); there is no default one",
+            ));
+        }
+        let reference: Reference = rest
+            .parse()
+            .map_err(|e| invalid(&format!("not a valid image reference ({e})")))?;
+        return Ok(Source::Sif(reference));
     }
     if let Some(rest) = uri.strip_prefix("oci://") {
         if !rest.starts_with('/') {
@@ -47,7 +64,9 @@ pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
             tag: None,
         });
     }
-    Err(invalid("expected docker://REF or oci://PATH"))
+    Err(invalid(
+        "expected docker://REF, oras://REGISTRY/REF or oci://PATH",
+    ))
 }
 
 /// The `host[:port]` of a mirror base URL, and whether it speaks plain HTTP.
@@ -119,6 +138,30 @@ mod tests {
         assert_eq!(r.repository(), "library/busybox");
         assert!(parse_source("docker://UPPER/Case").is_err());
         assert!(parse_source("http://x/y").is_err());
+    }
+
+    #[test]
+    fn oras_names_its_registry() {
+        let sif = |uri: &str| match parse_source(uri) {
+            Ok(Source::Sif(r)) => Ok(r.whole()),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            sif("oras://ghcr.io/ctrliq/blast:2.17").unwrap(),
+            "ghcr.io/ctrliq/blast:2.17"
+        );
+        assert!(sif("oras://127.0.0.1:5055/gantry/sif@sha256:").is_err());
+        let d = format!("sha256:{}", "a".repeat(64));
+        assert_eq!(
+            sif(&format!("oras://127.0.0.1:5055/gantry/sif@{d}")).unwrap(),
+            format!("127.0.0.1:5055/gantry/sif@{d}")
+        );
+        assert_eq!(sif("oras://localhost/x:1").unwrap(), "localhost/x:1");
+        for no_host in ["oras://library/busybox:1", "oras://busybox", "oras://"] {
+            let e = sif(no_host).unwrap_err();
+            assert!(e.contains("names its registry"), "{no_host}: {e}");
+        }
     }
 
     #[test]
