@@ -480,3 +480,107 @@ fn oci_roots_must_be_absolute() {
         );
     }
 }
+
+/// Pushes a SIF of `rootfs` to the test registry as an ORAS artifact, with oci-client's
+/// push (what `apptainer push` sends: one SIF layer, a SIF config); returns `oras://...`.
+async fn push_sif(rootfs: &Path, repo: &str) -> String {
+    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+    let env = common::env();
+    // As `ImageStore::new` does: reqwest is built without a crypto provider of its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sq = gantry_agent::image::sif::mksquashfs(rootfs, &rootfs.with_extension("sqfs"), &[])
+        .expect("mksquashfs (squashfs-tools, scripts/install-deps.sh)");
+    let sif = gantry_agent::image::sif::write_sif(&sq);
+    let reference: oci_client::Reference = format!("{}/{repo}:1", env.registry).parse().unwrap();
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(vec![env.registry.clone()]),
+        ..Default::default()
+    });
+    let layer = ImageLayer {
+        data: sif.into(),
+        media_type: gantry_agent::image::sif::SIF_LAYER_MEDIA_TYPE.into(),
+        annotations: None,
+    };
+    let config = Config {
+        data: b"{}".to_vec().into(),
+        media_type: "application/vnd.sylabs.sif.config.v1+json".into(),
+        annotations: None,
+    };
+    client
+        .push(
+            &reference,
+            &[layer],
+            config,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+            None,
+        )
+        .await
+        .unwrap();
+    format!("oras://{}/{repo}:1", env.registry)
+}
+
+#[tokio::test]
+async fn sif_images_are_fetched_and_unpacked_once() {
+    let dir = common::scratch("sif");
+    let rootfs = dir.path().join("rootfs");
+    fs::create_dir_all(rootfs.join(".singularity.d/env")).unwrap();
+    fs::write(rootfs.join("hello.txt"), "hello\n").unwrap();
+    fs::write(
+        rootfs.join(".singularity.d/env/90-environment.sh"),
+        "export GREETING=hi\n",
+    )
+    .unwrap();
+    fs::write(
+        rootfs.join(".singularity.d/runscript"),
+        "#!/bin/sh\necho run\n",
+    )
+    .unwrap();
+    let uri = push_sif(&rootfs, &format!("agent-test/sif-{}", std::process::id())).await;
+
+    let s = store(dir.path(), plain_http());
+    let img = s.prepare(&src(&uri)).await.unwrap();
+    assert_eq!(img.layers.len(), 1);
+    assert_eq!(
+        fs::read_to_string(img.layers[0].join("hello.txt")).unwrap(),
+        "hello\n"
+    );
+    assert!(
+        img.config.env.contains(&"GREETING=hi".to_string()),
+        "{:?}",
+        img.config.env
+    );
+    assert_eq!(img.config.cmd, ["/.singularity.d/runscript"]);
+    assert_eq!(
+        s.fetch_count(),
+        1,
+        "the SIF blob alone (its config is not needed)"
+    );
+    let ino = fs::metadata(&img.layers[0]).unwrap().ino();
+
+    // A new store on the same cache (an agent restart): nothing fetched, nothing unpacked.
+    let again = store(dir.path(), plain_http());
+    let img2 = again.prepare(&src(&uri)).await.unwrap();
+    assert_eq!(again.fetch_count(), 0);
+    assert_eq!(img2, img);
+    assert_eq!(fs::metadata(&img2.layers[0]).unwrap().ino(), ino);
+
+    // The same reference as docker:// is not an OCI image: its one layer is no tar, and the
+    // SIF's cached tree or answer is not handed out for it.
+    let docker = again
+        .prepare(&src(&uri.replacen("oras://", "docker://", 1)))
+        .await;
+    assert!(docker.is_err(), "{docker:?}");
+    // An OCI image through oras:// is refused with what it is.
+    let bb = again
+        .prepare(&src(&format!(
+            "oras://{}/library/busybox:1",
+            common::env().registry
+        )))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bb.contains("application/vnd.sylabs.sif.layer.v1.sif"),
+        "{bb}"
+    );
+}

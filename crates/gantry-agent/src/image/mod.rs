@@ -5,6 +5,7 @@
 //! ```text
 //! blobs/sha256/<hex>     verified blobs (manifests' configs and layers), fetched once
 //! layers/sha256/<hex>/   each layer unpacked once, ready to be an overlayfs lowerdir
+//! layers/sha256/<hex>.sif/  the root filesystem of each SIF file (`oras://`), unpacked once
 //! locks/                 per-digest lock files (agents may share a cache root)
 //! tmp/<pid>.<n>          work in progress; renamed into place only when complete
 //! ```
@@ -461,13 +462,25 @@ impl ImageStore {
         desc: &OciDescriptor,
         format: Format,
     ) -> Result<PathBuf> {
-        let dest = self.layer_path(&desc.digest)?;
+        // A SIF's tree has a directory of its own: the same blob asked for as an OCI layer
+        // (`docker://` of an ORAS artifact) is a tar to unpack, and fails as one.
+        let (dest, key) = match format {
+            Format::Oci => (
+                self.layer_path(&desc.digest)?,
+                format!("layer-{}", check_digest(&desc.digest)?),
+            ),
+            Format::Sif => {
+                let hex = check_digest(&desc.digest)?;
+                (
+                    self.root.join("layers/sha256").join(format!("{hex}.sif")),
+                    format!("layer-{hex}.sif"),
+                )
+            }
+        };
         if dest.is_dir() {
             return Ok(dest);
         }
-        let _guard = self
-            .lock(&format!("layer-{}", check_digest(&desc.digest)?))
-            .await?;
+        let _guard = self.lock(&key).await?;
         if dest.is_dir() {
             return Ok(dest);
         }
