@@ -481,44 +481,6 @@ fn oci_roots_must_be_absolute() {
     }
 }
 
-/// Pushes a SIF of `rootfs` to the test registry as an ORAS artifact, with oci-client's
-/// push (what `apptainer push` sends: one SIF layer, a SIF config); returns `oras://...`.
-async fn push_sif(rootfs: &Path, repo: &str) -> String {
-    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
-    let env = common::env();
-    // As `ImageStore::new` does: reqwest is built without a crypto provider of its own.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let sq = gantry_agent::image::sif::mksquashfs(rootfs, &rootfs.with_extension("sqfs"), &[])
-        .expect("mksquashfs (squashfs-tools, scripts/install-deps.sh)");
-    let sif = gantry_agent::image::sif::write_sif(&sq);
-    let reference: oci_client::Reference = format!("{}/{repo}:1", env.registry).parse().unwrap();
-    let client = oci_client::Client::new(ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(vec![env.registry.clone()]),
-        ..Default::default()
-    });
-    let layer = ImageLayer {
-        data: sif.into(),
-        media_type: gantry_agent::image::sif::SIF_LAYER_MEDIA_TYPE.into(),
-        annotations: None,
-    };
-    let config = Config {
-        data: b"{}".to_vec().into(),
-        media_type: "application/vnd.sylabs.sif.config.v1+json".into(),
-        annotations: None,
-    };
-    client
-        .push(
-            &reference,
-            &[layer],
-            config,
-            &oci_client::secrets::RegistryAuth::Anonymous,
-            None,
-        )
-        .await
-        .unwrap();
-    format!("oras://{}/{repo}:1", env.registry)
-}
-
 #[tokio::test]
 async fn sif_images_are_fetched_and_unpacked_once() {
     let dir = common::scratch("sif");
@@ -535,7 +497,7 @@ async fn sif_images_are_fetched_and_unpacked_once() {
         "#!/bin/sh\necho run\n",
     )
     .unwrap();
-    let uri = push_sif(&rootfs, &format!("agent-test/sif-{}", std::process::id())).await;
+    let uri = common::push_sif(&rootfs, &format!("agent-test/sif-{}", std::process::id())).await;
 
     let s = store(dir.path(), plain_http());
     let img = s.prepare(&src(&uri)).await.unwrap();

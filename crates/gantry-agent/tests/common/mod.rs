@@ -232,3 +232,41 @@ pub fn restore_forwarding(before: &str) {
         let _ = std::fs::write(FORWARDING, "0");
     }
 }
+
+/// Pushes a SIF of `rootfs` to the test registry as an ORAS artifact, with oci-client's
+/// push (what `apptainer push` sends: one SIF layer, a SIF config); returns `oras://...`.
+pub async fn push_sif(rootfs: &Path, repo: &str) -> String {
+    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+    let env = env();
+    // As `ImageStore::new` does: reqwest is built without a crypto provider of its own.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let sq = gantry_agent::image::sif::mksquashfs(rootfs, &rootfs.with_extension("sqfs"), &[])
+        .expect("mksquashfs (squashfs-tools, scripts/install-deps.sh)");
+    let sif = gantry_agent::image::sif::write_sif(&sq);
+    let reference: oci_client::Reference = format!("{}/{repo}:1", env.registry).parse().unwrap();
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(vec![env.registry.clone()]),
+        ..Default::default()
+    });
+    let layer = ImageLayer {
+        data: sif.into(),
+        media_type: gantry_agent::image::sif::SIF_LAYER_MEDIA_TYPE.into(),
+        annotations: None,
+    };
+    let config = Config {
+        data: b"{}".to_vec().into(),
+        media_type: "application/vnd.sylabs.sif.config.v1+json".into(),
+        annotations: None,
+    };
+    client
+        .push(
+            &reference,
+            &[layer],
+            config,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+            None,
+        )
+        .await
+        .unwrap();
+    format!("oras://{}/{repo}:1", env.registry)
+}

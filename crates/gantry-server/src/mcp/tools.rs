@@ -304,7 +304,11 @@ pub(crate) async fn call(
                 Some(wf) => {
                     let support = crate::plan::support(&wf);
                     out["unsupported"] = json!(support.unsupported);
-                    out["warnings"] = json!(support.ignored);
+                    let warnings: Vec<String> = gantry_spec::upgrade_warning(&wf)
+                        .into_iter()
+                        .chain(support.ignored)
+                        .collect();
+                    out["warnings"] = json!(warnings);
                 }
                 None => out["errors"] = json!(lines(&v.diagnostics)),
             }
