@@ -18,6 +18,37 @@ pub struct WorkflowPlan {
     /// Images built by the workflow; each is also a job named `build:NAME`.
     #[serde(default)]
     pub builds: Vec<crate::builds::BuildPlan>,
+    /// The persistent volumes, by the workflow's volume name.
+    #[serde(default)]
+    pub persistent: BTreeMap<String, PersistentPlan>,
+}
+
+/// A persistent volume a workflow mounts: what the file asks for, and (filled in by the server
+/// at submit) the volume it is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PersistentPlan {
+    /// `user` or `group`; `None` (v4 `use: persistent`): whichever of the two holds `name`.
+    pub scope: Option<String>,
+    pub name: String,
+    /// A storage provisioner the file names (`use: S` or `volume://SCOPE/S/NAME`).
+    pub storage: Option<String>,
+    /// A legacy `reference:` makes the volume on first use; v4 `use:`/`name:` needs it made.
+    pub made_on_use: bool,
+    #[serde(default)]
+    pub resolved: Option<ResolvedVolume>,
+}
+
+/// Where a persistent volume lives, for the agents.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResolvedVolume {
+    pub id: uuid::Uuid,
+    /// The storage's directory; `None`: the agent's storage root.
+    pub root: Option<String>,
+    /// The volume's directory beneath it.
+    pub dir: String,
+    /// The only pool whose nodes see the storage; `None`: every pool.
+    #[serde(default)]
+    pub pool: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -144,16 +175,14 @@ pub fn support(wf: &Workflow) -> Support {
     for (name, v) in &wf.volumes {
         match &v.kind {
             VolumeKind::Ephemeral => {}
-            VolumeKind::Persistent { .. } => s.unsupported.push(format!(
-                "volumes.{name}: persistent volumes are not supported yet"
-            )),
+            VolumeKind::Persistent { .. } => {}
             VolumeKind::Host { .. } => s
                 .unsupported
                 .push(format!("volumes.{name}: host volumes are not supported")),
         }
-        if v.provisioner.is_some() {
+        if v.provisioner.is_some() && v.kind == VolumeKind::Ephemeral {
             s.unsupported.push(format!(
-                "volumes.{name}: storage provisioners are not supported yet"
+                "volumes.{name}: ephemeral volumes live beneath each node's storage root; a storage provisioner holds persistent volumes only (give the volume a `name`)"
             ));
         }
         if !v.ingress.is_empty() || !v.egress.is_empty() {
@@ -517,9 +546,31 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             .position(|n| *n == j.name)
             .unwrap_or(usize::MAX)
     });
+    let persistent = wf
+        .volumes
+        .iter()
+        .filter_map(|(name, v)| match &v.kind {
+            VolumeKind::Persistent { scope, name: vol } => Some((
+                name.clone(),
+                PersistentPlan {
+                    scope: match (v.made_on_use, scope) {
+                        (false, _) => None,
+                        (true, Scope::Group) => Some("group".into()),
+                        (true, _) => Some("user".into()),
+                    },
+                    name: vol.clone(),
+                    storage: v.provisioner.clone(),
+                    made_on_use: v.made_on_use,
+                    resolved: None,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
     WorkflowPlan {
         jobs,
         builds: vec![],
+        persistent,
     }
 }
 
