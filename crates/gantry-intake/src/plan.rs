@@ -180,6 +180,16 @@ pub fn support(wf: &Workflow) -> Support {
                 .unsupported
                 .push(format!("volumes.{name}: host volumes are not supported")),
         }
+        // No driver here has quotas, and there is one storage to choose from per name.
+        if v.size.is_some() {
+            s.ignored
+                .push(format!("volumes.{name}.size: not acted on (no quotas)"));
+        }
+        if !v.annotations.is_empty() {
+            s.ignored.push(format!(
+                "volumes.{name}.annotations: not acted on (storage is chosen by `use:`)"
+            ));
+        }
         if v.provisioner.is_some() && v.kind == VolumeKind::Ephemeral {
             s.unsupported.push(format!(
                 "volumes.{name}: ephemeral volumes live beneath each node's storage root; a storage provisioner holds persistent volumes only (give the volume a `name`)"

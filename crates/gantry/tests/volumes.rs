@@ -285,6 +285,35 @@ jobs:
         stderr(&out)
     );
 
+    // A storage only one pool sees holds the jobs that mount its volumes to that pool.
+    let east = c.data_dir().join("east-nfs");
+    std::fs::create_dir_all(&east).unwrap();
+    c.ok(&[
+        "admin",
+        "storage",
+        "add",
+        "east-nfs",
+        "--path",
+        east.to_str().unwrap(),
+        "--pool",
+        "east",
+    ]);
+    let out = c.as_user(&ada, &["volume", "create", "far", "--storage", "east-nfs"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let far = c.start_as(
+        &ada,
+        &c.write(
+            "far.yaml",
+            &wf.replace("use: scratch-nfs, name: data", "use: east-nfs, name: far"),
+        ),
+    );
+    c.wait_for(&far, "the job to be held to pool east", |d| {
+        Cluster::task(d, "write")["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("pool \"east\" has no nodes"))
+    });
+    assert_eq!(std::fs::read_dir(&east).unwrap().count(), 0, "it never ran");
+
     // A storage that holds volumes is not removed.
     let out = c.gantry(&["admin", "storage", "rm", "scratch-nfs"]);
     assert!(
