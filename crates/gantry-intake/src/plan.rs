@@ -606,4 +606,50 @@ mod tests {
         assert_eq!(script_argv("echo hi"), ["/bin/sh", SCRIPT_PATH]);
         assert_eq!(script_argv(""), ["/bin/sh", SCRIPT_PATH]);
     }
+
+    #[test]
+    fn persistent_volumes_compile_into_what_the_server_resolves() {
+        let wf = gantry_spec::parse(
+            r#"version: v4
+volumes:
+  named: {use: persistent, name: results, size: 1GB}
+  home: {reference: volume://user/persistent}
+  team: {reference: volume://group/lustre/models}
+  fds: {name: fds, reference: volume://user/ephemeral}
+  odd: {use: lustre}
+jobs:
+  j:
+    image: {uri: docker://alpine}
+    command: ["true"]
+    mounts: {/a: named, /b: home, /c: team, /d: fds}
+"#,
+        )
+        .unwrap();
+        let s = support(&wf);
+        assert_eq!(
+            s.unsupported,
+            ["volumes.odd: ephemeral volumes live beneath each node's storage root; a storage provisioner holds persistent volumes only (give the volume a `name`)"]
+        );
+        assert_eq!(s.ignored, ["volumes.named.size: not acted on (no quotas)"]);
+        let p = compile(&wf).persistent;
+        assert_eq!(
+            p.keys().collect::<Vec<_>>(),
+            ["home", "named", "team"],
+            "the ephemeral ones stay out"
+        );
+        let want =
+            |scope: Option<&str>, name: &str, storage: Option<&str>, made: bool| PersistentPlan {
+                scope: scope.map(str::to_string),
+                name: name.into(),
+                storage: storage.map(str::to_string),
+                made_on_use: made,
+                resolved: None,
+            };
+        assert_eq!(p["named"], want(None, "results", None, false));
+        assert_eq!(p["home"], want(Some("user"), "default", None, true));
+        assert_eq!(
+            p["team"],
+            want(Some("group"), "models", Some("lustre"), true)
+        );
+    }
 }
