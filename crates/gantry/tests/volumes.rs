@@ -239,6 +239,21 @@ jobs:
     command: [/bin/sh, -c, "echo on-the-site > /data/f"]
 "#;
     finish(&c, &ada, "nfs.yaml", wf);
+    // The catalog's `fds` writes a `name:` beside an ephemeral reference: it runs as one.
+    let fds = finish(
+        &c,
+        &ada,
+        "fds.yaml",
+        &wf.replace(
+            "{use: scratch-nfs, name: data}",
+            "{name: data, reference: volume://user/ephemeral}",
+        )
+        .replace(
+            "echo on-the-site > /data/f",
+            "echo scratch > /data/f && cat /data/f",
+        ),
+    );
+    assert_eq!(log(&c, &fds, "write"), "scratch\n");
     assert_eq!(
         std::fs::read_to_string(site.join(made["id"].as_str().unwrap()).join("f")).unwrap(),
         "on-the-site\n"
