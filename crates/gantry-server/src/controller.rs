@@ -719,11 +719,16 @@ async fn lose_silent_nodes(
 }
 
 /// Ephemeral volumes are removed when their workflow ends, by a live agent of each pool the
-/// workflow ran in.
+/// workflow ran in; persistent ones stay.
 async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<()> {
     let row = st.store.workflow(wf).await?;
     let plan: WorkflowPlan = serde_json::from_str(&row.plan)?;
-    if plan.jobs.iter().all(|j| j.mounts.is_empty()) {
+    let ephemeral = plan.jobs.iter().any(|j| {
+        j.mounts
+            .iter()
+            .any(|(_, v)| !plan.persistent.contains_key(v))
+    });
+    if !ephemeral {
         return Ok(());
     }
     let nodes = st.store.nodes().await?;

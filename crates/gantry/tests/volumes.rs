@@ -36,19 +36,22 @@ fn wait_gone(p: &std::path::Path) {
     }
 }
 
-/// A one-job workflow mounting the named volume `results` and the user's default one.
+/// A one-job workflow mounting the named volume `results`, the user's default one and an
+/// ephemeral one.
 fn both(job: &str, script: &str) -> String {
     format!(
         r#"version: v4
 volumes:
   results: {{use: persistent, name: results}}
   home: {{reference: volume://user/persistent}}
+  scratch: {{}}
 jobs:
   {job}:
     image: {{uri: docker://busybox:1}}
     mounts:
       /results: {{volume: results}}
       /home/me: {{volume: home}}
+      /scratch: {{volume: scratch}}
     command: [/bin/sh, -c, "{script}"]
 "#
     )
@@ -60,7 +63,7 @@ fn persistent_volumes_outlive_their_workflow_and_are_seen_from_every_node() {
     let ada = c.user_token("ada", "lab");
     let write = both(
         "write",
-        "echo from-the-first > /results/out.txt && echo at-home > /home/me/note",
+        "echo from-the-first > /results/out.txt && echo at-home > /home/me/note && echo gone > /scratch/f",
     );
     let read = both("read", "cat /results/out.txt /home/me/note");
 
@@ -111,7 +114,9 @@ fn persistent_volumes_outlive_their_workflow_and_are_seen_from_every_node() {
             "volume://user/persistent/results"
         ]
     );
-    // The files stay on the node's storage after the workflow (and its ephemeral part) ended.
+    // The files stay on the node's storage after the workflow ended and its ephemeral volume
+    // was removed.
+    wait_gone(&c.data_dir().join("storage/default/ephemeral").join(&first));
     let dir = c
         .data_dir()
         .join("storage/persistent")
