@@ -56,9 +56,13 @@ async fn usable_storage(st: &AppState, c: &Caller, name: &str) -> Result<Storage
         .await?
         .into_iter()
         .find(|s| s.name == name)
-        .filter(|s| c.is_admin() || s.groups.as_ref().is_none_or(|g| g.contains(&c.user.group)))
+        .filter(|s| may_use(c, s))
         .ok_or_else(|| ApiError::NotFound(format!("no storage {name}")))?;
     Ok(info(s))
+}
+
+fn may_use(c: &Caller, s: &StorageRow) -> bool {
+    c.is_admin() || s.groups.as_ref().is_none_or(|g| g.contains(&c.user.group))
 }
 
 fn resolved(v: &VolumeRow, s: &StorageInfo) -> ResolvedVolume {
@@ -325,6 +329,21 @@ pub async fn delete(
             .map_err(|e| ApiError::Internal(format!("{e:#}")))?;
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The storages the caller may make volumes on: the built-in one and those open to their
+/// group. Others' are not listed, as they would not be found.
+pub async fn usable_storages(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<StorageInfo>>, ApiError> {
+    let mut out = vec![builtin()];
+    for s in st.store.storages().await? {
+        if may_use(&c, &s) {
+            out.push(info(s));
+        }
+    }
+    Ok(Json(out))
 }
 
 pub async fn list_storages(

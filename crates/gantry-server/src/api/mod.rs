@@ -57,6 +57,7 @@ pub fn router(state: AppState) -> Router {
             "/volumes/{scope}/{name}",
             get(crate::volumes::show).delete(crate::volumes::delete),
         )
+        .route("/storages", get(crate::volumes::usable_storages))
         .route(
             "/admin/storages",
             get(crate::volumes::list_storages).post(crate::volumes::add_storage),

@@ -40,6 +40,11 @@ pub enum VolumeCmd {
         #[arg(long, default_value = "user")]
         scope: String,
     },
+    /// The storage provisioners you may make volumes on.
+    Storages {
+        #[command(flatten)]
+        out: OutputArg,
+    },
 }
 
 #[derive(Subcommand)]
@@ -141,6 +146,10 @@ pub async fn run(cmd: VolumeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        VolumeCmd::Storages { out } => {
+            let list: Vec<StorageInfo> = client.get("/storages").await?;
+            storage_table(&list, out)?;
+        }
         VolumeCmd::Rm { name, scope } => {
             client
                 .check(client.request(reqwest::Method::DELETE, &format!("/volumes/{scope}/{name}")))
@@ -182,30 +191,7 @@ pub async fn run_storage(cmd: StorageCmd, conn: &Conn) -> anyhow::Result<ExitCod
         }
         StorageCmd::List { out } => {
             let list: Vec<StorageInfo> = client.get("/admin/storages").await?;
-            if out.format == Format::Json {
-                json(&list)?;
-            } else {
-                let rows: Vec<Vec<String>> = list
-                    .iter()
-                    .map(|s| {
-                        let path = if s.builtin {
-                            format!("<storage-root>/{}", s.path)
-                        } else {
-                            s.path.clone()
-                        };
-                        vec![
-                            s.name.clone(),
-                            s.driver.clone(),
-                            path,
-                            s.pool.clone().unwrap_or_else(|| "(all)".into()),
-                            s.groups
-                                .as_ref()
-                                .map_or_else(|| "(all)".into(), |g| g.join(",")),
-                        ]
-                    })
-                    .collect();
-                table(&["STORAGE", "DRIVER", "PATH", "POOL", "GROUPS"], &rows);
-            }
+            storage_table(&list, out)?;
         }
         StorageCmd::Rm { name } => {
             client
@@ -215,4 +201,31 @@ pub async fn run_storage(cmd: StorageCmd, conn: &Conn) -> anyhow::Result<ExitCod
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn storage_table(list: &[StorageInfo], out: OutputArg) -> anyhow::Result<()> {
+    if out.format == Format::Json {
+        return json(&list);
+    }
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|s| {
+            let path = if s.builtin {
+                format!("<storage-root>/{}", s.path)
+            } else {
+                s.path.clone()
+            };
+            vec![
+                s.name.clone(),
+                s.driver.clone(),
+                path,
+                s.pool.clone().unwrap_or_else(|| "(all)".into()),
+                s.groups
+                    .as_ref()
+                    .map_or_else(|| "(all)".into(), |g| g.join(",")),
+            ]
+        })
+        .collect();
+    table(&["STORAGE", "DRIVER", "PATH", "POOL", "GROUPS"], &rows);
+    Ok(())
 }

@@ -245,6 +245,19 @@ fn a_storage_of_other_groups_and_names_that_are_paths_are_refused() {
     );
     assert_eq!(api(&c, &mallory, "GET", "/admin/storages", None), 403);
 
+    // She is not shown the lab's storage among those she may use; the lab is.
+    let names = |token: &str| -> Vec<String> {
+        let out = c.as_user(token, &["volume", "storages", "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&mallory), ["default"]);
+    assert_eq!(names(&ada), ["default", "labonly"]);
+
     // Legitimate: the lab uses its storage.
     let out = c.as_user(&ada, &["volume", "create", "d", "--storage", "labonly"]);
     assert!(out.status.success(), "{}", stderr(&out));
