@@ -630,24 +630,20 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
             .mounts
             .iter()
             .map(|(target, volume)| {
-                match p
+                let resolved = p
                     .plan
                     .persistent
                     .get(volume)
-                    .and_then(|v| v.resolved.as_ref())
-                {
-                    Some(r) => VolumeMount {
-                        target: target.clone(),
-                        source: r.dir.clone(),
-                        root: r.root.clone(),
-                        read_only: false,
-                    },
-                    None => VolumeMount {
-                        target: target.clone(),
-                        source: format!("{pool}/ephemeral/{}/{volume}", wf.id),
-                        root: None,
-                        read_only: false,
-                    },
+                    .and_then(|v| v.resolved.as_ref());
+                let (source, root) = match resolved {
+                    Some(r) => (r.dir.clone(), r.root.clone()),
+                    None => (format!("{pool}/ephemeral/{}/{volume}", wf.id), None),
+                };
+                VolumeMount {
+                    target: target.clone(),
+                    source,
+                    root,
+                    read_only: false,
                 }
             })
             .collect(),
