@@ -229,24 +229,6 @@ pub async fn make_on_first_use(
     Ok(())
 }
 
-/// The workflows not yet ended whose plan mounts the volume.
-async fn mounted_by(st: &AppState, id: Uuid) -> Result<Vec<Uuid>, ApiError> {
-    Ok(st
-        .store
-        .active()
-        .await?
-        .into_iter()
-        .filter(|aw| {
-            serde_json::from_str::<WorkflowPlan>(&aw.workflow.plan).is_ok_and(|p| {
-                p.persistent
-                    .values()
-                    .any(|v| v.resolved.as_ref().is_some_and(|r| r.id == id))
-            })
-        })
-        .map(|aw| aw.workflow.id)
-        .collect())
-}
-
 async fn visible_volume(
     st: &AppState,
     c: &Caller,
@@ -299,28 +281,19 @@ pub async fn show(
     UrlPath((scope, name)): UrlPath<(String, String)>,
 ) -> Result<Json<VolumeInfo>, ApiError> {
     let v = visible_volume(&st, &c, &scope, &name).await?;
-    let by = mounted_by(&st, v.id).await?;
+    let by = st.store.volume_users(v.id).await?;
     Ok(Json(volume_info(v, by)))
 }
 
-/// Refused while a workflow not yet ended mounts it. The volume's files go with it: each pool
-/// that sees its storage is asked to remove its directory.
+/// Refused while a workflow not yet ended mounts it (the store checks, in the transaction
+/// that removes it). The volume's files go with it: each pool that sees its storage is asked
+/// to remove its directory.
 pub async fn delete(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
     UrlPath((scope, name)): UrlPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let v = visible_volume(&st, &c, &scope, &name).await?;
-    let by = mounted_by(&st, v.id).await?;
-    if !by.is_empty() {
-        return Err(ApiError::Conflict(format!(
-            "volume {scope}/{name} is mounted by workflow(s) not yet ended: {}; stop them or wait",
-            by.iter()
-                .map(Uuid::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
     let s = usable_storage(&st, &c, &v.storage).await.ok();
     st.store.delete_volume(v.id, &c.user.name, now_ms()).await?;
     if let Some(s) = s {

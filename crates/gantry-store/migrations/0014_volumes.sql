@@ -26,3 +26,13 @@ CREATE TABLE volumes (
     UNIQUE (scope, owner, name)
 );
 CREATE INDEX volumes_storage ON volumes(storage);
+
+-- Which workflows mount which persistent volume, written with the workflow: a volume is not
+-- removed while a workflow not yet ended mounts it, and a workflow is not stored mounting a
+-- volume removed meanwhile.
+CREATE TABLE volume_uses (
+    volume_id TEXT NOT NULL,
+    workflow_id TEXT NOT NULL,
+    PRIMARY KEY (volume_id, workflow_id)
+);
+CREATE INDEX volume_uses_workflow ON volume_uses(workflow_id);

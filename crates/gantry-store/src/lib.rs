@@ -238,5 +238,8 @@ pub trait Store: Send + Sync + 'static {
     async fn volume(&self, scope: &str, owner: &str, name: &str) -> Result<Option<VolumeRow>>;
     /// The volumes of these (scope, owner) pairs; every volume when `None`.
     async fn volumes(&self, owners: Option<&[(String, String)]>) -> Result<Vec<VolumeRow>>;
+    /// Refused ([`StoreError::Conflict`], naming them) while a workflow not yet ended mounts it.
     async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()>;
+    /// The workflows not yet ended that mount the volume.
+    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>>;
 }

@@ -495,6 +495,22 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await?;
+        for v in &wf.volumes {
+            let n = sqlx::query(
+                "INSERT INTO volume_uses (volume_id, workflow_id)
+                 SELECT id, ? FROM volumes WHERE id = ?",
+            )
+            .bind(wf.id.to_string())
+            .bind(v.to_string())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 0 {
+                return Err(StoreError::Conflict(
+                    "a persistent volume the workflow mounts was removed meanwhile".into(),
+                ));
+            }
+        }
         for t in &wf.tasks {
             sqlx::query(
                 "INSERT INTO tasks (id, workflow_id, job, idx, ord, status, created_at)
@@ -2574,8 +2590,36 @@ impl Store for SqliteStore {
         })
     }
 
+    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT u.workflow_id FROM volume_uses u JOIN workflows w ON w.id = u.workflow_id
+             WHERE u.volume_id = ? AND w.status IN ('PENDING', 'RUNNING') ORDER BY w.created_at",
+        )
+        .bind(id.to_string())
+        .fetch_all(&self.pool)
+        .await?;
+        ids.iter().map(|s| uuid(s)).collect()
+    }
+
     async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()> {
         let mut tx = self.writer.begin().await?;
+        let users: Vec<String> = sqlx::query_scalar(
+            "SELECT u.workflow_id FROM volume_uses u JOIN workflows w ON w.id = u.workflow_id
+             WHERE u.volume_id = ? AND w.status IN ('PENDING', 'RUNNING') ORDER BY w.created_at",
+        )
+        .bind(id.to_string())
+        .fetch_all(&mut *tx)
+        .await?;
+        if !users.is_empty() {
+            return Err(StoreError::Conflict(format!(
+                "the volume is mounted by workflow(s) not yet ended: {}; stop them or wait",
+                users.join(", ")
+            )));
+        }
+        sqlx::query("DELETE FROM volume_uses WHERE volume_id = ?")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
         let r = sqlx::query("DELETE FROM volumes WHERE id = ? RETURNING scope, name")
             .bind(id.to_string())
             .fetch_optional(&mut *tx)

@@ -34,6 +34,8 @@ pub struct NewWorkflow {
     pub spec: String,
     pub plan: String,
     pub tasks: Vec<NewTask>,
+    /// The persistent volumes it mounts: each must exist when it is stored.
+    pub volumes: Vec<Uuid>,
 }
 
 #[derive(Debug, Clone)]

@@ -217,6 +217,11 @@ pub async fn commit(
         spec: req.spec,
         plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
         tasks,
+        volumes: compiled
+            .persistent
+            .values()
+            .filter_map(|v| Some(v.resolved.as_ref()?.id))
+            .collect(),
     };
     st.store.create_workflow(&new, now_ms()).await?;
     for t in &takeovers {
