@@ -642,8 +642,11 @@ fn handle(agent: &Agent, msg: ServerMessage) {
             let a = agent.clone();
             tokio::task::spawn_blocking(move || {
                 let error = match &chore.kind {
-                    ChoreKind::RemoveVolume { path } => {
-                        remove_volume(&a.config.storage_root, path).err()
+                    ChoreKind::RemoveVolume { path, root } => {
+                        let root = root
+                            .as_deref()
+                            .map_or(a.config.storage_root.as_path(), Path::new);
+                        remove_volume(root, path).err()
                     }
                 };
                 a.send(AgentMessage::ChoreDone {
@@ -681,7 +684,15 @@ fn open_volumes(
             let rel = Rel::new(&m.source)
                 .map_err(|e| anyhow::anyhow!("refusing volume path {:?}: {e}", m.source))?;
             let at = Rel::container(&m.target).map_err(|e| anyhow::anyhow!("mount target {e}"))?;
-            let dir = root
+            // A storage provisioner's directory is an administrator's (a site's shared
+            // filesystem): trusted as given, and only the volume's part is resolved beneath it.
+            let storage = match &m.root {
+                Some(r) => &Dir::open_root(Path::new(r)).with_context(|| {
+                    format!("opening the storage directory {r} (is it mounted on this node?)")
+                })?,
+                None => &root,
+            };
+            let dir = storage
                 .create_dirs(&rel, Resolve::Beneath, 0o755, Owner::ROOT)
                 .map_err(|e| volume_error(e, "its directory", &m.target))?;
             Ok(OpenVolume {

@@ -145,8 +145,13 @@ pub struct Chore {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ChoreKind {
-    /// Remove a directory under the storage root (relative path).
-    RemoveVolume { path: String },
+    /// Remove a directory under the storage root (relative path), or under `root`, a
+    /// storage provisioner's directory.
+    RemoveVolume {
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        root: Option<String>,
+    },
 }
 
 /// Everything an agent needs to run one attempt of a task. Self-contained: the agent stores it
@@ -352,8 +357,12 @@ pub enum RegistryCredential {
 pub struct VolumeMount {
     /// Path inside the container.
     pub target: String,
-    /// Path relative to the agent's storage root, e.g. `POOL/ephemeral/WORKFLOW`.
+    /// Path relative to the agent's storage root, e.g. `POOL/ephemeral/WORKFLOW`, or to `root`.
     pub source: String,
+    /// A storage provisioner's directory (absolute, from an administrator), which `source` is
+    /// resolved beneath; `None`: the agent's storage root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
     #[serde(default)]
     pub read_only: bool,
 }

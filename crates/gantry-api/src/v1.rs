@@ -398,3 +398,60 @@ pub struct EndpointToken {
     #[serde(with = "time::serde::rfc3339::option", default)]
     pub expires_at: Option<OffsetDateTime>,
 }
+
+/// A persistent volume.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VolumeInfo {
+    pub id: Uuid,
+    /// `volume://SCOPE/persistent/NAME`, as workflow files refer to it.
+    pub uri: String,
+    pub scope: String,
+    pub owner: String,
+    pub name: String,
+    pub storage: String,
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// Workflows not yet ended that mount it (only `volume show` fills it in).
+    #[serde(default)]
+    pub mounted_by: Vec<Uuid>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateVolume {
+    pub name: String,
+    /// user (default) or group.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// A storage provisioner; the built-in `default` when absent.
+    #[serde(default)]
+    pub storage: Option<String>,
+}
+
+/// A storage provisioner persistent volumes live on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StorageInfo {
+    pub name: String,
+    pub driver: String,
+    /// The directory on the nodes; the built-in one's is relative to each agent's
+    /// `--storage-root`.
+    pub path: String,
+    #[serde(default)]
+    pub pool: Option<String>,
+    /// `None`: open to every group.
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+    pub builtin: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AddStorage {
+    pub name: String,
+    /// `hostpath`, the only driver so far.
+    pub driver: String,
+    pub path: String,
+    #[serde(default)]
+    pub pool: Option<String>,
+    #[serde(default)]
+    pub groups: Option<Vec<String>>,
+}

@@ -18,6 +18,37 @@ pub struct WorkflowPlan {
     /// Images built by the workflow; each is also a job named `build:NAME`.
     #[serde(default)]
     pub builds: Vec<crate::builds::BuildPlan>,
+    /// The persistent volumes, by the workflow's volume name.
+    #[serde(default)]
+    pub persistent: BTreeMap<String, PersistentPlan>,
+}
+
+/// A persistent volume a workflow mounts: what the file asks for, and (filled in by the server
+/// at submit) the volume it is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PersistentPlan {
+    /// `user` or `group`; `None` (v4 `use: persistent`): whichever of the two holds `name`.
+    pub scope: Option<String>,
+    pub name: String,
+    /// A storage provisioner the file names (`use: S` or `volume://SCOPE/S/NAME`).
+    pub storage: Option<String>,
+    /// A legacy `reference:` makes the volume on first use; v4 `use:`/`name:` needs it made.
+    pub made_on_use: bool,
+    #[serde(default)]
+    pub resolved: Option<ResolvedVolume>,
+}
+
+/// Where a persistent volume lives, for the agents.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResolvedVolume {
+    pub id: uuid::Uuid,
+    /// The storage's directory; `None`: the agent's storage root.
+    pub root: Option<String>,
+    /// The volume's directory beneath it.
+    pub dir: String,
+    /// The only pool whose nodes see the storage; `None`: every pool.
+    #[serde(default)]
+    pub pool: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -144,16 +175,24 @@ pub fn support(wf: &Workflow) -> Support {
     for (name, v) in &wf.volumes {
         match &v.kind {
             VolumeKind::Ephemeral => {}
-            VolumeKind::Persistent { .. } => s.unsupported.push(format!(
-                "volumes.{name}: persistent volumes are not supported yet"
-            )),
+            VolumeKind::Persistent { .. } => {}
             VolumeKind::Host { .. } => s
                 .unsupported
                 .push(format!("volumes.{name}: host volumes are not supported")),
         }
-        if v.provisioner.is_some() {
+        // No driver here has quotas, and there is one storage to choose from per name.
+        if v.size.is_some() {
+            s.ignored
+                .push(format!("volumes.{name}.size: not acted on (no quotas)"));
+        }
+        if !v.annotations.is_empty() {
+            s.ignored.push(format!(
+                "volumes.{name}.annotations: not acted on (storage is chosen by `use:`)"
+            ));
+        }
+        if v.provisioner.is_some() && v.kind == VolumeKind::Ephemeral {
             s.unsupported.push(format!(
-                "volumes.{name}: storage provisioners are not supported yet"
+                "volumes.{name}: ephemeral volumes live beneath each node's storage root; a storage provisioner holds persistent volumes only (give the volume a `name`)"
             ));
         }
         if !v.ingress.is_empty() || !v.egress.is_empty() {
@@ -532,9 +571,31 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             .position(|n| *n == j.name)
             .unwrap_or(usize::MAX)
     });
+    let persistent = wf
+        .volumes
+        .iter()
+        .filter_map(|(name, v)| match &v.kind {
+            VolumeKind::Persistent { scope, name: vol } => Some((
+                name.clone(),
+                PersistentPlan {
+                    scope: match (v.made_on_use, scope) {
+                        (false, _) => None,
+                        (true, Scope::Group) => Some("group".into()),
+                        (true, _) => Some("user".into()),
+                    },
+                    name: vol.clone(),
+                    storage: v.provisioner.clone(),
+                    made_on_use: v.made_on_use,
+                    resolved: None,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
     WorkflowPlan {
         jobs,
         builds: vec![],
+        persistent,
     }
 }
 
@@ -582,6 +643,52 @@ mod tests {
             ))
             .unsupported,
             ["jobs.a.image.decryption-secret: encrypted SIF images are not supported yet"]
+        );
+    }
+
+    #[test]
+    fn persistent_volumes_compile_into_what_the_server_resolves() {
+        let wf = gantry_spec::parse(
+            r#"version: v4
+volumes:
+  named: {use: persistent, name: results, size: 1GB}
+  home: {reference: volume://user/persistent}
+  team: {reference: volume://group/lustre/models}
+  fds: {name: fds, reference: volume://user/ephemeral}
+  odd: {use: lustre}
+jobs:
+  j:
+    image: {uri: docker://alpine}
+    command: ["true"]
+    mounts: {/a: named, /b: home, /c: team, /d: fds}
+"#,
+        )
+        .unwrap();
+        let s = support(&wf);
+        assert_eq!(
+            s.unsupported,
+            ["volumes.odd: ephemeral volumes live beneath each node's storage root; a storage provisioner holds persistent volumes only (give the volume a `name`)"]
+        );
+        assert_eq!(s.ignored, ["volumes.named.size: not acted on (no quotas)"]);
+        let p = compile(&wf).persistent;
+        assert_eq!(
+            p.keys().collect::<Vec<_>>(),
+            ["home", "named", "team"],
+            "the ephemeral ones stay out"
+        );
+        let want =
+            |scope: Option<&str>, name: &str, storage: Option<&str>, made: bool| PersistentPlan {
+                scope: scope.map(str::to_string),
+                name: name.into(),
+                storage: storage.map(str::to_string),
+                made_on_use: made,
+                resolved: None,
+            };
+        assert_eq!(p["named"], want(None, "results", None, false));
+        assert_eq!(p["home"], want(Some("user"), "default", None, true));
+        assert_eq!(
+            p["team"],
+            want(Some("group"), "models", Some("lustre"), true)
         );
     }
 }

@@ -507,6 +507,77 @@ pub fn secret_ref(uri: &str) -> Result<(SecretScope, &str), String> {
     Ok((scope, name))
 }
 
+/// The built-in storage provisioner: `hostpath` beneath each agent's storage root.
+pub const DEFAULT_STORAGE: &str = "default";
+
+/// `POST /volumes`, checked: (scope, name, storage).
+pub fn create_volume(
+    req: &gantry_api::v1::CreateVolume,
+) -> Result<(String, String, String), String> {
+    if let Some(e) = gantry_spec::names::name_error(&req.name) {
+        return Err(format!("volume name: {e}"));
+    }
+    let scope = req.scope.clone().unwrap_or_else(|| "user".into());
+    if !matches!(scope.as_str(), "user" | "group") {
+        return Err(format!("scope must be user or group, not {scope:?}"));
+    }
+    let storage = req
+        .storage
+        .clone()
+        .unwrap_or_else(|| DEFAULT_STORAGE.into());
+    if let Some(e) = gantry_spec::names::name_error(&storage) {
+        return Err(format!("storage name: {e}"));
+    }
+    Ok((scope, req.name.clone(), storage))
+}
+
+/// `POST /admin/storages`, checked.
+pub fn add_storage(req: &gantry_api::v1::AddStorage) -> Result<(), String> {
+    if let Some(e) = gantry_spec::names::name_error(&req.name) {
+        return Err(format!("storage name: {e}"));
+    }
+    if req.name == DEFAULT_STORAGE {
+        return Err(format!(
+            "`{DEFAULT_STORAGE}` is the built-in storage (beneath each agent's storage root); pick another name"
+        ));
+    }
+    if req.driver != "hostpath" {
+        return Err(format!(
+            "driver {:?} is not known: `hostpath` (a directory every node of the pool sees) is the only one",
+            req.driver
+        ));
+    }
+    let p = std::path::Path::new(&req.path);
+    let plain = p.components().all(|c| {
+        matches!(
+            c,
+            std::path::Component::RootDir | std::path::Component::Normal(_)
+        )
+    });
+    if !p.is_absolute() || !plain || req.path.len() > 4096 {
+        return Err(format!(
+            "path {:?} must be an absolute directory without `.` or `..`",
+            req.path
+        ));
+    }
+    if let Some(pool) = &req.pool {
+        if let Some(e) = gantry_spec::names::name_error(pool) {
+            return Err(format!("pool: {e}"));
+        }
+    }
+    if let Some(groups) = &req.groups {
+        if groups.is_empty() {
+            return Err(
+                "--groups names no group; leave it out to open the storage to every group".into(),
+            );
+        }
+        if let Some(g) = groups.iter().find(|g| !valid_account_name(g)) {
+            return Err(format!("group name {g:?} is not valid"));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -628,5 +699,42 @@ mod tests {
             sub.workflow.jobs["rclone-server"].mounts["/data"].volume,
             "vol-i"
         );
+    }
+
+    #[test]
+    fn storages_and_volumes_are_checked_before_the_store() {
+        use gantry_api::v1::{AddStorage, CreateVolume};
+        let st = |name: &str, path: &str, groups: Option<Vec<String>>| AddStorage {
+            name: name.into(),
+            driver: "hostpath".into(),
+            path: path.into(),
+            pool: None,
+            groups,
+        };
+        assert!(add_storage(&st("nfs", "/mnt/nfs", None)).is_ok());
+        assert!(add_storage(&st("nfs", "mnt/nfs", None))
+            .unwrap_err()
+            .contains("absolute"));
+        assert!(add_storage(&st("nfs", "/mnt/../etc", None)).is_err());
+        assert!(add_storage(&st("default", "/mnt", None))
+            .unwrap_err()
+            .contains("built-in"));
+        assert!(add_storage(&st("../x", "/mnt", None)).is_err());
+        assert!(add_storage(&st("nfs", "/mnt", Some(vec![]))).is_err());
+        let mut other = st("nfs", "/mnt", None);
+        other.driver = "nfs".into();
+        assert!(add_storage(&other).unwrap_err().contains("hostpath"));
+        let v = |name: &str, scope: Option<&str>| CreateVolume {
+            name: name.into(),
+            scope: scope.map(str::to_string),
+            storage: None,
+        };
+        assert_eq!(
+            create_volume(&v("data", None)).unwrap(),
+            ("user".into(), "data".into(), "default".into())
+        );
+        assert!(create_volume(&v("../data", None)).is_err());
+        assert!(create_volume(&v("a/b", None)).is_err());
+        assert!(create_volume(&v("data", Some("organization"))).is_err());
     }
 }

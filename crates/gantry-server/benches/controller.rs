@@ -123,6 +123,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
                 spec: spec(n),
                 plan: serde_json::to_string(&plan).unwrap(),
                 tasks: tasks.clone(),
+                volumes: vec![],
             },
             t0,
         )

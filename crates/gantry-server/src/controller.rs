@@ -293,9 +293,13 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 Action::Place { task } => {
                     let Some(t) = tasks.get(&task) else { continue };
                     let Some(jp) = plan.job(&t.job) else { continue };
+                    // A volume on a storage only one pool sees holds its jobs to that pool.
+                    let pool = jp.mounts.iter().find_map(|(_, vol)| {
+                        plan.persistent.get(vol)?.resolved.as_ref()?.pool.clone()
+                    });
                     requests.push(TaskRequest {
                         key: placing.len(),
-                        pool: None,
+                        pool,
                         need: Res {
                             millicpus: jp.cores as u64 * 1000,
                             memory_bytes: jp.memory_bytes.unwrap_or(0),
@@ -625,10 +629,22 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
         mounts: jp
             .mounts
             .iter()
-            .map(|(target, volume)| VolumeMount {
-                target: target.clone(),
-                source: format!("{pool}/ephemeral/{}/{volume}", wf.id),
-                read_only: false,
+            .map(|(target, volume)| {
+                let resolved = p
+                    .plan
+                    .persistent
+                    .get(volume)
+                    .and_then(|v| v.resolved.as_ref());
+                let (source, root) = match resolved {
+                    Some(r) => (r.dir.clone(), r.root.clone()),
+                    None => (format!("{pool}/ephemeral/{}/{volume}", wf.id), None),
+                };
+                VolumeMount {
+                    target: target.clone(),
+                    source,
+                    root,
+                    read_only: false,
+                }
             })
             .collect(),
         files: jp.files.clone(),
@@ -699,11 +715,16 @@ async fn lose_silent_nodes(
 }
 
 /// Ephemeral volumes are removed when their workflow ends, by a live agent of each pool the
-/// workflow ran in.
+/// workflow ran in; persistent ones stay.
 async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<()> {
     let row = st.store.workflow(wf).await?;
     let plan: WorkflowPlan = serde_json::from_str(&row.plan)?;
-    if plan.jobs.iter().all(|j| j.mounts.is_empty()) {
+    let ephemeral = plan.jobs.iter().any(|j| {
+        j.mounts
+            .iter()
+            .any(|(_, v)| !plan.persistent.contains_key(v))
+    });
+    if !ephemeral {
         return Ok(());
     }
     let nodes = st.store.nodes().await?;
@@ -721,6 +742,7 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
     for pool in pools {
         let kind = ChoreKind::RemoveVolume {
             path: format!("{pool}/ephemeral/{wf}"),
+            root: None,
         };
         st.store
             .add_chore(&ChoreRow {
@@ -728,6 +750,40 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
                 pool: pool.to_string(),
                 kind: serde_json::to_string(&kind)?,
                 created_at: now,
+                sent_to: None,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// A removed persistent volume's directory goes too, by a live agent of each pool that sees
+/// its storage.
+pub(crate) async fn remove_persistent(
+    st: &AppState,
+    v: &gantry_intake::plan::ResolvedVolume,
+) -> anyhow::Result<()> {
+    let pools: BTreeSet<String> = match &v.pool {
+        Some(p) => [p.clone()].into(),
+        None => st
+            .store
+            .nodes()
+            .await?
+            .into_iter()
+            .map(|n| n.pool)
+            .collect(),
+    };
+    let kind = serde_json::to_string(&ChoreKind::RemoveVolume {
+        path: v.dir.clone(),
+        root: v.root.clone(),
+    })?;
+    for pool in pools {
+        st.store
+            .add_chore(&ChoreRow {
+                id: Uuid::new_v4(),
+                pool,
+                kind: kind.clone(),
+                created_at: now_ms(),
                 sent_to: None,
             })
             .await?;

@@ -19,6 +19,7 @@ pub mod proxy;
 mod registry;
 mod secrets;
 mod state;
+mod volumes;
 mod web;
 
 use std::net::SocketAddr;

@@ -2321,6 +2321,7 @@ impl Cx<'_> {
             .get("name")
             .and_then(|n| self.nonempty(n, &f.child("name")));
         let mut kind = VolumeKind::Ephemeral;
+        let mut made_on_use = false;
         let sources: Vec<&str> = ["use", "reference", "type"]
             .into_iter()
             .filter(|k| f.get(k).is_some())
@@ -2366,6 +2367,7 @@ impl Cx<'_> {
         } else if let Some(n) = f.get("reference") {
             let r = self.string(n, &f.child("reference"))?;
             let (k, prov) = self.reference(&r, n.pos, &f.child("reference"))?;
+            made_on_use = matches!(k, VolumeKind::Persistent { .. });
             kind = k;
             provisioner = prov;
         } else if let Some(n) = f.get("type") {
@@ -2403,7 +2405,9 @@ impl Cx<'_> {
                 self.err(f.get(at).map_or(e.key_pos, |n| n.pos), &f.child(at), msg);
             }
         }
-        if name.is_some() && kind == VolumeKind::Ephemeral {
+        // The catalog's `fds` writes `name:` beside `reference: volume://user/ephemeral`: a
+        // v1 leftover (the volume's key again) that Fuzzball ignores, and so does Gantry.
+        if name.is_some() && kind == VolumeKind::Ephemeral && f.get("reference").is_none() {
             self.err(
                 f.key_pos("name"),
                 &f.child("name"),
@@ -2429,6 +2433,7 @@ impl Cx<'_> {
             provisioner,
             size,
             annotations,
+            made_on_use,
             ingress,
             egress,
             pos: e.key_pos,
@@ -2458,10 +2463,11 @@ impl Cx<'_> {
         let scope = match parts[0] {
             "user" => Scope::User,
             "group" | "account" => Scope::Group,
-            "organization" => Scope::Organization,
+            // Fuzzball has no organization-wide volumes (its storage classes are scoped to
+            // users or groups), and neither does Gantry.
             other => {
                 let msg = format!(
-                    "unknown volume scope `{other}` in `{r}`; use `user`, `group` (or `account`) or `organization`"
+                    "unknown volume scope `{other}` in `{r}`; use `user` or `group` (or `account`)"
                 );
                 self.err(pos, path, msg);
                 return None;
@@ -2469,12 +2475,8 @@ impl Cx<'_> {
         };
         let name = parts.get(2).map(|s| s.to_string());
         match parts[1] {
-            "ephemeral" => {
-                if name.is_some() {
-                    return bad(self, "an ephemeral volume has no name");
-                }
-                Some((VolumeKind::Ephemeral, None))
-            }
+            // An ephemeral volume's name comes from its workflow: Fuzzball ignores a suffix.
+            "ephemeral" => Some((VolumeKind::Ephemeral, None)),
             "persistent" => Some((
                 VolumeKind::Persistent {
                     scope,

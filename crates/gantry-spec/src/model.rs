@@ -511,6 +511,9 @@ pub struct Volume {
     /// Requested capacity in bytes.
     pub size: Option<u64>,
     pub annotations: BTreeMap<String, String>,
+    /// A persistent volume named by a legacy `reference:`, made on its first use as Fuzzball
+    /// v3 did; one named by v4 `use:`/`name:` must exist already.
+    pub made_on_use: bool,
     pub ingress: Vec<Transfer>,
     pub egress: Vec<Transfer>,
     pub pos: Pos,

@@ -394,6 +394,9 @@ volumes:
   c: {reference: "volume://team/persistent/x"}
   d: {use: persistent}
   e: {use: ephemeral, reference: volume://user/ephemeral}
+  g: {reference: volume://organization/persistent/x}
+  h: {use: ephemeral, name: x}
+  i: {reference: "volume://user/persistent/../x"}
   f:
     ingress:
       - source: {uri: https://x/y}
@@ -406,11 +409,14 @@ jobs:
         &[
             "3:18: volumes.a.reference: `volume://user` is not a volume reference: expected `volume://SCOPE/CLASS` or `volume://SCOPE/CLASS/NAME`; write `volume://user/ephemeral` or `volume://SCOPE/persistent/NAME`",
             "4:18: volumes.b.reference: `vol://user/ephemeral` is not a volume reference: it must start with `volume://`; write `volume://user/ephemeral` or `volume://SCOPE/persistent/NAME`",
-            "5:18: volumes.c.reference: unknown volume scope `team` in `volume://team/persistent/x`; use `user`, `group` (or `account`) or `organization`",
+            "5:18: volumes.c.reference: unknown volume scope `team` in `volume://team/persistent/x`; use `user` or `group` (or `account`)",
             "6:7: volumes.d: a persistent volume needs `name`: the volume that outlives the workflow",
             "7:23: volumes.e: `use` and `reference` are both set; say what the volume is once",
-            "11:28: volumes.f.ingress[0].destination.uri: `/data/y` is not a URI; write `SCHEME://...` (https://, s3://, file://)",
-            "12:23: volumes.f.ingress[1].source.uri: file `missing.txt` is not defined under the top-level `files`; files: (none)",
+            "8:18: volumes.g.reference: unknown volume scope `organization` in `volume://organization/persistent/x`; use `user` or `group` (or `account`)",
+            "9:23: volumes.h.name: an ephemeral volume has no `name`; use `use: persistent` for a named volume",
+            "10:18: volumes.i.reference: `volume://user/persistent/../x` is not a volume reference: expected `volume://SCOPE/CLASS` or `volume://SCOPE/CLASS/NAME`; write `volume://user/ephemeral` or `volume://SCOPE/persistent/NAME`",
+            "14:28: volumes.f.ingress[0].destination.uri: `/data/y` is not a URI; write `SCHEME://...` (https://, s3://, file://)",
+            "15:23: volumes.f.ingress[1].source.uri: file `missing.txt` is not defined under the top-level `files`; files: (none)",
         ],
     );
 }

@@ -76,6 +76,53 @@ fn top_level_sections() {
     );
 }
 
+/// What the vendor's catalog writes: `fds` keeps a v1 `name:` beside an ephemeral reference
+/// (ignored, as Fuzzball does), and legacy persistent references are made on first use while
+/// v4 `use: persistent` names a volume that must exist.
+#[test]
+fn catalog_volume_forms() {
+    let wf = parse(
+        r#"version: v4
+volumes:
+  data: {name: data, reference: volume://user/ephemeral}
+  suffixed: {reference: volume://user/ephemeral/ignored}
+  mine: {reference: volume://user/persistent}
+  ours: {reference: volume://group/persistent}
+  named: {use: persistent, name: results}
+jobs:
+  j: {image: {uri: docker://alpine}, command: [true]}
+"#,
+    )
+    .unwrap_or_else(|d| panic!("{}", render_all("catalog", &d)));
+    let v = &wf.volumes;
+    assert_eq!(v["data"].kind, VolumeKind::Ephemeral);
+    assert_eq!(v["suffixed"].kind, VolumeKind::Ephemeral);
+    assert_eq!(
+        v["mine"].kind,
+        VolumeKind::Persistent {
+            scope: Scope::User,
+            name: "default".into()
+        }
+    );
+    assert_eq!(
+        v["ours"].kind,
+        VolumeKind::Persistent {
+            scope: Scope::Group,
+            name: "default".into()
+        }
+    );
+    assert!(v["mine"].made_on_use && v["ours"].made_on_use);
+    assert_eq!(
+        v["named"].kind,
+        VolumeKind::Persistent {
+            scope: Scope::User,
+            name: "results".into()
+        }
+    );
+    assert!(!v["named"].made_on_use);
+    assert!(!v["data"].made_on_use);
+}
+
 #[test]
 fn volumes_in_every_form() {
     let wf = fixture("full.yaml");

@@ -225,4 +225,21 @@ pub trait Store: Send + Sync + 'static {
     /// Records the build cache key of a pushed tag (clients like oci-client cannot send the
     /// `Gantry-Build-Key` header). Returns false when there is no such tag.
     async fn set_image_build_key(&self, key: &ImageKey, build_key: Option<&str>) -> Result<bool>;
+
+    // --- storage provisioners and persistent volumes -----------------------------------------
+    async fn add_storage(&self, s: &StorageRow, now: Millis) -> Result<()>;
+    async fn storages(&self) -> Result<Vec<StorageRow>>;
+    /// Refused ([`StoreError::Conflict`]) while a volume lives on it.
+    async fn delete_storage(&self, name: &str, by: &str, now: Millis) -> Result<()>;
+    /// [`StoreError::Conflict`] when the scope holds a volume of that name already.
+    async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()>;
+    /// The volume of that name, made as `v` says when there is none (first use).
+    async fn ensure_volume(&self, v: &VolumeRow, now: Millis) -> Result<VolumeRow>;
+    async fn volume(&self, scope: &str, owner: &str, name: &str) -> Result<Option<VolumeRow>>;
+    /// The volumes of these (scope, owner) pairs; every volume when `None`.
+    async fn volumes(&self, owners: Option<&[(String, String)]>) -> Result<Vec<VolumeRow>>;
+    /// Refused ([`StoreError::Conflict`], naming them) while a workflow not yet ended mounts it.
+    async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()>;
+    /// The workflows not yet ended that mount the volume.
+    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>>;
 }

@@ -34,6 +34,8 @@ pub struct NewWorkflow {
     pub spec: String,
     pub plan: String,
     pub tasks: Vec<NewTask>,
+    /// The persistent volumes it mounts: each must exist when it is stored.
+    pub volumes: Vec<Uuid>,
 }
 
 #[derive(Debug, Clone)]
@@ -449,4 +451,30 @@ pub struct NewManifest {
     pub media_type: String,
     pub size: i64,
     pub refs: Vec<String>,
+}
+
+/// A storage provisioner an administrator added.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageRow {
+    pub name: String,
+    pub driver: String,
+    pub path: String,
+    pub pool: Option<String>,
+    /// `None`: open to every group.
+    pub groups: Option<Vec<String>>,
+    pub created_by: String,
+    pub created_at: Millis,
+}
+
+/// A persistent volume.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VolumeRow {
+    pub id: Uuid,
+    /// `user` or `group`.
+    pub scope: String,
+    pub owner: String,
+    pub name: String,
+    pub storage: String,
+    pub created_by: String,
+    pub created_at: Millis,
 }

@@ -4,6 +4,19 @@ use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
 use gantry_store::*;
 use uuid::Uuid;
 
+async fn set_status(s: &SqliteStore, id: Uuid, status: WorkflowStatus, now: Millis) {
+    s.apply(
+        &[Change::SetWorkflow {
+            workflow_id: id,
+            status,
+            reason: None,
+        }],
+        now,
+    )
+    .await
+    .unwrap();
+}
+
 async fn open(dir: &tempfile::TempDir) -> SqliteStore {
     SqliteStore::open(&dir.path().join("gantry.db"))
         .await
@@ -26,6 +39,7 @@ fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
                 ord: i as u32,
             })
             .collect(),
+        volumes: vec![],
     }
 }
 
@@ -370,16 +384,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     )
     .await
     .unwrap();
-    s.apply(
-        &[Change::SetWorkflow {
-            workflow_id: w.id,
-            status: WorkflowStatus::Finished,
-            reason: None,
-        }],
-        9,
-    )
-    .await
-    .unwrap();
+    set_status(&s, w.id, WorkflowStatus::Finished, 9).await;
     assert_eq!(
         s.workflow(w.id).await.unwrap().status,
         WorkflowStatus::Finished
@@ -787,4 +792,53 @@ async fn links_are_made_for_images_cached_before_them() {
         .await
         .unwrap()
         .is_empty());
+}
+
+#[tokio::test]
+async fn a_volume_is_not_removed_while_a_live_workflow_mounts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let vol = |name: &str| VolumeRow {
+        id: Uuid::new_v4(),
+        scope: "user".into(),
+        owner: "ada".into(),
+        name: name.into(),
+        storage: "default".into(),
+        created_by: "ada".into(),
+        created_at: 1,
+    };
+    let v = vol("results");
+    s.create_volume(&v, 1).await.unwrap();
+    assert!(matches!(
+        s.create_volume(&vol("results"), 2).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // First use of an existing name returns the volume there is.
+    assert_eq!(s.ensure_volume(&vol("results"), 2).await.unwrap().id, v.id);
+
+    let mut w = workflow("ada", "lab", 1);
+    w.volumes = vec![v.id];
+    s.create_workflow(&w, 3).await.unwrap();
+    assert_eq!(s.volume_users(v.id).await.unwrap(), [w.id]);
+    let err = s.delete_volume(v.id, "ada", 4).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Conflict(m) if m.contains(&w.id.to_string())),
+        "{err}"
+    );
+    set_status(&s, w.id, WorkflowStatus::Finished, 5).await;
+    assert!(s.volume_users(v.id).await.unwrap().is_empty());
+    s.delete_volume(v.id, "ada", 6).await.unwrap();
+    assert!(s.volume("user", "ada", "results").await.unwrap().is_none());
+
+    // A workflow resolved against a volume removed meanwhile is not stored at all.
+    let mut late = workflow("ada", "lab", 1);
+    late.volumes = vec![v.id];
+    assert!(matches!(
+        s.create_workflow(&late, 7).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.workflow(late.id).await,
+        Err(StoreError::NotFound)
+    ));
 }

@@ -79,6 +79,9 @@ enum Command {
     /// Secrets that workflow files name as secret://SCOPE/NAME.
     #[command(subcommand)]
     Secret(cmd::secret::SecretCmd),
+    /// Persistent volumes: directories that outlive the workflows that mount them.
+    #[command(subcommand)]
+    Volume(cmd::volume::VolumeCmd),
     /// The object cache: images built or pushed for you and your group.
     #[command(subcommand)]
     Image(cmd::image::ImageCmd),
@@ -140,6 +143,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Secret(c) => cmd::secret::run(c, &conn).await,
         Command::Endpoint(c) => cmd::endpoint::run(c, &conn).await,
         Command::Image(c) => cmd::image::run(c, &conn).await,
+        Command::Volume(c) => cmd::volume::run(c, &conn).await,
         Command::Mcp => cmd::mcp::run(&conn).await,
     }
 }

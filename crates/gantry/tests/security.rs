@@ -19,3 +19,5 @@ mod paths;
 mod registry;
 #[path = "security/sif.rs"]
 mod sif;
+#[path = "security/volumes.rs"]
+mod volumes;

@@ -2,8 +2,8 @@
 //! Debian's headless chromium driven by playwright-core (`tests/web/ui.mjs`). The script signs
 //! in, watches a workflow finish and a log stream, stops one, holds and releases a node as an
 //! administrator, creates endpoints and approves a takeover an MCP client asked for, deletes
-//! one with its typed confirmation, finds a built image and its build log, and checks keyboard
-//! access and text contrast on the main pages. Screenshots go to `target/web-artifacts/`.
+//! one with its typed confirmation, finds a built image and its build log, lists volumes (not
+//! another group's), and checks keyboard access and text contrast on the main pages. Screenshots go to `target/web-artifacts/`.
 //!
 //! `scripts/install-deps.sh` installs chromium, node and playwright-core (into
 //! `target/web-node`).

@@ -49,6 +49,23 @@ pub fn router(state: AppState) -> Router {
             "/secrets/{scope}/{name}",
             axum::routing::put(crate::secrets::put).delete(crate::secrets::delete),
         )
+        .route(
+            "/volumes",
+            get(crate::volumes::list).post(crate::volumes::create),
+        )
+        .route(
+            "/volumes/{scope}/{name}",
+            get(crate::volumes::show).delete(crate::volumes::delete),
+        )
+        .route("/storages", get(crate::volumes::usable_storages))
+        .route(
+            "/admin/storages",
+            get(crate::volumes::list_storages).post(crate::volumes::add_storage),
+        )
+        .route(
+            "/admin/storages/{name}",
+            axum::routing::delete(crate::volumes::delete_storage),
+        )
         .route("/admin/users", post(admin::create_user))
         .route("/admin/settings", get(admin::list_settings))
         .route(

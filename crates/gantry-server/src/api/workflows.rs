@@ -131,6 +131,7 @@ pub async fn prepare(
     }
     crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
     crate::secrets::check_refs(st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
+    crate::volumes::resolve(st, c, &mut compiled).await?;
     let id = Uuid::new_v4();
     let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
     Ok(Prepared {
@@ -181,10 +182,11 @@ pub async fn commit(
         req,
         name,
         id,
-        compiled,
+        mut compiled,
         warnings,
         takeovers,
     } = prepared;
+    crate::volumes::make_on_first_use(st, c, &mut compiled).await?;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
         match job.task_array {
@@ -215,6 +217,11 @@ pub async fn commit(
         spec: req.spec,
         plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
         tasks,
+        volumes: compiled
+            .persistent
+            .values()
+            .filter_map(|v| Some(v.resolved.as_ref()?.id))
+            .collect(),
     };
     st.store.create_workflow(&new, now_ms()).await?;
     for t in &takeovers {

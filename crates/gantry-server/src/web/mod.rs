@@ -11,6 +11,7 @@ mod endpoints;
 mod images;
 mod nodes;
 mod session;
+mod volumes;
 mod workflows;
 
 use std::sync::{Arc, LazyLock};
@@ -53,6 +54,7 @@ pub fn routes(st: &AppState, images: Arc<Registry>) -> Router<AppState> {
         .route("/endpoints/{name}/approve", post(endpoints::approve))
         .route("/endpoints/{name}/reject", post(endpoints::reject))
         .route("/images", get(images::list))
+        .route("/volumes", get(volumes::list))
         .layer(axum::middleware::from_fn(page_headers))
         .layer(Extension(Arc::new(Sessions::new(st))))
         .layer(Extension(images))

@@ -338,6 +338,7 @@ async fn plan_of(st: &AppState, c: &Caller, id: &str) -> Result<(String, Workflo
     let plan: WorkflowPlan = serde_json::from_str(&row.plan).unwrap_or(WorkflowPlan {
         jobs: vec![],
         builds: vec![],
+        persistent: Default::default(),
     });
     Ok((row.id.to_string(), plan))
 }

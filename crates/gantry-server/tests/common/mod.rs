@@ -115,6 +115,22 @@ pub fn routes(wf: &str) -> Vec<Route> {
             Some(json!({"value": "s3cret"})),
         ),
         r(Method::DELETE, "/secrets/user/api-key".into(), None),
+        r(Method::GET, "/volumes".into(), None),
+        r(
+            Method::POST,
+            "/volumes".into(),
+            Some(json!({"name": "results"})),
+        ),
+        r(Method::GET, "/volumes/user/results".into(), None),
+        r(Method::DELETE, "/volumes/user/results".into(), None),
+        r(Method::GET, "/storages".into(), None),
+        admin(Method::GET, "/admin/storages", None),
+        admin(
+            Method::POST,
+            "/admin/storages",
+            Some(json!({"name": "nfs", "driver": "hostpath", "path": "/mnt/nfs"})),
+        ),
+        admin(Method::DELETE, "/admin/storages/nfs", None),
         admin(
             Method::POST,
             "/nodes/node-1/holds",

@@ -14,6 +14,9 @@ pub enum AdminCmd {
     /// Cluster settings.
     #[command(subcommand)]
     Settings(SettingsCmd),
+    /// Storage provisioners that persistent volumes live on.
+    #[command(subcommand)]
+    Storage(super::volume::StorageCmd),
 }
 
 #[derive(Subcommand)]
@@ -53,6 +56,7 @@ pub enum SettingsCmd {
 pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
     let client = conn.client()?;
     match cmd {
+        AdminCmd::Storage(c) => return super::volume::run_storage(c, conn).await,
         AdminCmd::User(UserCmd::Create {
             name,
             group,

@@ -6,5 +6,6 @@ pub mod monitoring;
 pub mod node;
 pub mod secret;
 pub mod up;
+pub mod volume;
 pub mod watch;
 pub mod workflow;

@@ -394,6 +394,20 @@ try {
     await shot(page, 'build-log');
   });
 
+  await step('the Volumes page lists her volumes and her group\'s, not another group\'s', async () => {
+    await api('alice', 'POST', '/volumes', { name: 'results' });
+    await api('alice', 'POST', '/volumes', { name: 'shared', scope: 'group' });
+    await api('bob', 'POST', '/volumes', { name: 'bobs-own' });
+    await page.goto(BASE + '/volumes');
+    await page.waitForSelector('th:has-text("volume://user/persistent/results")');
+    const main = await page.textContent('main');
+    assert.match(main, /volume:\/\/group\/persistent\/shared/);
+    assert.doesNotMatch(main, /bobs-own/);
+    assert.equal(await page.locator('nav a[aria-current="page"]').textContent(), 'Volumes');
+    await checkContrast(page, 'volumes page');
+    await shot(page, 'volumes');
+  });
+
   await step('signing out ends the session', async () => {
     await page.goto(BASE + '/workflows');
     await page.click('button:has-text("Sign out")');

@@ -1,0 +1,371 @@
+//! Persistent volumes and the storage provisioners they live on. A volume is scoped to a user
+//! or a group, like images and secrets: someone outside its scope is told "not found". Its
+//! directory is `<storage>/<id>` (the built-in `default` storage: `persistent/<id>` beneath each
+//! agent's storage root), so a name never becomes a path on a node. Workflows name volumes by
+//! `use: persistent` + `name:` (must exist) or a legacy `volume://SCOPE/persistent[/NAME]`
+//! (made on first use, as Fuzzball v3 did); the server resolves them at submit and the plan
+//! carries where each lives.
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::StatusCode;
+use axum::Json;
+use gantry_api::v1::{AddStorage, CreateVolume, StorageInfo, VolumeInfo};
+use gantry_intake::plan::{ResolvedVolume, WorkflowPlan};
+use gantry_intake::requests::{self, DEFAULT_STORAGE};
+use gantry_store::{StorageRow, VolumeRow};
+use uuid::Uuid;
+
+use crate::api::{ApiError, JsonBody};
+use crate::auth::{Caller, UserCaller};
+use crate::state::{now_ms, AppState};
+
+/// Where the built-in storage keeps volumes, beneath each agent's `--storage-root`.
+const DEFAULT_DIR: &str = "persistent";
+
+fn builtin() -> StorageInfo {
+    StorageInfo {
+        name: DEFAULT_STORAGE.into(),
+        driver: "hostpath".into(),
+        path: DEFAULT_DIR.into(),
+        pool: None,
+        groups: None,
+        builtin: true,
+    }
+}
+
+fn info(s: StorageRow) -> StorageInfo {
+    StorageInfo {
+        name: s.name,
+        driver: s.driver,
+        path: s.path,
+        pool: s.pool,
+        groups: s.groups,
+        builtin: false,
+    }
+}
+
+/// The storage of that name, when the caller's group may use it. One the caller may not use
+/// is not found, like anything else outside their reach.
+async fn usable_storage(st: &AppState, c: &Caller, name: &str) -> Result<StorageInfo, ApiError> {
+    if name == DEFAULT_STORAGE {
+        return Ok(builtin());
+    }
+    let s = st
+        .store
+        .storages()
+        .await?
+        .into_iter()
+        .find(|s| s.name == name)
+        .filter(|s| may_use(c, s))
+        .ok_or_else(|| ApiError::NotFound(format!("no storage {name}")))?;
+    Ok(info(s))
+}
+
+fn may_use(c: &Caller, s: &StorageRow) -> bool {
+    c.is_admin() || s.groups.as_ref().is_none_or(|g| g.contains(&c.user.group))
+}
+
+fn resolved(v: &VolumeRow, s: &StorageInfo) -> ResolvedVolume {
+    if s.builtin {
+        ResolvedVolume {
+            id: v.id,
+            root: None,
+            dir: format!("{DEFAULT_DIR}/{}", v.id),
+            pool: None,
+        }
+    } else {
+        ResolvedVolume {
+            id: v.id,
+            root: Some(s.path.clone()),
+            dir: v.id.to_string(),
+            pool: s.pool.clone(),
+        }
+    }
+}
+
+fn owner_of(c: &Caller, scope: &str) -> String {
+    if scope == "group" {
+        c.user.group.clone()
+    } else {
+        c.user.name.clone()
+    }
+}
+
+fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
+    VolumeInfo {
+        id: v.id,
+        uri: format!("volume://{}/persistent/{}", v.scope, v.name),
+        scope: v.scope,
+        owner: v.owner,
+        name: v.name,
+        storage: v.storage,
+        created_by: v.created_by,
+        created_at: crate::api::ts(v.created_at),
+        mounted_by,
+    }
+}
+
+/// The volumes the caller sees: their own and their group's.
+fn owners(c: &Caller) -> Vec<(String, String)> {
+    vec![
+        ("user".to_string(), c.user.name.clone()),
+        ("group".to_string(), c.user.group.clone()),
+    ]
+}
+
+/// Finds each persistent volume the plan mounts among the submitter's, checks the storage it
+/// is on may be used, and records where it lives. A legacy reference to a volume that does not
+/// exist yet gets a new one planned; [`make_on_first_use`] makes it when the workflow is stored.
+/// Nothing is written here: a refused submit changes nothing.
+pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Result<(), ApiError> {
+    let mut problems = vec![];
+    for (key, p) in plan.persistent.iter_mut() {
+        let scopes: Vec<&str> = match p.scope.as_deref() {
+            Some(s) => vec![s],
+            None => vec!["user", "group"],
+        };
+        let mut found = vec![];
+        for scope in &scopes {
+            if let Some(v) = st.store.volume(scope, &owner_of(c, scope), &p.name).await? {
+                found.push(v);
+            }
+        }
+        let v = match (found.len(), p.made_on_use) {
+            (1, _) => found.pop().expect("one"),
+            (0, true) => VolumeRow {
+                id: Uuid::new_v4(),
+                scope: scopes[0].to_string(),
+                owner: owner_of(c, scopes[0]),
+                name: p.name.clone(),
+                storage: p.storage.clone().unwrap_or_else(|| DEFAULT_STORAGE.into()),
+                created_by: c.user.name.clone(),
+                created_at: 0,
+            },
+            (0, false) => {
+                problems.push(format!(
+                    "volumes.{key}: persistent volume {:?} does not exist: create it with `gantry volume create {}`{}",
+                    p.name,
+                    p.name,
+                    p.storage.as_ref().map(|s| format!(" --storage {s}")).unwrap_or_default()
+                ));
+                continue;
+            }
+            _ => {
+                problems.push(format!(
+                    "volumes.{key}: both you and your group have a volume {:?}: say which with `reference: volume://user/persistent/{}` or `volume://group/persistent/{}`",
+                    p.name, p.name, p.name
+                ));
+                continue;
+            }
+        };
+        if let Some(want) = &p.storage {
+            if *want != v.storage {
+                problems.push(format!(
+                    "volumes.{key}: volume {:?} is on storage {}, not {want}",
+                    p.name, v.storage
+                ));
+                continue;
+            }
+        }
+        match usable_storage(st, c, &v.storage).await {
+            Ok(s) => p.resolved = Some(resolved(&v, &s)),
+            Err(ApiError::NotFound(_)) => problems.push(format!(
+                "volumes.{key}: no storage {} (or your group may not use it)",
+                v.storage
+            )),
+            Err(e) => return Err(e),
+        }
+    }
+    for j in &plan.jobs {
+        let pools: std::collections::BTreeSet<&str> = j
+            .mounts
+            .iter()
+            .filter_map(|(_, vol)| plan.persistent.get(vol)?.resolved.as_ref()?.pool.as_deref())
+            .collect();
+        if pools.len() > 1 {
+            problems.push(format!(
+                "{}: its volumes live in different pools ({}): no node sees them all",
+                j.name,
+                pools.into_iter().collect::<Vec<_>>().join(", ")
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest(problems.join("\n")))
+    }
+}
+
+/// Makes the volumes [`resolve`] planned for legacy references, as the workflow is stored. One
+/// made meanwhile (a second workflow submitted at once) is used instead.
+pub async fn make_on_first_use(
+    st: &AppState,
+    c: &Caller,
+    plan: &mut WorkflowPlan,
+) -> Result<(), ApiError> {
+    for p in plan.persistent.values_mut() {
+        let (Some(r), Some(scope)) = (p.resolved.as_mut(), p.scope.as_deref()) else {
+            continue;
+        };
+        if !p.made_on_use {
+            continue;
+        }
+        let want = VolumeRow {
+            id: r.id,
+            scope: scope.to_string(),
+            owner: owner_of(c, scope),
+            name: p.name.clone(),
+            storage: p.storage.clone().unwrap_or_else(|| DEFAULT_STORAGE.into()),
+            created_by: c.user.name.clone(),
+            created_at: now_ms(),
+        };
+        let got = st.store.ensure_volume(&want, now_ms()).await?;
+        if got.id != r.id {
+            let s = usable_storage(st, c, &got.storage).await?;
+            *r = resolved(&got, &s);
+        }
+    }
+    Ok(())
+}
+
+async fn visible_volume(
+    st: &AppState,
+    c: &Caller,
+    scope: &str,
+    name: &str,
+) -> Result<VolumeRow, ApiError> {
+    let missing = || ApiError::NotFound(format!("no volume {scope}/{name}"));
+    if !matches!(scope, "user" | "group") {
+        return Err(missing());
+    }
+    st.store
+        .volume(scope, &owner_of(c, scope), name)
+        .await?
+        .ok_or_else(missing)
+}
+
+pub async fn list(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<VolumeInfo>>, ApiError> {
+    let rows = st.store.volumes(Some(&owners(&c))).await?;
+    Ok(Json(
+        rows.into_iter().map(|v| volume_info(v, vec![])).collect(),
+    ))
+}
+
+pub async fn create(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    JsonBody(req): JsonBody<CreateVolume>,
+) -> Result<(StatusCode, Json<VolumeInfo>), ApiError> {
+    let (scope, name, storage) = requests::create_volume(&req).map_err(ApiError::BadRequest)?;
+    usable_storage(&st, &c, &storage).await?;
+    let v = VolumeRow {
+        id: Uuid::new_v4(),
+        owner: owner_of(&c, &scope),
+        scope,
+        name,
+        storage,
+        created_by: c.user.name.clone(),
+        created_at: now_ms(),
+    };
+    st.store.create_volume(&v, now_ms()).await?;
+    Ok((StatusCode::CREATED, Json(volume_info(v, vec![]))))
+}
+
+pub async fn show(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    UrlPath((scope, name)): UrlPath<(String, String)>,
+) -> Result<Json<VolumeInfo>, ApiError> {
+    let v = visible_volume(&st, &c, &scope, &name).await?;
+    let by = st.store.volume_users(v.id).await?;
+    Ok(Json(volume_info(v, by)))
+}
+
+/// Refused while a workflow not yet ended mounts it (the store checks, in the transaction
+/// that removes it). The volume's files go with it: each pool that sees its storage is asked
+/// to remove its directory.
+pub async fn delete(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    UrlPath((scope, name)): UrlPath<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let v = visible_volume(&st, &c, &scope, &name).await?;
+    let s = usable_storage(&st, &c, &v.storage).await.ok();
+    st.store.delete_volume(v.id, &c.user.name, now_ms()).await?;
+    if let Some(s) = s {
+        crate::controller::remove_persistent(&st, &resolved(&v, &s))
+            .await
+            .map_err(|e| ApiError::Internal(format!("{e:#}")))?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The storages the caller may make volumes on: the built-in one and those open to their
+/// group. Others' are not listed, as they would not be found.
+pub async fn usable_storages(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<StorageInfo>>, ApiError> {
+    let mut out = vec![builtin()];
+    for s in st.store.storages().await? {
+        if may_use(&c, &s) {
+            out.push(info(s));
+        }
+    }
+    Ok(Json(out))
+}
+
+pub async fn list_storages(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<StorageInfo>>, ApiError> {
+    c.require_admin()?;
+    let mut out = vec![builtin()];
+    out.extend(st.store.storages().await?.into_iter().map(info));
+    Ok(Json(out))
+}
+
+pub async fn add_storage(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    JsonBody(req): JsonBody<AddStorage>,
+) -> Result<(StatusCode, Json<StorageInfo>), ApiError> {
+    c.require_admin()?;
+    requests::add_storage(&req).map_err(ApiError::BadRequest)?;
+    let row = StorageRow {
+        name: req.name,
+        driver: req.driver,
+        path: req.path,
+        pool: req.pool,
+        groups: req.groups,
+        created_by: c.user.name.clone(),
+        created_at: now_ms(),
+    };
+    st.store.add_storage(&row, now_ms()).await?;
+    Ok((StatusCode::CREATED, Json(info(row))))
+}
+
+pub async fn delete_storage(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    UrlPath(name): UrlPath<String>,
+) -> Result<StatusCode, ApiError> {
+    c.require_admin()?;
+    if name == DEFAULT_STORAGE {
+        return Err(ApiError::BadRequest(
+            "the built-in storage cannot be removed".into(),
+        ));
+    }
+    st.store
+        .delete_storage(&name, &c.user.name, now_ms())
+        .await
+        .map_err(|e| match e {
+            gantry_store::StoreError::NotFound => ApiError::NotFound(format!("no storage {name}")),
+            e => e.into(),
+        })?;
+    Ok(StatusCode::NO_CONTENT)
+}
