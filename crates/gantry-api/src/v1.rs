@@ -349,6 +349,17 @@ pub struct HttpSecret {
     pub trusted_domains: Vec<String>,
 }
 
+/// Whether a credential limited to `trusted` (empty: any host) may be sent to `host`: the
+/// domain itself or a subdomain of it. Agents and the server decide alike.
+pub fn trusted_host(trusted: &[String], host: &str) -> bool {
+    let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
+    trusted.is_empty()
+        || trusted.iter().any(|d| {
+            let d = d.split(':').next().unwrap_or(d).to_ascii_lowercase();
+            host == d || host.ends_with(&format!(".{d}"))
+        })
+}
+
 /// An `image` secret: registry credentials, sent only to `trustedDomains` when given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -607,16 +607,7 @@ impl TypedSecret {
     }
 }
 
-/// Whether a credential limited to `trusted` (empty: any host) may be sent to `host`: the
-/// domain itself or a subdomain of it.
-pub fn trusted_host(trusted: &[String], host: &str) -> bool {
-    let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
-    trusted.is_empty()
-        || trusted.iter().any(|d| {
-            let d = d.split(':').next().unwrap_or(d).to_ascii_lowercase();
-            host == d || host.ends_with(&format!(".{d}"))
-        })
-}
+pub use gantry_api::v1::trusted_host;
 
 /// The registry host of a `docker://` image reference, by the rule Docker uses: a first
 /// component with a `.` or `:`, or `localhost`, is a host; otherwise it is Docker Hub.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use gantry_api::agent::{
     Assignment, BuildSpec, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources,
-    ServerMessage, ServiceSpec, VolumeMount,
+    ServerMessage, ServiceSpec, TransferSpec, VolumeMount,
 };
 use gantry_api::{EndCause, NodeState, TaskStatus};
 use gantry_core::engine::{
@@ -659,6 +659,10 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
                 network: "none".into(),
                 timeout_secs: 3600,
             })
+        }),
+        transfer: jp.transfer.as_ref().map(|t| TransferSpec {
+            volume: format!("{pool}/ephemeral/{}/{}", wf.id, t.volume),
+            ..t.clone()
         }),
     }
 }

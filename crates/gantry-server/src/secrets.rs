@@ -12,7 +12,7 @@ use axum::Json;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use gantry_api::agent::{Assignment, RegistryCredential};
+use gantry_api::agent::{Assignment, RegistryCredential, TransferCredential};
 use gantry_api::v1::{PutSecret, SecretInfo};
 use gantry_intake::requests::{self, SecretScope, SecretType, TypedSecret};
 use gantry_store::SecretKey;
@@ -164,6 +164,15 @@ pub async fn check_refs(
                             found.kind, key.name
                         ));
                     }
+                    for (url, want) in transfer_uses(plan, &uri) {
+                        if found.kind != want {
+                            problems.push(format!(
+                                "{uri} is a {} secret; {url} takes a {want} secret \
+                                 (`gantry secret set {} --type {want}`)",
+                                found.kind, key.name
+                            ));
+                        }
+                    }
                 }
             },
             Err(e) => problems.push(e),
@@ -174,6 +183,33 @@ pub async fn check_refs(
     } else {
         Err(ApiError::BadRequest(problems.join("\n")))
     }
+}
+
+/// The remote ends of transfers that name `uri` as their secret, with the secret type each
+/// needs.
+fn transfer_uses(
+    plan: &gantry_intake::plan::WorkflowPlan,
+    uri: &str,
+) -> Vec<(String, &'static str)> {
+    plan.jobs
+        .iter()
+        .filter_map(|j| j.transfer.as_ref())
+        .flat_map(|t| {
+            let ingress = t.direction == "ingress";
+            t.items
+                .iter()
+                .filter(move |i| i.secret.as_deref() == Some(uri))
+                .map(move |i| {
+                    let remote = if ingress { &i.source } else { &i.destination };
+                    let kind = if remote.starts_with("s3://") {
+                        "s3"
+                    } else {
+                        "http"
+                    };
+                    (remote.clone(), kind)
+                })
+        })
+        .collect()
 }
 
 /// A registry credential from a secret's value: `USER:PASSWORD` is basic auth, anything else
@@ -216,6 +252,19 @@ pub async fn resolve(
             }
             _ => return Err(format!("{uri} is not an image secret")),
         });
+    }
+    if let Some(t) = asg.transfer.as_mut() {
+        for item in t.items.iter_mut() {
+            let Some(uri) = item.secret.clone() else {
+                continue;
+            };
+            let key = parse_ref(&uri, user, group)?;
+            item.credential = Some(match reveal(st, &key).await? {
+                TypedSecret::S3(s) => TransferCredential::S3(s),
+                TypedSecret::Http(h) => TransferCredential::Http(h),
+                _ => return Err(format!("{uri} is not an s3 or http secret")),
+            });
+        }
     }
     for kv in asg.env.iter_mut() {
         let Some((k, v)) = kv.split_once('=') else {

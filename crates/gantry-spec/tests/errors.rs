@@ -400,6 +400,13 @@ volumes:
         destination: {uri: /data/y}
       - source: {uri: file://missing.txt}
         destination: {uri: file://y}
+      - source: {uri: https://x/z}
+        destination: {uri: file://in/../../z}
+      - source: {uri: https://x/z}
+        destination: {uri: file:///}
+    egress:
+      - source: {uri: file:///../etc/passwd}
+        destination: {uri: s3://b/k}
 jobs:
   j: {image: {uri: docker://alpine}}
 "#,
@@ -411,6 +418,9 @@ jobs:
             "7:23: volumes.e: `use` and `reference` are both set; say what the volume is once",
             "11:28: volumes.f.ingress[0].destination.uri: `/data/y` is not a URI; write `SCHEME://...` (https://, s3://, file://)",
             "12:23: volumes.f.ingress[1].source.uri: file `missing.txt` is not defined under the top-level `files`; files: (none)",
+            "15:28: volumes.f.ingress[2].destination.uri: `file://in/../../z` must name a path below the volume's root (no `..`)",
+            "17:28: volumes.f.ingress[3].destination.uri: `file:///` must name a path below the volume's root (no `..`)",
+            "19:23: volumes.f.egress[0].source.uri: `file:///../etc/passwd` must name a path below the volume's root (no `..`)",
         ],
     );
 }
