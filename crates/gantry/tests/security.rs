@@ -17,3 +17,5 @@ mod network;
 mod paths;
 #[path = "security/registry.rs"]
 mod registry;
+#[path = "security/transfer.rs"]
+mod transfer;
