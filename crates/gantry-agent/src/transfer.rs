@@ -1,6 +1,10 @@
-//! Data transfers of a volume (`ingress:VOLUME`): an attempt whose assignment carries a
-//! [`TransferSpec`] fetches each source into the volume, in order, on this node, so the data
-//! lands on the pool's storage before any step that mounts the volume starts.
+//! Data transfers of a volume: an attempt whose assignment carries a [`TransferSpec`] fetches
+//! each source into the volume (`ingress:VOLUME`, before any step that mounts it starts) or
+//! uploads each file of the volume (`egress:VOLUME`, after they all FINISHED), in order, on
+//! this node, so the data lands on (and leaves from) the pool's storage.
+//!
+//! S3 goes through `object_store` (any S3-compatible server: the secret's endpoint, addressed
+//! path-style; uploads are multipart, a few parts in flight at once); HTTP through reqwest.
 //!
 //! - Destinations are paths below the volume's directory, resolved beneath it without
 //!   following symlinks ([`crate::beneath`]): a link a container planted in the volume is
@@ -78,12 +82,15 @@ pub async fn run(
     log: &dyn Log,
     stop: &StopSignal,
 ) -> Result<String, TransferError> {
-    if spec.direction != "ingress" {
-        return Err(TransferError::failed(format!(
-            "{} transfers are not supported by this agent",
-            spec.direction
-        )));
-    }
+    let ingress = match spec.direction.as_str() {
+        "ingress" => true,
+        "egress" => false,
+        other => {
+            return Err(TransferError::failed(format!(
+                "{other} transfers are not supported by this agent"
+            )))
+        }
+    };
     let volume = Rel::new(&spec.volume).map_err(|e| {
         TransferError::failed(format!("refusing volume path {:?}: {e}", spec.volume))
     })?;
@@ -103,7 +110,7 @@ pub async fn run(
     let started = Instant::now();
     let mut total = 0u64;
     for item in &spec.items {
-        total += ingress_with_retries(&client, &dir, item, log, stop).await?;
+        total += with_retries(&client, &dir, item, ingress, log, stop).await?;
     }
     Ok(format!(
         "{} transfer(s), {} in {:.2} s",
@@ -124,17 +131,29 @@ fn volume_error(e: &std::io::Error, what: &str) -> String {
     }
 }
 
-async fn ingress_with_retries(
+async fn with_retries(
     client: &reqwest::Client,
     dir: &Dir,
     item: &TransferItem,
+    ingress: bool,
     log: &dyn Log,
     stop: &StopSignal,
 ) -> Result<u64, TransferError> {
     let tries = item.attempts.max(1);
     let mut backoff = Duration::from_secs(1);
+    let remote = if ingress {
+        &item.source
+    } else {
+        &item.destination
+    };
     for n in 1..=tries {
-        let one = ingress_one(client, dir, item, log);
+        let one = async {
+            if ingress {
+                ingress_one(client, dir, item, log).await
+            } else {
+                egress_one(dir, item, log).await
+            }
+        };
         let result = match item.timeout_ms {
             Some(ms) => {
                 let limit = Duration::from_millis(ms);
@@ -142,17 +161,16 @@ async fn ingress_with_retries(
                     r = tokio::time::timeout(limit, one) => r.unwrap_or_else(|_| Err(TransferError {
                         code: EXIT_TIMEOUT,
                         message: format!(
-                            "{}: timed out after {} (policy.timeout.execute)",
-                            item.source,
+                            "{remote}: timed out after {} (policy.timeout.execute)",
                             humantime(limit)
                         ),
                     })),
-                    _ = stop.wait() => return Err(stopped(item)),
+                    _ = stop.wait() => return Err(stopped(remote)),
                 }
             }
             None => tokio::select! {
                 r = one => r,
-                _ = stop.wait() => return Err(stopped(item)),
+                _ = stop.wait() => return Err(stopped(remote)),
             },
         };
         match result {
@@ -165,7 +183,7 @@ async fn ingress_with_retries(
                 ));
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = stop.wait() => return Err(stopped(item)),
+                    _ = stop.wait() => return Err(stopped(remote)),
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(60));
             }
@@ -181,10 +199,10 @@ async fn ingress_with_retries(
     unreachable!("the last try returns")
 }
 
-fn stopped(item: &TransferItem) -> TransferError {
+fn stopped(remote: &str) -> TransferError {
     TransferError {
         code: EXIT_STOPPED,
-        message: format!("{}: stopped", item.source),
+        message: format!("{remote}: stopped"),
     }
 }
 
@@ -222,6 +240,12 @@ async fn ingress_one(
             .try_clone()
             .map_err(|e| TransferError::failed(format!("{}: {e}", item.destination)))?;
         http_get(client, item, tokio::fs::File::from_std(file), &what, log).await?
+    } else if item.source.starts_with("s3://") {
+        let file = staged
+            .file()
+            .try_clone()
+            .map_err(|e| TransferError::failed(format!("{}: {e}", item.destination)))?;
+        s3_get(item, tokio::fs::File::from_std(file), &what, log).await?
     } else {
         return Err(TransferError::failed(format!(
             "{}: this agent cannot read that kind of source",
@@ -251,7 +275,7 @@ fn rate(bytes: u64, secs: f64) -> u64 {
 async fn http_get(
     client: &reqwest::Client,
     item: &TransferItem,
-    mut out: tokio::fs::File,
+    out: tokio::fs::File,
     what: &str,
     log: &dyn Log,
 ) -> Result<u64, TransferError> {
@@ -283,7 +307,28 @@ async fn http_get(
         return Err(TransferError::failed(format!("{url}: HTTP {status}")));
     }
     let total = resp.content_length();
-    let mut body = resp.bytes_stream();
+    stream_to_file(resp.bytes_stream(), out, item, total, what, log, |e| {
+        error_chain(e)
+    })
+    .await
+}
+
+/// Writes a body to the staged file as it arrives, logging progress, and checks its length
+/// against `total` (what the server announced).
+async fn stream_to_file<S, E>(
+    body: S,
+    mut out: tokio::fs::File,
+    item: &TransferItem,
+    total: Option<u64>,
+    what: &str,
+    log: &dyn Log,
+    why: impl Fn(&E) -> String,
+) -> Result<u64, TransferError>
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>>,
+{
+    let url = &item.source;
+    let mut body = std::pin::pin!(body);
     let mut done = 0u64;
     let started = Instant::now();
     let mut last = started;
@@ -291,7 +336,7 @@ async fn http_get(
         let chunk = chunk.map_err(|e| {
             TransferError::failed(format!(
                 "{url}: the body broke off after {done} bytes: {}",
-                error_chain(&e)
+                why(&e)
             ))
         })?;
         out.write_all(&chunk)
@@ -324,6 +369,156 @@ async fn http_get(
     out.flush()
         .await
         .map_err(|e| TransferError::failed(format!("{}: {e}", item.destination)))?;
+    Ok(done)
+}
+
+/// The S3 store and object a `s3://BUCKET/KEY` names, with the credentials of its secret.
+fn s3_object(
+    url: &str,
+    cred: Option<&TransferCredential>,
+) -> Result<(object_store::aws::AmazonS3, object_store::path::Path), TransferError> {
+    let rest = url.strip_prefix("s3://").unwrap_or(url);
+    let (bucket, key) = rest
+        .split_once('/')
+        .filter(|(b, k)| !b.is_empty() && !k.is_empty())
+        .ok_or_else(|| TransferError::failed(format!("{url}: expected s3://BUCKET/KEY")))?;
+    let Some(TransferCredential::S3(c)) = cred else {
+        return Err(TransferError::failed(format!(
+            "{url}: an s3:// transfer needs an s3 secret (`secret: secret://...`)"
+        )));
+    };
+    let mut b = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_region(&c.region)
+        .with_access_key_id(&c.access_key_id)
+        .with_secret_access_key(&c.secret_access_key)
+        .with_endpoint(c.endpoint.trim_end_matches('/'))
+        // Path-style (`ENDPOINT/BUCKET/KEY`), which every S3-compatible server answers.
+        .with_virtual_hosted_style_request(false)
+        // Tries and deadlines are the transfer's policy's, not the library's; a whole-request
+        // timeout would also cut off a large body that is still arriving.
+        .with_retry(object_store::RetryConfig {
+            max_retries: 0,
+            ..Default::default()
+        })
+        .with_client_options(
+            object_store::ClientOptions::new()
+                .with_allow_http(c.endpoint.starts_with("http://"))
+                .with_timeout_disabled()
+                .with_connect_timeout(Duration::from_secs(30)),
+        );
+    if let Some(t) = &c.session_token {
+        b = b.with_token(t);
+    }
+    let store = b
+        .build()
+        .map_err(|e| TransferError::failed(format!("{url}: {e}")))?;
+    let path = object_store::path::Path::parse(key)
+        .map_err(|e| TransferError::failed(format!("{url}: {e}")))?;
+    Ok((store, path))
+}
+
+/// An S3 failure in a user's terms: object_store's message (which carries the status and S3's
+/// own error code and message) after the URL.
+fn s3_error(url: &str, e: &object_store::Error) -> String {
+    match e {
+        object_store::Error::NotFound { .. } => format!("{url}: not found (NoSuchKey): {e}"),
+        _ => format!("{url}: {e}"),
+    }
+}
+
+async fn s3_get(
+    item: &TransferItem,
+    out: tokio::fs::File,
+    what: &str,
+    log: &dyn Log,
+) -> Result<u64, TransferError> {
+    use object_store::ObjectStoreExt;
+    let url = &item.source;
+    let (store, path) = s3_object(url, item.credential.as_ref())?;
+    let got = store
+        .get(&path)
+        .await
+        .map_err(|e| TransferError::failed(s3_error(url, &e)))?;
+    let total = got.meta.size;
+    stream_to_file(got.into_stream(), out, item, Some(total), what, log, |e| {
+        e.to_string()
+    })
+    .await
+}
+
+/// Parts of a multipart upload: S3's smallest but the last is 5 MiB; 8 MiB with four in
+/// flight keeps a 1 GiB upload at 32 MiB of memory.
+const PART_SIZE: usize = 8 << 20;
+const PARTS_IN_FLIGHT: usize = 4;
+
+/// One try of one egress: a file of the volume uploaded to S3.
+async fn egress_one(dir: &Dir, item: &TransferItem, log: &dyn Log) -> Result<u64, TransferError> {
+    use object_store::ObjectStoreExt;
+    use tokio::io::AsyncReadExt;
+    let url = &item.destination;
+    if !url.starts_with("s3://") {
+        return Err(TransferError::failed(format!(
+            "{url}: this agent uploads only to s3://"
+        )));
+    }
+    let what = format!("{} -> {url}", item.source);
+    let src = in_volume(&item.source).map_err(TransferError::failed)?;
+    let file = dir
+        .open_file(&src, Resolve::Beneath)
+        .map_err(|e| TransferError::failed(volume_error(&e, &item.source)))?;
+    let total = file
+        .metadata()
+        .map_err(|e| TransferError::failed(format!("{}: {e}", item.source)))?
+        .len();
+    let mut file = tokio::fs::File::from_std(file);
+    let (store, path) = s3_object(url, item.credential.as_ref())?;
+    let fail =
+        |e: object_store::Error| TransferError::failed(format!("{url}: {}", error_chain(&e)));
+    let upload = store.put_multipart(&path).await.map_err(fail)?;
+    let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    let started = Instant::now();
+    let mut last = started;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .await
+            .map_err(|e| TransferError::failed(format!("{}: {e}", item.source)))?;
+        if n == 0 {
+            break;
+        }
+        writer
+            .wait_for_capacity(PARTS_IN_FLIGHT)
+            .await
+            .map_err(fail)?;
+        writer.write(&buf[..n]);
+        done += n as u64;
+        if last.elapsed() >= PROGRESS_EVERY {
+            last = Instant::now();
+            log.line(&progress(
+                &what,
+                done,
+                Some(total),
+                started.elapsed().as_secs_f64(),
+            ));
+        }
+    }
+    if done != total {
+        writer.abort().await.map_err(fail)?;
+        return Err(TransferError::failed(format!(
+            "{}: read {done} of its {total} bytes (it changed while it was uploaded)",
+            item.source
+        )));
+    }
+    writer.finish().await.map_err(fail)?;
+    let secs = started.elapsed().as_secs_f64();
+    log.line(&format!(
+        "{what}: {} in {secs:.2} s ({}/s)",
+        human_size(done),
+        human_size(rate(done, secs))
+    ));
     Ok(done)
 }
 

@@ -278,8 +278,8 @@ pub fn support(wf: &Workflow) -> Support {
 }
 
 /// Where ingress reads from and egress writes to (the volume's side is always `file://`).
-const INGRESS_SOURCES: &[&str] = &["http", "https", "file"];
-const EGRESS_DESTINATIONS: &[&str] = &[];
+const INGRESS_SOURCES: &[&str] = &["s3", "http", "https", "file"];
+const EGRESS_DESTINATIONS: &[&str] = &["s3"];
 
 fn transfer_support(
     s: &mut Support,
@@ -301,6 +301,13 @@ fn transfer_support(
         };
         s.unsupported.push(format!(
             "{at}.{side}.uri: {:?}: this side of a transfer takes {known}",
+            u.uri
+        ));
+    }
+    if scheme == "s3" && u.secret.is_none() {
+        s.unsupported.push(format!(
+            "{at}.{side}.secret: {:?} needs an s3 secret (`secret: secret://SCOPE/NAME`, made with \
+             `gantry secret set NAME --type s3`)",
             u.uri
         ));
     }

@@ -62,14 +62,15 @@ jobs:
     assert_eq!(ingress["status"], "FINISHED", "{d:#}");
     let compute = Cluster::task(&d, "compute");
     // The job started only after the transfer had ended.
-    let ended = attempts(ingress)[0]["ended_at"]
-        .as_str()
+    let at = |v: &serde_json::Value| {
+        time::OffsetDateTime::parse(
+            v.as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
         .unwrap()
-        .to_string();
-    let started = attempts(compute)[0]["created_at"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    };
+    let ended = at(&attempts(ingress)[0]["ended_at"]);
+    let started = at(&attempts(compute)[0]["created_at"]);
     assert!(
         started >= ended,
         "compute started {started}, ingress ended {ended}"
@@ -167,4 +168,125 @@ jobs:
         .join(&id)
         .join("data/x");
     assert!(!vol.exists());
+}
+
+#[test]
+fn a_workflow_stages_in_from_s3_and_http_computes_and_stages_out_to_s3() {
+    let s3 = common::s3::S3::start();
+    s3.put("inputs", "raw/numbers.txt", "3\n4\n5\n");
+    s3.py("s3.create_bucket(Bucket='results')");
+    let srv = Server::start(vec![("/factor", Route::Body(b"10\n".to_vec()))]);
+    let c = Cluster::up(1);
+    c.ok(&[
+        "secret",
+        "set",
+        "store",
+        "--type",
+        "s3",
+        "--value",
+        &s3.secret_json("AKIDEXAMPLE", "not-checked-by-moto"),
+    ]);
+    let workflow = |name: &str, script: &str| {
+        c.write(
+            &format!("{name}.yaml"),
+            &format!(
+                r#"version: v4
+volumes:
+  work:
+    ingress:
+      - source: {{ uri: "s3://inputs/raw/numbers.txt", secret: secret://user/store }}
+        destination: {{ uri: "file://in/numbers.txt" }}
+      - source: {{ uri: "{}" }}
+        destination: {{ uri: "file://in/factor" }}
+    egress:
+      - source: {{ uri: "file://out/sum.txt" }}
+        destination: {{ uri: "s3://results/{name}/sum.txt", secret: secret://user/store }}
+jobs:
+  compute:
+    image: {{ uri: docker://busybox:1 }}
+    mounts: {{ /work: {{ volume: work }} }}
+    script: |
+      #!/bin/sh
+      {script}
+"#,
+                srv.url("/factor")
+            ),
+        )
+    };
+    let id = c.start_workflow(&workflow(
+        "run1",
+        r#"mkdir -p /work/out && f=$(cat /work/in/factor) && s=0 && for n in $(cat /work/in/numbers.txt); do s=$((s + n * f)); done && echo $s > /work/out/sum.txt"#,
+    ));
+    let d = c.wait_status(&id, "FINISHED");
+    for step in ["ingress:work", "compute", "egress:work"] {
+        assert_eq!(
+            Cluster::task(&d, step)["status"],
+            "FINISHED",
+            "{step}: {d:#}"
+        );
+    }
+    // The result is in the bucket, read back through the S3 API.
+    assert_eq!(s3.get("results", "run1/sum.txt").as_deref(), Some("120\n"));
+    let log = c.ok(&["workflow", "log", &id, "egress:work"]);
+    assert!(
+        log.contains("file://out/sum.txt -> s3://results/run1/sum.txt: 4 B"),
+        "{log}"
+    );
+
+    // A failed job: its volume's egress never runs, and nothing reaches the bucket.
+    let id = c.start_workflow(&workflow("run2", "echo x > /work/out; exit 3"));
+    let d = c.wait_status(&id, "FAILED");
+    let egress = Cluster::task(&d, "egress:work");
+    assert!(attempts(egress).is_empty(), "{d:#}");
+    assert_eq!(s3.get("results", "run2/sum.txt"), None);
+
+    // A missing object fails the ingress with the URL and the S3 error.
+    let missing = c.write(
+        "missing.yaml",
+        r#"version: v4
+volumes:
+  work:
+    ingress:
+      - source: { uri: "s3://inputs/raw/nope.txt", secret: secret://user/store }
+        destination: { uri: "file://x" }
+jobs:
+  compute:
+    image: { uri: docker://busybox:1 }
+    mounts: { /work: { volume: work } }
+    command: [ "true" ]
+"#,
+    );
+    let id = c.start_workflow(&missing);
+    let d = c.wait_status(&id, "FAILED");
+    let why = reason(Cluster::task(&d, "ingress:work"));
+    assert!(
+        why.contains("s3://inputs/raw/nope.txt") && why.to_lowercase().contains("not found"),
+        "{why}"
+    );
+
+    // An s3:// transfer without a secret, or with an http one, is refused at submit.
+    c.ok(&[
+        "secret",
+        "set",
+        "web",
+        "--type",
+        "http",
+        "--value",
+        r#"{"token":"t"}"#,
+    ]);
+    let wrong = c.write(
+        "wrong.yaml",
+        &std::fs::read_to_string(&missing)
+            .unwrap()
+            .replace("secret://user/store", "secret://user/web"),
+    );
+    let out = c.gantry(&["workflow", "start", wrong.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "secret://user/web is a http secret; s3://inputs/raw/nope.txt takes a s3 secret"
+        ),
+        "{err}"
+    );
 }
