@@ -317,7 +317,7 @@ async fn http_get(
 /// against `total` (what the server announced).
 async fn stream_to_file<S, E>(
     body: S,
-    mut out: tokio::fs::File,
+    out: tokio::fs::File,
     item: &TransferItem,
     total: Option<u64>,
     what: &str,
@@ -329,6 +329,9 @@ where
 {
     let url = &item.source;
     let mut body = std::pin::pin!(body);
+    // Network chunks are small (16 kB and less); each write of a tokio file is a trip to its
+    // blocking pool, so they are gathered into writes of a few MiB.
+    let mut out = tokio::io::BufWriter::with_capacity(4 << 20, out);
     let mut done = 0u64;
     let started = Instant::now();
     let mut last = started;
