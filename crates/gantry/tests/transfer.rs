@@ -20,6 +20,36 @@ fn reason(task: &serde_json::Value) -> String {
         .to_string()
 }
 
+/// A workflow of one ingress into `data` (`source` is the source's fields) and a job `read`
+/// that mounts it and runs `command`.
+fn one_ingress(
+    c: &Cluster,
+    name: &str,
+    source: &str,
+    dest: &str,
+    policy: &str,
+    command: &str,
+) -> std::path::PathBuf {
+    c.write(
+        &format!("{name}.yaml"),
+        &format!(
+            r#"version: v4
+volumes:
+  data:
+    ingress:
+      - source: {{ {source} }}
+        destination: {{ uri: "{dest}" }}
+{policy}
+jobs:
+  read:
+    image: {{ uri: docker://busybox:1 }}
+    mounts: {{ /data: {{ volume: data }} }}
+    command: {command}
+"#
+        ),
+    )
+}
+
 #[test]
 fn ingress_stages_http_and_file_data_before_the_jobs_that_mount_the_volume() {
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -94,32 +124,32 @@ fn a_failed_ingress_names_the_url_and_the_cause_and_the_jobs_never_start() {
     let srv = Server::start(vec![
         ("/stall", Route::Stall(Duration::from_secs(60))),
         ("/short", Route::Short(10, b"abc".to_vec())),
+        ("/private", Route::Bearer("right".into(), b"data".to_vec())),
     ]);
     let c = Cluster::up(1);
+    c.ok(&[
+        "secret",
+        "set",
+        "wrong",
+        "--type",
+        "http",
+        "--value",
+        r#"{"token":"not-right"}"#,
+    ]);
     let run = |name: &str, source: &str, policy: &str| {
-        let file = c.write(
-            &format!("{name}.yaml"),
-            &format!(
-                r#"version: v4
-volumes:
-  data:
-    ingress:
-      - source: {{ uri: "{source}" }}
-        destination: {{ uri: "file://x" }}
-{policy}
-jobs:
-  use-it:
-    image: {{ uri: docker://busybox:1 }}
-    mounts: {{ /data: {{ volume: data }} }}
-    command: [ "true" ]
-"#
-            ),
+        let file = one_ingress(
+            &c,
+            name,
+            &format!("uri: \"{source}\""),
+            "file://x",
+            policy,
+            "[ \"true\" ]",
         );
         let id = c.start_workflow(&file);
         let d = c.wait_status(&id, "FAILED");
         let t = Cluster::task(&d, "ingress:data").clone();
         assert_eq!(t["status"], "FAILED", "{d:#}");
-        let job = Cluster::task(&d, "use-it");
+        let job = Cluster::task(&d, "read");
         assert!(attempts(job).is_empty(), "the job never started: {d:#}");
         (reason(&t), id)
     };
@@ -142,6 +172,26 @@ jobs:
         .filter(|(p, _)| p == "/missing")
         .count();
     assert_eq!(asked, 2, "policy.retry.attempts holds");
+
+    // Wrong credentials: the server's answer, with the URL.
+    let private = srv.url("/private");
+    let (why, _) = run(
+        "wrong",
+        &format!("{private}\", secret: \"secret://user/wrong"),
+        "",
+    );
+    assert!(
+        why.contains(&private) && why.contains("HTTP 401 Unauthorized"),
+        "{why}"
+    );
+    assert!(
+        srv.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(p, a)| p == "/private" && a.as_deref() == Some("Bearer not-right")),
+        "the secret's token was sent"
+    );
 
     let stall = srv.url("/stall");
     let (why, _) = run(
@@ -289,4 +339,51 @@ jobs:
         ),
         "{err}"
     );
+}
+
+#[test]
+fn wrong_s3_credentials_fail_the_ingress_with_the_s3_error() {
+    let (s3, id, secret) = common::s3::S3::authenticated();
+    s3.put("inputs", "a.txt", "signed\n");
+    let c = Cluster::up(1);
+    c.ok(&[
+        "secret",
+        "set",
+        "good",
+        "--type",
+        "s3",
+        "--value",
+        &s3.secret_json(&id, &secret),
+    ]);
+    c.ok(&[
+        "secret",
+        "set",
+        "bad",
+        "--type",
+        "s3",
+        "--value",
+        &s3.secret_json(&id, "wrong"),
+    ]);
+    let file = |name: &str| {
+        one_ingress(
+            &c,
+            name,
+            &format!("uri: \"s3://inputs/a.txt\", secret: secret://user/{name}"),
+            "file://a.txt",
+            "",
+            "[ cat, /data/a.txt ]",
+        )
+    };
+    let bad = c.start_workflow(&file("bad"));
+    let d = c.wait_status(&bad, "FAILED");
+    let why = reason(Cluster::task(&d, "ingress:data"));
+    assert!(
+        why.contains("s3://inputs/a.txt") && why.contains("SignatureDoesNotMatch"),
+        "{why}"
+    );
+    assert!(attempts(Cluster::task(&d, "read")).is_empty());
+
+    let good = c.start_workflow(&file("good"));
+    c.wait_status(&good, "FINISHED");
+    assert_eq!(c.ok(&["workflow", "log", &good, "read"]), "signed\n");
 }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 pub struct S3 {
     pub port: u16,
     child: Child,
+    /// The keys boto3 signs with: any, unless the server checks them ([`S3::authenticated`]).
+    keys: (String, String),
 }
 
 /// The venv's python (`GANTRY_MCP_VENV`, as install-deps.sh names it).
@@ -17,8 +19,38 @@ fn venv() -> String {
 
 impl S3 {
     pub fn start() -> S3 {
+        Self::start_with(None)
+    }
+
+    /// A server that checks signatures: moto lets the first three requests through unsigned
+    /// (`INITIAL_NO_AUTH_ACTION_COUNT`), which make an IAM user, its access key and a policy
+    /// allowing everything; from then on only that key's requests are served. Returns the key.
+    pub fn authenticated() -> (S3, String, String) {
+        let mut s3 = Self::start_with(Some(3));
+        let out = s3.py(
+            "import json\n\
+             iam = boto3.client('iam', endpoint_url=s3.meta.endpoint_url, region_name='us-east-1', aws_access_key_id='x', aws_secret_access_key='x')\n\
+             iam.create_user(UserName='gantry')\n\
+             k = iam.create_access_key(UserName='gantry')['AccessKey']\n\
+             iam.put_user_policy(UserName='gantry', PolicyName='all', PolicyDocument=json.dumps({'Version': '2012-10-17', 'Statement': [{'Effect': 'Allow', 'Action': '*', 'Resource': '*'}]}))\n\
+             print(k['AccessKeyId'], k['SecretAccessKey'])",
+        );
+        let mut it = out.split_whitespace();
+        let (id, secret) = (
+            it.next().unwrap().to_string(),
+            it.next().unwrap().to_string(),
+        );
+        s3.keys = (id.clone(), secret.clone());
+        (s3, id, secret)
+    }
+
+    fn start_with(no_auth_count: Option<u32>) -> S3 {
         let port = super::free_port();
-        let child = Command::new(format!("{}/bin/moto_server", venv()))
+        let mut cmd = Command::new(format!("{}/bin/moto_server", venv()));
+        if let Some(n) = no_auth_count {
+            cmd.env("INITIAL_NO_AUTH_ACTION_COUNT", n.to_string());
+        }
+        let child = cmd
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -29,15 +61,18 @@ impl S3 {
             assert!(Instant::now() < deadline, "moto_server did not listen");
             std::thread::sleep(Duration::from_millis(100));
         }
-        S3 { port, child }
+        S3 {
+            port,
+            child,
+            keys: ("test".into(), "test".into()),
+        }
     }
 
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// An `s3` secret's JSON for this server (moto takes any key, and checks none of them
-    /// unless told; see [`S3::secret_json`] callers for wrong ones).
+    /// An `s3` secret's JSON for this server.
     pub fn secret_json(&self, key_id: &str, secret: &str) -> String {
         format!(
             r#"{{"accessKeyId":"{key_id}","secretAccessKey":"{secret}","region":"us-east-1","endpoint":"{}"}}"#,
@@ -48,8 +83,10 @@ impl S3 {
     /// Runs python with `s3`, a boto3 client of this server, defined; returns its stdout.
     pub fn py(&self, code: &str) -> String {
         let prog = format!(
-            "import boto3, sys\ns3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', aws_access_key_id='test', aws_secret_access_key='test')\n{code}",
-            self.endpoint()
+            "import boto3, sys\ns3 = boto3.client('s3', endpoint_url='{}', region_name='us-east-1', aws_access_key_id='{}', aws_secret_access_key='{}')\n{code}",
+            self.endpoint(),
+            self.keys.0,
+            self.keys.1
         );
         let out = Command::new(format!("{}/bin/python", venv()))
             .args(["-c", &prog])
