@@ -52,6 +52,12 @@ if ! "$mcp_venv/bin/python" -c 'import mcp' >/dev/null 2>&1; then
   fi
   "$mcp_venv/bin/pip" install -q --disable-pip-version-check 'mcp==2.3.0'
 fi
+# The data-transfer tests' S3 API server: moto from PyPI (`moto_server`, started on a free port
+# by crates/gantry/tests/common/s3.rs), in the same venv.
+if ! "$mcp_venv/bin/python" -c 'import moto.server' >/dev/null 2>&1; then
+  echo "install-deps: moto (an S3 API server) in $mcp_venv"
+  "$mcp_venv/bin/pip" install -q --disable-pip-version-check 'moto[server]==5.1.18'
+fi
 # The browser tests' driver: playwright-core from npm, at the version their lockfile pins, in
 # target/web-node (it drives Debian's chromium; it downloads no browser).
 web_root=$(cd "$(dirname "$0")/.." && pwd)

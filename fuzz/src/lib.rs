@@ -288,8 +288,10 @@ fn put_secret(scope: &str, name: &str, body: &[u8]) {
         return;
     };
     match requests::put_secret(scope, name, &req) {
-        Ok(scope) => {
+        Ok((scope, kind)) => {
             assert!(!req.value.is_empty() && req.value.len() <= requests::MAX_SECRET);
+            // What was accepted reads back as its type when a workflow uses it.
+            assert!(requests::TypedSecret::parse(kind, &req.value).is_ok());
             // A workflow names exactly the secret that was written.
             let uri = format!("secret://{}/{name}", scope.as_str());
             assert_eq!(requests::secret_ref(&uri), Ok((scope, name)));

@@ -311,6 +311,15 @@ impl Dir {
         owner: Owner,
         how: Resolve,
     ) -> io::Result<()> {
+        let mut staged = self.stage_file(rel, how, owner)?;
+        staged.file().write_all(content)?;
+        staged.commit(mode)
+    }
+
+    /// A file to be written at `rel` beneath this directory, as [`Dir::write_file`] does but
+    /// in pieces (a download): written through [`Staged::file`] under a temporary name in the
+    /// resolved parent, put in place by [`Staged::commit`], removed if dropped uncommitted.
+    pub fn stage_file(&self, rel: &Rel, how: Resolve, owner: Owner) -> io::Result<Staged> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let (parent, name) = rel.split();
         let parent = match parent {
@@ -319,7 +328,7 @@ impl Dir {
                 fd: self.fd.try_clone()?,
             },
         };
-        let cname = cstr(name)?;
+        let name = cstr(name)?;
         let tmp = cstr(OsStr::new(&format!(
             ".gantry-{}-{}",
             std::process::id(),
@@ -332,41 +341,16 @@ impl Dir {
         // SAFETY: a valid dirfd and a NUL-terminated name.
         let fd = unsafe { libc::openat(pfd.as_raw_fd(), tmp.as_ptr(), flags, 0o600) };
         check(fd)?;
-        // SAFETY: a new fd owned by nothing else.
-        let mut file = fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        let written = (|| {
-            file.write_all(content)?;
-            // SAFETY: a valid fd; ownership first, since chown clears set-id bits.
-            unsafe {
-                check(libc::fchown(file.as_raw_fd(), owner.uid, owner.gid))?;
-                check(libc::fchmod(
-                    file.as_raw_fd(),
-                    (mode & 0o7777) as libc::mode_t,
-                ))?;
-            }
-            drop(file);
-            // SAFETY: valid dirfds and NUL-terminated names.
-            check(unsafe {
-                libc::renameat(
-                    pfd.as_raw_fd(),
-                    tmp.as_ptr(),
-                    pfd.as_raw_fd(),
-                    cname.as_ptr(),
-                )
-            })
-        })();
-        if let Err(e) = written {
-            // SAFETY: as above.
-            unsafe { libc::unlinkat(pfd.as_raw_fd(), tmp.as_ptr(), 0) };
-            return Err(match e.raw_os_error() {
-                Some(libc::EISDIR) | Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => io::Error::new(
-                    io::ErrorKind::IsADirectory,
-                    format!("/{rel} is a directory"),
-                ),
-                _ => e,
-            });
-        }
-        Ok(())
+        Ok(Staged {
+            // SAFETY: a new fd owned by nothing else.
+            file: Some(fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) })),
+            pfd,
+            tmp,
+            name,
+            owner,
+            rel: rel.clone(),
+            committed: false,
+        })
     }
 
     /// Removes `rel` beneath this directory and everything below it, never following a symlink
@@ -408,6 +392,73 @@ impl Dir {
             std::process::id(),
             self.fd.as_raw_fd()
         ))
+    }
+}
+
+/// A file being written beneath a [`Dir`] ([`Dir::stage_file`]).
+#[derive(Debug)]
+pub struct Staged {
+    file: Option<fs::File>,
+    pfd: OwnedFd,
+    tmp: CString,
+    name: CString,
+    owner: Owner,
+    rel: Rel,
+    committed: bool,
+}
+
+impl Staged {
+    /// The temporary file, to write the content through.
+    pub fn file(&mut self) -> &mut fs::File {
+        self.file
+            .as_mut()
+            .expect("a staged file is open until commit")
+    }
+
+    /// Gives the file its owner and `mode` and renames it over `rel`.
+    pub fn commit(mut self, mode: u32) -> io::Result<()> {
+        let file = self.file.take().expect("committed once");
+        let done = (|| {
+            // SAFETY: a valid fd; ownership first, since chown clears set-id bits.
+            unsafe {
+                check(libc::fchown(
+                    file.as_raw_fd(),
+                    self.owner.uid,
+                    self.owner.gid,
+                ))?;
+                check(libc::fchmod(
+                    file.as_raw_fd(),
+                    (mode & 0o7777) as libc::mode_t,
+                ))?;
+            }
+            drop(file);
+            // SAFETY: valid dirfds and NUL-terminated names.
+            check(unsafe {
+                libc::renameat(
+                    self.pfd.as_raw_fd(),
+                    self.tmp.as_ptr(),
+                    self.pfd.as_raw_fd(),
+                    self.name.as_ptr(),
+                )
+            })
+        })();
+        self.committed = done.is_ok();
+        done.map_err(|e| match e.raw_os_error() {
+            Some(libc::EISDIR) | Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => io::Error::new(
+                io::ErrorKind::IsADirectory,
+                format!("/{} is a directory", self.rel),
+            ),
+            _ => e,
+        })
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            // SAFETY: a valid dirfd and a NUL-terminated name.
+            unsafe { libc::unlinkat(self.pfd.as_raw_fd(), self.tmp.as_ptr(), 0) };
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod net;
 pub mod node;
 pub mod probe;
 pub mod runtime;
+pub mod transfer;
 
 /// Locks a mutex whose data stays valid if a holder panicked (plain maps and flags here).
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

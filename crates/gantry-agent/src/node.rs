@@ -781,6 +781,10 @@ fn start(agent: &Agent, asg: Assignment) {
         tokio::spawn(run_build(agent, asg));
         return;
     }
+    if asg.transfer.is_some() {
+        tokio::spawn(run_transfer(agent, asg));
+        return;
+    }
     tokio::spawn(async move {
         match launch(&agent, &asg).await {
             Ok(address) => {
@@ -827,34 +831,110 @@ async fn run_build(agent: Agent, asg: Assignment) {
         Ok(prepared) => {
             // A stop asked for while the base was pulled ends the build before its first
             // step (the build sees the signal).
-            let tracked = match lock(&agent.tracked).get_mut(&id) {
-                Some(t) => {
-                    t.started = true;
-                    t.ready = true;
-                    true
-                }
-                None => false,
-            };
-            if tracked {
-                spawn_monitor(agent.clone(), id);
-            }
+            monitor_task(&agent, id);
             let code = prepared.run(stop).await;
             tracing::info!(attempt = %id, task = %asg.task, "build ended with {code}");
-            if let Some(t) = lock(&agent.tracked).get(&id) {
-                t.wake.notify_one();
-            }
-            if !lock(&agent.tracked).contains_key(&id) {
-                // Forgotten before it ended (it was stopped then): nobody else will remove
-                // its record.
-                let rt = agent.runtime.clone();
-                let cid = id.to_string();
-                let _ = tokio::task::spawn_blocking(move || rt.remove(&cid)).await;
-            }
+            task_ended(&agent, id).await;
         }
         Err(e) => {
             tracing::warn!(attempt = %id, task = %asg.task, "could not start the build: {e:#}");
             start_failed(&agent, id, format!("{e:#}"));
         }
+    }
+}
+
+/// Runs a volume's data transfers (`crate::transfer`) as a task of the runtime, as a build
+/// runs: its progress is the task's log, its end the task's exit, and a failure's URL and
+/// cause the attempt's reason.
+async fn run_transfer(agent: Agent, asg: Assignment) {
+    let id = asg.attempt_id;
+    let Some(spec) = asg.transfer.clone() else {
+        return;
+    };
+    let stop = StopSignal::new();
+    if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+        t.build = Some(stop.clone());
+    }
+    // The task's record on disk never holds the credentials.
+    let mut recorded = asg.clone();
+    if let Some(t) = recorded.transfer.as_mut() {
+        t.items.iter_mut().for_each(|i| i.credential = None);
+    }
+    let meta = serde_json::to_value(&recorded).unwrap_or_default();
+    let rt = agent.runtime.clone();
+    let cid = id.to_string();
+    let created = tokio::task::spawn_blocking(move || rt.create_task(&cid, &meta)).await;
+    if !matches!(created, Ok(Ok(()))) {
+        start_failed(
+            &agent,
+            id,
+            format!("creating the transfer's task: {created:?}"),
+        );
+        return;
+    }
+    monitor_task(&agent, id);
+    let (out, err) = agent.runtime.log_paths(&id.to_string());
+    let append = |p: &Path| std::fs::OpenOptions::new().append(true).open(p).ok();
+    let (out, err) = (Mutex::new(append(&out)), Mutex::new(append(&err)));
+    let write = |f: &Mutex<Option<std::fs::File>>, line: &str| {
+        if let Some(f) = lock(f).as_mut() {
+            let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
+        }
+    };
+    let log = |line: &str| write(&out, line);
+    let result = crate::transfer::run(&agent.config.storage_root, &spec, &log, &stop).await;
+    let code = match &result {
+        Ok(summary) => {
+            write(&out, &format!("{} finished: {summary}", asg.task));
+            0
+        }
+        Err(e) => {
+            write(&err, &e.message);
+            if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                // The monitor reports this, with the reason, once the log is shipped.
+                t.done = Some(AttemptPhase::Failed {
+                    exit_code: e.code,
+                    message: e.message.clone(),
+                });
+            }
+            e.code
+        }
+    };
+    tracing::info!(attempt = %id, task = %asg.task, "transfer ended with {code}");
+    let rt = agent.runtime.clone();
+    let cid = id.to_string();
+    let _ = tokio::task::spawn_blocking(move || rt.finish_task(&cid, code)).await;
+    task_ended(&agent, id).await;
+}
+
+/// A runtime task of the agent's own (a build, a transfer) has started: it is ready, and the
+/// monitor ships its log and reports its end like a container's. A stop asked for before this
+/// has forgotten it already; it then sees the stop signal and ends at once.
+fn monitor_task(agent: &Agent, id: Uuid) {
+    let tracked = match lock(&agent.tracked).get_mut(&id) {
+        Some(t) => {
+            t.started = true;
+            t.ready = true;
+            true
+        }
+        None => false,
+    };
+    if tracked {
+        spawn_monitor(agent.clone(), id);
+    }
+}
+
+/// A runtime task of the agent's own has recorded its end.
+async fn task_ended(agent: &Agent, id: Uuid) {
+    if let Some(t) = lock(&agent.tracked).get(&id) {
+        t.wake.notify_one();
+    }
+    if !lock(&agent.tracked).contains_key(&id) {
+        // Forgotten before it ended (it was stopped then): nobody else will remove its
+        // record.
+        let rt = agent.runtime.clone();
+        let cid = id.to_string();
+        let _ = tokio::task::spawn_blocking(move || rt.remove(&cid)).await;
     }
 }
 

@@ -73,6 +73,8 @@ pub enum AttemptPhase {
     Exited { exit_code: i32, cause: EndCause },
     /// It could not be started at all (bad image, bad mount...).
     StartFailed { message: String },
+    /// It ran and failed for the reason given (a data transfer: the URL and the cause).
+    Failed { exit_code: i32, message: String },
     /// The agent does not know this attempt (reported after a restart lost it).
     Lost,
 }
@@ -185,6 +187,53 @@ pub struct Assignment {
     /// and pushes the result to the server's object cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<BuildSpec>,
+    /// Set for data transfers (`ingress:VOLUME`, `egress:VOLUME`): the attempt moves data
+    /// into or out of a volume instead of running a container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferSpec>,
+}
+
+/// The transfers of one volume in one direction, run in order on the node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferSpec {
+    /// The volume's directory relative to the agent's storage root, or to `root` (as
+    /// `VolumeMount.source`).
+    pub volume: String,
+    /// A persistent volume's storage directory (as `VolumeMount.root`); `None`: the agent's
+    /// storage root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// `ingress` or `egress`.
+    pub direction: String,
+    pub items: Vec<TransferItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferItem {
+    /// `s3://BUCKET/KEY`, `http(s)://...` or, for ingress, `file://NAME` (then `content`).
+    pub source: String,
+    pub destination: String,
+    /// A `file://NAME` source's content, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// The `secret://` the credential comes from; the server fills `credential` from it just
+    /// before sending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<TransferCredential>,
+    /// Per try (`policy.timeout.execute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Tries in all (`policy.retry.attempts`, at least 1).
+    pub attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TransferCredential {
+    S3(crate::v1::S3Secret),
+    Http(crate::v1::HttpSecret),
 }
 
 /// An image recipe to build on the node: a base image, then steps, each becoming one layer.

@@ -298,14 +298,76 @@ pub struct SecretInfo {
     pub scope: String,
     pub owner: String,
     pub name: String,
+    /// `value`, `s3`, `http` or `image`.
+    #[serde(rename = "type", default = "value_type")]
+    pub kind: String,
     pub updated_by: String,
     #[serde(with = "time::serde::rfc3339")]
     pub updated_at: OffsetDateTime,
 }
 
+fn value_type() -> String {
+    "value".into()
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PutSecret {
+    /// For a typed secret, the JSON object of its fields ([`S3Secret`], [`HttpSecret`],
+    /// [`ImageSecret`]); for `value`, the value itself.
     pub value: String,
+    /// `value` (the default: an opaque string), `s3`, `http` or `image`.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// An `s3` secret: credentials and where the S3-compatible store is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct S3Secret {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub region: String,
+    /// `https://s3.REGION.amazonaws.com` for AWS, or any S3-compatible server's URL (addressed
+    /// path-style).
+    pub endpoint: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_token: Option<String>,
+}
+
+/// An `http` secret: basic (`username` + `password`) or bearer (`token`) authentication,
+/// sent only to `trustedDomains` when that is given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpSecret {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_domains: Vec<String>,
+}
+
+/// Whether a credential limited to `trusted` (empty: any host) may be sent to `host`: the
+/// domain itself or a subdomain of it. Agents and the server decide alike.
+pub fn trusted_host(trusted: &[String], host: &str) -> bool {
+    let host = host.split(':').next().unwrap_or(host).to_ascii_lowercase();
+    trusted.is_empty()
+        || trusted.iter().any(|d| {
+            let d = d.split(':').next().unwrap_or(d).to_ascii_lowercase();
+            host == d || host.ends_with(&format!(".{d}"))
+        })
+}
+
+/// An `image` secret: registry credentials, sent only to `trustedDomains` when given.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImageSecret {
+    pub username: String,
+    pub password: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trusted_domains: Vec<String>,
 }
 
 /// A persistent endpoint: a named URL that outlives the workflows serving it.

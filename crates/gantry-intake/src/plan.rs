@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine;
-use gantry_api::agent::{InjectedFile, Probe, ProbeCheck, ServicePort};
+use gantry_api::agent::{InjectedFile, Probe, ProbeCheck, ServicePort, TransferItem, TransferSpec};
 use gantry_spec::{
     DepStatus, Dependency, EndpointKind, EndpointProtocol, EnvValue, EnvVar, FileSource,
     HttpScheme, ImageRef, Mount, Policy, ProbeKind, Resource, RetryOn, Scope, VolumeKind, Workflow,
@@ -84,6 +84,10 @@ pub struct JobPlan {
     /// Set for a build task: the recipe it builds.
     #[serde(default)]
     pub build: Option<String>,
+    /// Set for a transfer task (`ingress:VOLUME`, `egress:VOLUME`); its `volume` is the
+    /// volume's name until the controller places it.
+    #[serde(default)]
+    pub transfer: Option<TransferSpec>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,13 +125,21 @@ impl WorkflowPlan {
             .jobs
             .iter()
             .flat_map(|j| {
-                j.image_secret.iter().cloned().chain(
-                    j.env
-                        .iter()
-                        .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
-                        .filter(|v| v.starts_with("secret://"))
-                        .map(str::to_string),
-                )
+                j.image_secret
+                    .iter()
+                    .cloned()
+                    .chain(
+                        j.env
+                            .iter()
+                            .filter_map(|kv| kv.split_once('=').map(|(_, v)| v))
+                            .filter(|v| v.starts_with("secret://"))
+                            .map(str::to_string),
+                    )
+                    .chain(
+                        j.transfer
+                            .iter()
+                            .flat_map(|t| t.items.iter().filter_map(|i| i.secret.clone())),
+                    )
             })
             .collect();
         out.sort();
@@ -195,10 +207,21 @@ pub fn support(wf: &Workflow) -> Support {
                 "volumes.{name}: ephemeral volumes live beneath each node's storage root; a storage provisioner holds persistent volumes only (give the volume a `name`)"
             ));
         }
-        if !v.ingress.is_empty() || !v.egress.is_empty() {
-            s.unsupported.push(format!(
-                "volumes.{name}: ingress/egress data transfers are not supported yet"
-            ));
+        for (i, t) in v.ingress.iter().enumerate() {
+            let at = format!("volumes.{name}.ingress[{i}]");
+            transfer_support(&mut s, &at, &t.source, "source", INGRESS_SOURCES);
+            transfer_support(&mut s, &at, &t.destination, "destination", &["file"]);
+        }
+        for (i, t) in v.egress.iter().enumerate() {
+            let at = format!("volumes.{name}.egress[{i}]");
+            transfer_support(&mut s, &at, &t.source, "source", &["file"]);
+            transfer_support(
+                &mut s,
+                &at,
+                &t.destination,
+                "destination",
+                EGRESS_DESTINATIONS,
+            );
         }
     }
     for st in steps(wf) {
@@ -306,6 +329,179 @@ pub fn support(wf: &Workflow) -> Support {
         s.ignored.push("preemptible: not acted on".into());
     }
     s
+}
+
+/// Where ingress reads from and egress writes to (the volume's side is always `file://`).
+const INGRESS_SOURCES: &[&str] = &["s3", "http", "https", "file"];
+const EGRESS_DESTINATIONS: &[&str] = &["s3"];
+
+fn transfer_support(
+    s: &mut Support,
+    at: &str,
+    u: &gantry_spec::UriSpec,
+    side: &str,
+    schemes: &[&str],
+) {
+    let scheme = u.uri.split_once("://").map_or("", |(s, _)| s);
+    if !schemes.contains(&scheme) {
+        let known = if schemes.is_empty() {
+            "none yet".to_string()
+        } else {
+            schemes
+                .iter()
+                .map(|s| format!("{s}://"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        s.unsupported.push(format!(
+            "{at}.{side}.uri: {:?}: this side of a transfer takes {known}",
+            u.uri
+        ));
+    }
+    if scheme == "s3" && u.secret.is_none() {
+        s.unsupported.push(format!(
+            "{at}.{side}.secret: {:?} needs an s3 secret (`secret: secret://SCOPE/NAME`, made with \
+             `gantry secret set NAME --type s3`)",
+            u.uri
+        ));
+    }
+    if let Some(sec) = &u.secret {
+        if !sec.starts_with("secret://") {
+            s.unsupported.push(format!(
+                "{at}.{side}.secret: {sec:?} is not a secret:// reference"
+            ));
+        }
+    }
+    if !u.secrets.is_empty() || u.decryption_secret.is_some() {
+        s.unsupported.push(format!(
+            "{at}.{side}: `secrets` and `decryption-secret` are not supported yet (`secret` is)"
+        ));
+    }
+    if u.cache.is_some() || u.cache_ttl.is_some() {
+        s.ignored.push(format!(
+            "{at}.{side}: `cache` is not acted on (every run transfers again)"
+        ));
+    }
+}
+
+/// A transfer task: the one step that moves a volume's data in one direction.
+fn transfer_job(name: String, volume: &str, direction: &str, items: Vec<TransferItem>) -> JobPlan {
+    JobPlan {
+        // Named so the controller places its volume, and cleans it up, like a job's.
+        mounts: vec![("/".into(), volume.into())],
+        transfer: Some(TransferSpec {
+            volume: volume.into(),
+            root: None,
+            direction: direction.into(),
+            items,
+        }),
+        ..JobPlan::internal(name, String::new())
+    }
+}
+
+impl JobPlan {
+    /// A step Gantry adds itself (a build, a transfer): one try (it retries inside, as its
+    /// policy says), one core, no container of the workflow's.
+    pub fn internal(name: String, image: String) -> JobPlan {
+        JobPlan {
+            name,
+            depends_on: vec![],
+            task_array: None,
+            concurrency: None,
+            attempts: 1,
+            retry_on_failure: false,
+            retry_on_node: true,
+            timeout_ms: None,
+            image,
+            image_secret: None,
+            argv: vec![],
+            env: vec![],
+            cwd: None,
+            mounts: vec![],
+            files: vec![],
+            cores: 1,
+            memory_bytes: None,
+            devices: Default::default(),
+            exclusive: false,
+            service: None,
+            image_build: None,
+            build: None,
+            transfer: None,
+        }
+    }
+}
+
+fn transfer_items(
+    wf: &Workflow,
+    list: &[gantry_spec::Transfer],
+    ingress: bool,
+) -> Vec<TransferItem> {
+    list.iter()
+        .map(|t| {
+            let remote = if ingress { &t.source } else { &t.destination };
+            let content = t
+                .source
+                .uri
+                .strip_prefix("file://")
+                .filter(|_| ingress)
+                .map(|name| b64(wf.files.get(name).map(String::as_str).unwrap_or_default()));
+            let policy = t.policy.clone().unwrap_or_default();
+            TransferItem {
+                source: t.source.uri.clone(),
+                destination: t.destination.uri.clone(),
+                content,
+                secret: remote.secret.clone(),
+                credential: None,
+                timeout_ms: policy.timeout_execute.map(|d| d.as_millis() as u64),
+                attempts: policy.retry.attempts.max(1),
+            }
+        })
+        .collect()
+}
+
+/// Adds a volume's transfers as steps: `ingress:VOLUME` before every step that mounts the
+/// volume, `egress:VOLUME` after all of them have FINISHED.
+fn attach_transfers(wf: &Workflow, jobs: &mut Vec<JobPlan>) {
+    let mut first = vec![];
+    for (vol, v) in &wf.volumes {
+        let users: Vec<String> = jobs
+            .iter()
+            .filter(|j| j.mounts.iter().any(|(_, m)| m == vol))
+            .map(|j| j.name.clone())
+            .collect();
+        if !v.ingress.is_empty() {
+            let name = format!("ingress:{vol}");
+            for j in jobs.iter_mut().filter(|j| users.contains(&j.name)) {
+                j.depends_on.push(DepPlan {
+                    name: name.clone(),
+                    running: false,
+                });
+            }
+            first.push(transfer_job(
+                name,
+                vol,
+                "ingress",
+                transfer_items(wf, &v.ingress, true),
+            ));
+        }
+        if !v.egress.is_empty() {
+            let mut job = transfer_job(
+                format!("egress:{vol}"),
+                vol,
+                "egress",
+                transfer_items(wf, &v.egress, false),
+            );
+            job.depends_on = users
+                .into_iter()
+                .map(|name| DepPlan {
+                    name,
+                    running: false,
+                })
+                .collect();
+            jobs.push(job);
+        }
+    }
+    jobs.splice(0..0, first);
 }
 
 /// The fields jobs and services share, so both compile through one path.
@@ -561,6 +757,7 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             service: st.service.map(service_plan),
             image_build: st.image.build_name().map(str::to_string),
             build: None,
+            transfer: None,
         });
     }
     // Scheduling order follows the graph, so earlier steps are placed first.
@@ -592,6 +789,7 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             _ => None,
         })
         .collect();
+    attach_transfers(wf, &mut jobs);
     WorkflowPlan {
         jobs,
         builds: vec![],

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use gantry_api::v1::{
-    CreateEndpoint, CreateEndpointToken, CreateUser, Diagnostic, PlaceHold, PutSecret,
-    ReleaseHolds, Role, Setting, SubmitWorkflow,
+    CreateEndpoint, CreateEndpointToken, CreateUser, Diagnostic, HttpSecret, ImageSecret,
+    PlaceHold, PutSecret, ReleaseHolds, Role, S3Secret, Setting, SubmitWorkflow,
 };
 use gantry_api::WorkflowStatus;
 use gantry_core::holds::HoldType;
@@ -483,15 +483,161 @@ pub fn valid_secret_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// `PUT /secrets/{scope}/{name}`: the scope it is written to (whether the caller may write
-/// that scope is the server's to say).
-pub fn put_secret(scope: &str, name: &str, body: &PutSecret) -> Result<SecretScope, String> {
+/// What a secret holds: an opaque value, or the fields of a credential for S3, HTTP or an
+/// image registry (a JSON object, checked here so a typo is refused at `secret set`, not
+/// discovered when a transfer runs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretType {
+    Value,
+    S3,
+    Http,
+    Image,
+}
+
+impl SecretType {
+    pub fn parse(s: &str) -> Result<SecretType, String> {
+        match s {
+            "value" => Ok(SecretType::Value),
+            "s3" => Ok(SecretType::S3),
+            "http" => Ok(SecretType::Http),
+            "image" => Ok(SecretType::Image),
+            other => Err(format!(
+                "unknown secret type {other:?}; use value, s3, http or image"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretType::Value => "value",
+            SecretType::S3 => "s3",
+            SecretType::Http => "http",
+            SecretType::Image => "image",
+        }
+    }
+}
+
+/// The fields of a typed secret, read from its JSON value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypedSecret {
+    Value(String),
+    S3(S3Secret),
+    Http(HttpSecret),
+    Image(ImageSecret),
+}
+
+fn fields<T: serde::de::DeserializeOwned>(kind: SecretType, value: &str) -> Result<T, String> {
+    // serde's messages name the field: "missing field `region`", "unknown field `regoin`".
+    serde_json::from_str(value).map_err(|e| {
+        let e = e.to_string();
+        let e = e.split(" at line ").next().unwrap_or(&e);
+        format!("{} secret: {e}", kind.as_str())
+    })
+}
+
+fn required(kind: SecretType, field: &str, v: &str) -> Result<(), String> {
+    if v.trim().is_empty() {
+        return Err(format!(
+            "{} secret: field `{field}` is empty",
+            kind.as_str()
+        ));
+    }
+    Ok(())
+}
+
+fn domains(kind: SecretType, list: &[String]) -> Result<(), String> {
+    for d in list {
+        if d.is_empty() || d.contains(['/', ' ', '@']) {
+            return Err(format!(
+                "{} secret: `trustedDomains` entry {d:?} is not a host name",
+                kind.as_str()
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl TypedSecret {
+    /// A stored secret's value as its type reads it.
+    pub fn parse(kind: SecretType, value: &str) -> Result<TypedSecret, String> {
+        Ok(match kind {
+            SecretType::Value => TypedSecret::Value(value.to_string()),
+            SecretType::S3 => {
+                let t = SecretType::S3;
+                let s: S3Secret = fields(t, value)?;
+                required(t, "accessKeyId", &s.access_key_id)?;
+                required(t, "secretAccessKey", &s.secret_access_key)?;
+                required(t, "region", &s.region)?;
+                required(t, "endpoint", &s.endpoint)?;
+                if !(s.endpoint.starts_with("http://") || s.endpoint.starts_with("https://")) {
+                    return Err(format!(
+                        "s3 secret: field `endpoint` {:?} must be an http:// or https:// URL",
+                        s.endpoint
+                    ));
+                }
+                TypedSecret::S3(s)
+            }
+            SecretType::Http => {
+                let t = SecretType::Http;
+                let h: HttpSecret = fields(t, value)?;
+                match (&h.username, &h.password, &h.token) {
+                    (Some(u), Some(_), None) => required(t, "username", u)?,
+                    (None, None, Some(tok)) => required(t, "token", tok)?,
+                    (Some(_), None, None) => {
+                        return Err("http secret: field `password` is missing (basic authentication needs `username` and `password`)".into())
+                    }
+                    (None, Some(_), None) => {
+                        return Err("http secret: field `username` is missing (basic authentication needs `username` and `password`)".into())
+                    }
+                    (None, None, None) => {
+                        return Err("http secret: give `username` and `password` (basic) or `token` (bearer)".into())
+                    }
+                    _ => {
+                        return Err("http secret: field `token` cannot be given with `username`/`password`: choose basic or bearer".into())
+                    }
+                }
+                domains(t, &h.trusted_domains)?;
+                TypedSecret::Http(h)
+            }
+            SecretType::Image => {
+                let t = SecretType::Image;
+                let i: ImageSecret = fields(t, value)?;
+                required(t, "username", &i.username)?;
+                required(t, "password", &i.password)?;
+                domains(t, &i.trusted_domains)?;
+                TypedSecret::Image(i)
+            }
+        })
+    }
+}
+
+pub use gantry_api::v1::trusted_host;
+
+/// The registry host of a `docker://` image reference, by the rule Docker uses: a first
+/// component with a `.` or `:`, or `localhost`, is a host; otherwise it is Docker Hub.
+pub fn image_registry_host(uri: &str) -> String {
+    let r = uri.strip_prefix("docker://").unwrap_or(uri);
+    match r.split_once('/') {
+        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first.to_string(),
+        _ => "docker.io".into(),
+    }
+}
+
+/// `PUT /secrets/{scope}/{name}`: the scope it is written to and its type (whether the
+/// caller may write that scope is the server's to say).
+pub fn put_secret(
+    scope: &str,
+    name: &str,
+    body: &PutSecret,
+) -> Result<(SecretScope, SecretType), String> {
     let scope = SecretScope::parse(scope)?;
     valid_secret_name(name)?;
+    let kind = SecretType::parse(body.kind.as_deref().unwrap_or("value"))?;
     if body.value.is_empty() || body.value.len() > MAX_SECRET {
         return Err(format!("a secret's value must be 1 to {MAX_SECRET} bytes"));
     }
-    Ok(scope)
+    TypedSecret::parse(kind, &body.value)?;
+    Ok((scope, kind))
 }
 
 /// `secret://SCOPE/NAME`, as workflow files refer to secrets (the owner is the workflow's).
@@ -581,6 +727,90 @@ pub fn add_storage(req: &gantry_api::v1::AddStorage) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_secrets_name_the_field_that_is_wrong() {
+        let put = |kind: &str, value: &str| {
+            put_secret(
+                "user",
+                "s",
+                &PutSecret {
+                    value: value.into(),
+                    kind: Some(kind.into()),
+                },
+            )
+        };
+        let s3 = r#"{"accessKeyId":"A","secretAccessKey":"S","region":"us-east-1","endpoint":"http://127.0.0.1:9000"}"#;
+        assert_eq!(put("s3", s3).unwrap().1, SecretType::S3);
+        for (kind, value, field) in [
+            (
+                "s3",
+                r#"{"accessKeyId":"A","secretAccessKey":"S","endpoint":"http://x"}"#,
+                "region",
+            ),
+            (
+                "s3",
+                r#"{"accessKeyId":"A","secretAccessKey":"S","region":"r","endpoint":"http://x","regoin":"r"}"#,
+                "regoin",
+            ),
+            (
+                "s3",
+                r#"{"accessKeyId":"","secretAccessKey":"S","region":"r","endpoint":"http://x"}"#,
+                "accessKeyId",
+            ),
+            (
+                "s3",
+                r#"{"accessKeyId":"A","secretAccessKey":"S","region":"r","endpoint":"minio:9000"}"#,
+                "endpoint",
+            ),
+            ("s3", "not json", "s3 secret"),
+            ("http", r#"{"username":"u"}"#, "password"),
+            (
+                "http",
+                r#"{"username":"u","password":"p","token":"t"}"#,
+                "token",
+            ),
+            (
+                "http",
+                r#"{"token":"t","trustedDomains":["a/b"]}"#,
+                "trustedDomains",
+            ),
+            ("image", r#"{"username":"u"}"#, "password"),
+            (
+                "image",
+                r#"{"username":"u","password":"p","extra":1}"#,
+                "extra",
+            ),
+        ] {
+            let e = put(kind, value).unwrap_err();
+            assert!(e.contains(field), "{kind} {value}: {e}");
+        }
+        assert!(put("http", r#"{"token":"t"}"#).is_ok());
+        assert!(put("http", r#"{"username":"u","password":"p"}"#).is_ok());
+        assert!(put(
+            "image",
+            r#"{"username":"u","password":"p","trustedDomains":["reg.example"]}"#
+        )
+        .is_ok());
+        assert!(put("value", "{not json is fine}").is_ok());
+        assert!(put("ssh", "x").unwrap_err().contains("ssh"));
+    }
+
+    #[test]
+    fn credentials_go_only_to_trusted_hosts() {
+        let t = vec!["example.org".to_string()];
+        assert!(trusted_host(&t, "example.org"));
+        assert!(trusted_host(&t, "reg.example.org:5000"));
+        assert!(!trusted_host(&t, "badexample.org"));
+        assert!(!trusted_host(&t, "example.org.evil"));
+        assert!(trusted_host(&[], "anything"));
+        assert_eq!(image_registry_host("docker://busybox:1"), "docker.io");
+        assert_eq!(image_registry_host("docker://localhost/a"), "localhost");
+        assert_eq!(
+            image_registry_host("docker://127.0.0.1:5056/p/b:1"),
+            "127.0.0.1:5056"
+        );
+    }
 
     #[test]
     fn secret_references_name_a_scope_and_a_plain_name() {

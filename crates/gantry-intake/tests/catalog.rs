@@ -8,38 +8,18 @@
 //! `tests/catalog/` always is.
 //!
 //! Each file states the refusals that remain expected. Multinode and host networking are
-//! issue 15; the others name work of issue 14 not yet landed, and go from this table as it
-//! lands: a refusal that disappears, or a new one, fails the test.
+//! issue 15; nothing else is refused: a refusal that disappears, or a new one, fails the test.
 
 use gantry_intake::{plan, requests};
 use std::collections::BTreeMap;
 
-/// Per file, what `support` refuses today. Issue 15: `multinode`, `network.host`. Issue 14, not
-/// landed yet: volume `ingress`/`egress`. A file not listed must pass.
+/// Per file, what `support` refuses today (issue 15: `multinode`, `network.host`). A file not
+/// listed must pass.
 #[rustfmt::skip]
 const EXPECTED: &[(&str, &[&str])] = &[
     (
-        "alphafold2.yaml",
-        &[
-            "volumes.data_volume: ingress/egress data transfers are not supported yet",
-        ],
-    ),
-    (
-        "gromacs_gpu.yaml",
-        &[
-            "volumes.scratch: ingress/egress data transfers are not supported yet",
-        ],
-    ),
-    (
-        "immune_builder.yaml",
-        &[
-            "volumes.data_volume: ingress/egress data transfers are not supported yet",
-        ],
-    ),
-    (
         "lammps_cpu.yaml",
         &[
-            "volumes.scratch: ingress/egress data transfers are not supported yet",
             "jobs.run-lammps.multinode: multinode steps are not supported yet",
         ],
     ),

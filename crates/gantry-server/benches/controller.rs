@@ -160,6 +160,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
         network: None,
         service: None,
         build: None,
+        transfer: None,
     })
     .unwrap();
     let creates: Vec<Change> = attempts

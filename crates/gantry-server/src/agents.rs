@@ -293,6 +293,9 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
         }
         AttemptPhase::Exited { exit_code, cause } => (Some(exit_code), cause, None),
         AttemptPhase::StartFailed { message } => (None, EndCause::StartError, Some(message)),
+        AttemptPhase::Failed { exit_code, message } => {
+            (Some(exit_code), EndCause::Exit, Some(message))
+        }
         AttemptPhase::Lost => (
             None,
             EndCause::NodeLost,

@@ -143,28 +143,8 @@ pub fn attach(plan: &mut crate::plan::WorkflowPlan, builds: Vec<BuildPlan>, regi
     let tasks: Vec<JobPlan> = builds
         .iter()
         .map(|b| JobPlan {
-            name: b.task_name(),
-            depends_on: vec![],
-            task_array: None,
-            concurrency: None,
-            attempts: 1,
-            retry_on_failure: false,
-            retry_on_node: true,
-            timeout_ms: None,
-            image: b.base.clone(),
-            image_secret: None,
-            argv: vec![],
-            env: vec![],
-            cwd: None,
-            mounts: vec![],
-            files: vec![],
-            cores: 1,
-            memory_bytes: None,
-            devices: Default::default(),
-            exclusive: false,
-            service: None,
-            image_build: None,
             build: Some(b.name.clone()),
+            ..JobPlan::internal(b.task_name(), b.base.clone())
         })
         .collect();
     plan.jobs.splice(0..0, tasks);

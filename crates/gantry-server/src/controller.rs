@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use gantry_api::agent::{
     Assignment, BuildSpec, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources,
-    ServerMessage, ServiceSpec, VolumeMount,
+    ServerMessage, ServiceSpec, TransferSpec, VolumeMount,
 };
 use gantry_api::{EndCause, NodeState, TaskStatus};
 use gantry_core::engine::{
@@ -630,15 +630,7 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
             .mounts
             .iter()
             .map(|(target, volume)| {
-                let resolved = p
-                    .plan
-                    .persistent
-                    .get(volume)
-                    .and_then(|v| v.resolved.as_ref());
-                let (source, root) = match resolved {
-                    Some(r) => (r.dir.clone(), r.root.clone()),
-                    None => (format!("{pool}/ephemeral/{}/{volume}", wf.id), None),
-                };
+                let (source, root) = volume_dir(p, pool, wf.id, volume);
                 VolumeMount {
                     target: target.clone(),
                     source,
@@ -676,6 +668,28 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
                 timeout_secs: 3600,
             })
         }),
+        transfer: jp.transfer.as_ref().map(|t| {
+            let (volume, root) = volume_dir(p, pool, wf.id, &t.volume);
+            TransferSpec {
+                volume,
+                root,
+                ..t.clone()
+            }
+        }),
+    }
+}
+
+/// Where a workflow's volume lives on a node: a persistent one in its storage (resolved at
+/// submit), an ephemeral one beneath the storage root, per workflow.
+fn volume_dir(p: &Placing, pool: &str, wf: Uuid, volume: &str) -> (String, Option<String>) {
+    match p
+        .plan
+        .persistent
+        .get(volume)
+        .and_then(|v| v.resolved.as_ref())
+    {
+        Some(r) => (r.dir.clone(), r.root.clone()),
+        None => (format!("{pool}/ephemeral/{wf}/{volume}"), None),
     }
 }
 

@@ -12,9 +12,9 @@ use axum::Json;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
-use gantry_api::agent::{Assignment, RegistryCredential};
+use gantry_api::agent::{Assignment, RegistryCredential, TransferCredential};
 use gantry_api::v1::{PutSecret, SecretInfo};
-use gantry_intake::requests::{self, SecretScope};
+use gantry_intake::requests::{self, SecretScope, SecretType, TypedSecret};
 use gantry_store::SecretKey;
 
 use crate::api::{ApiError, JsonBody};
@@ -113,34 +113,68 @@ fn key_of(scope: SecretScope, user: &str, group: &str, name: &str) -> SecretKey 
     }
 }
 
-async fn reveal(st: &AppState, key: &SecretKey) -> Result<String, String> {
-    let sealed = st
+async fn reveal(st: &AppState, key: &SecretKey) -> Result<TypedSecret, String> {
+    let stored = st
         .store
         .secret(key)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("secret://{}/{} does not exist", key.scope, key.name))?;
-    open(&st.secret_key, key, &sealed)
+    let value = open(&st.secret_key, key, &stored.sealed)?;
+    TypedSecret::parse(SecretType::parse(&stored.kind)?, &value)
+        .map_err(|e| format!("secret://{}/{}: {e}", key.scope, key.name))
 }
 
-/// Checks at submit that every secret a workflow names exists, so it fails there, not later.
+/// A secret's value as an environment variable takes it: a typed secret's JSON object as
+/// stored.
+fn env_value(secret: TypedSecret) -> String {
+    match secret {
+        TypedSecret::Value(v) => v,
+        TypedSecret::S3(s) => serde_json::to_string(&s).unwrap_or_default(),
+        TypedSecret::Http(h) => serde_json::to_string(&h).unwrap_or_default(),
+        TypedSecret::Image(i) => serde_json::to_string(&i).unwrap_or_default(),
+    }
+}
+
+/// Checks at submit that every secret a workflow names exists, and that the ones with a
+/// purpose have a type that serves it, so it fails there, not later.
 pub async fn check_refs(
     st: &AppState,
-    uris: &[String],
+    plan: &gantry_intake::plan::WorkflowPlan,
     user: &str,
     group: &str,
 ) -> Result<(), ApiError> {
     let mut problems = vec![];
-    for uri in uris {
-        match parse_ref(uri, user, group) {
-            Ok(key) => {
-                if st.store.secret(&key).await?.is_none() {
-                    problems.push(format!(
-                        "{uri} does not exist: create it with `gantry secret set {} --scope {}`",
-                        key.name, key.scope
-                    ));
+    for uri in plan.secret_refs() {
+        match parse_ref(&uri, user, group) {
+            Ok(key) => match st.store.secret(&key).await? {
+                None => problems.push(format!(
+                    "{uri} does not exist: create it with `gantry secret set {} --scope {}`",
+                    key.name, key.scope
+                )),
+                Some(found) => {
+                    let as_image = plan
+                        .jobs
+                        .iter()
+                        .any(|j| j.image_secret.as_ref() == Some(&uri));
+                    if as_image && !matches!(found.kind.as_str(), "value" | "image") {
+                        problems.push(format!(
+                            "{uri} is an {} secret; image.secret takes an image secret \
+                             (`gantry secret set {} --type image`)",
+                            found.kind, key.name
+                        ));
+                    }
+                    for (url, want) in transfer_uses(plan, &uri) {
+                        if found.kind != want {
+                            problems.push(format!(
+                                "{uri} is a {} secret; {url} takes a {want} secret \
+                                 (`gantry secret set {} --type {want}`)",
+                                found.kind, key.name
+                            ));
+                        }
+                    }
                 }
-            }
+            },
             Err(e) => problems.push(e),
         }
     }
@@ -149,6 +183,33 @@ pub async fn check_refs(
     } else {
         Err(ApiError::BadRequest(problems.join("\n")))
     }
+}
+
+/// The remote ends of transfers that name `uri` as their secret, with the secret type each
+/// needs.
+fn transfer_uses(
+    plan: &gantry_intake::plan::WorkflowPlan,
+    uri: &str,
+) -> Vec<(String, &'static str)> {
+    plan.jobs
+        .iter()
+        .filter_map(|j| j.transfer.as_ref())
+        .flat_map(|t| {
+            let ingress = t.direction == "ingress";
+            t.items
+                .iter()
+                .filter(move |i| i.secret.as_deref() == Some(uri))
+                .map(move |i| {
+                    let remote = if ingress { &i.source } else { &i.destination };
+                    let kind = if remote.starts_with("s3://") {
+                        "s3"
+                    } else {
+                        "http"
+                    };
+                    (remote.clone(), kind)
+                })
+        })
+        .collect()
 }
 
 /// A registry credential from a secret's value: `USER:PASSWORD` is basic auth, anything else
@@ -174,7 +235,36 @@ pub async fn resolve(
 ) -> Result<(), String> {
     if let Some(uri) = asg.image.secret.clone() {
         let key = parse_ref(&uri, user, group)?;
-        asg.image.credential = Some(credential(&reveal(st, &key).await?));
+        asg.image.credential = Some(match reveal(st, &key).await? {
+            TypedSecret::Value(v) => credential(&v),
+            TypedSecret::Image(i) => {
+                let host = requests::image_registry_host(&asg.image.uri);
+                if !requests::trusted_host(&i.trusted_domains, &host) {
+                    return Err(format!(
+                        "{uri} is trusted only for {}, not for the registry {host}",
+                        i.trusted_domains.join(", ")
+                    ));
+                }
+                RegistryCredential::Basic {
+                    username: i.username,
+                    password: i.password,
+                }
+            }
+            _ => return Err(format!("{uri} is not an image secret")),
+        });
+    }
+    if let Some(t) = asg.transfer.as_mut() {
+        for item in t.items.iter_mut() {
+            let Some(uri) = item.secret.clone() else {
+                continue;
+            };
+            let key = parse_ref(&uri, user, group)?;
+            item.credential = Some(match reveal(st, &key).await? {
+                TypedSecret::S3(s) => TransferCredential::S3(s),
+                TypedSecret::Http(h) => TransferCredential::Http(h),
+                _ => return Err(format!("{uri} is not an s3 or http secret")),
+            });
+        }
     }
     for kv in asg.env.iter_mut() {
         let Some((k, v)) = kv.split_once('=') else {
@@ -182,7 +272,7 @@ pub async fn resolve(
         };
         if v.starts_with("secret://") {
             let key = parse_ref(v, user, group)?;
-            *kv = format!("{k}={}", reveal(st, &key).await?);
+            *kv = format!("{k}={}", env_value(reveal(st, &key).await?));
         }
     }
     Ok(())
@@ -214,6 +304,7 @@ pub async fn list(
                 scope: r.scope,
                 owner: r.owner,
                 name: r.name,
+                kind: r.kind,
                 updated_by: r.updated_by,
                 updated_at: crate::api::ts(r.updated_at),
             })
@@ -227,11 +318,11 @@ pub async fn put(
     UrlPath((scope, name)): UrlPath<(String, String)>,
     JsonBody(body): JsonBody<PutSecret>,
 ) -> Result<StatusCode, ApiError> {
-    let scope = requests::put_secret(&scope, &name, &body).map_err(ApiError::BadRequest)?;
+    let (scope, kind) = requests::put_secret(&scope, &name, &body).map_err(ApiError::BadRequest)?;
     let key = owner_for(&c, scope, &name)?;
     let sealed = seal(&st.secret_key, &key, &body.value)?;
     st.store
-        .put_secret(&key, &sealed, &c.user.name, now_ms())
+        .put_secret(&key, kind.as_str(), &sealed, &c.user.name, now_ms())
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -2534,6 +2534,24 @@ impl Cx<'_> {
                 self.err(inside_pos, &child(&f.child(inside_key), "uri"), msg);
                 continue;
             }
+            // `file://PATH` and `file:///PATH` both mean PATH below the volume's root; one
+            // that leaves it (or names the root itself) is refused here, and the agent
+            // resolves it beneath the volume again when it writes.
+            let in_volume = inside
+                .uri
+                .trim_start_matches("file://")
+                .trim_start_matches('/');
+            if in_volume.split('/').all(|seg| seg.is_empty() || seg == ".")
+                || in_volume.split('/').any(|seg| seg == "..")
+                || in_volume.contains('\0')
+            {
+                let msg = format!(
+                    "`{}` must name a path below the volume's root (no `..`)",
+                    inside.uri
+                );
+                self.err(inside_pos, &child(&f.child(inside_key), "uri"), msg);
+                continue;
+            }
             if ingress {
                 if let Some(name) = source.uri.strip_prefix("file://") {
                     self.file_ref(name, spos, &child(&f.child("source"), "uri"));

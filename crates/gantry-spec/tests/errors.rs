@@ -403,6 +403,13 @@ volumes:
         destination: {uri: /data/y}
       - source: {uri: file://missing.txt}
         destination: {uri: file://y}
+      - source: {uri: https://x/z}
+        destination: {uri: file://in/../../z}
+      - source: {uri: https://x/z}
+        destination: {uri: file:///}
+    egress:
+      - source: {uri: file:///../etc/passwd}
+        destination: {uri: s3://b/k}
 jobs:
   j: {image: {uri: docker://alpine}}
 "#,
@@ -417,6 +424,9 @@ jobs:
             "10:18: volumes.i.reference: `volume://user/persistent/../x` is not a volume reference: expected `volume://SCOPE/CLASS` or `volume://SCOPE/CLASS/NAME`; write `volume://user/ephemeral` or `volume://SCOPE/persistent/NAME`",
             "14:28: volumes.f.ingress[0].destination.uri: `/data/y` is not a URI; write `SCHEME://...` (https://, s3://, file://)",
             "15:23: volumes.f.ingress[1].source.uri: file `missing.txt` is not defined under the top-level `files`; files: (none)",
+            "18:28: volumes.f.ingress[2].destination.uri: `file://in/../../z` must name a path below the volume's root (no `..`)",
+            "20:28: volumes.f.ingress[3].destination.uri: `file:///` must name a path below the volume's root (no `..`)",
+            "22:23: volumes.f.egress[0].source.uri: `file:///../etc/passwd` must name a path below the volume's root (no `..`)",
         ],
     );
 }

@@ -108,8 +108,15 @@ pub trait Store: Send + Sync + 'static {
     async fn chore_done(&self, id: Uuid, error: Option<&str>, now: Millis) -> Result<()>;
 
     // --- secrets (sealed by the server; the store never sees a plaintext) ------------------
-    async fn put_secret(&self, key: &SecretKey, sealed: &str, by: &str, now: Millis) -> Result<()>;
-    async fn secret(&self, key: &SecretKey) -> Result<Option<String>>;
+    async fn put_secret(
+        &self,
+        key: &SecretKey,
+        kind: &str,
+        sealed: &str,
+        by: &str,
+        now: Millis,
+    ) -> Result<()>;
+    async fn secret(&self, key: &SecretKey) -> Result<Option<SealedSecret>>;
     async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>>;
     async fn delete_secret(&self, key: &SecretKey, by: &str, now: Millis) -> Result<bool>;
 

@@ -1389,16 +1389,24 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn put_secret(&self, key: &SecretKey, sealed: &str, by: &str, now: Millis) -> Result<()> {
+    async fn put_secret(
+        &self,
+        key: &SecretKey,
+        kind: &str,
+        sealed: &str,
+        by: &str,
+        now: Millis,
+    ) -> Result<()> {
         let mut tx = self.writer.begin().await?;
         sqlx::query(
-            "INSERT INTO secrets (scope, owner, name, sealed, updated_by, updated_at) VALUES (?, ?, ?, ?, ?, ?)
-             ON CONFLICT (scope, owner, name) DO UPDATE SET sealed = excluded.sealed,
+            "INSERT INTO secrets (scope, owner, name, kind, sealed, updated_by, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (scope, owner, name) DO UPDATE SET kind = excluded.kind, sealed = excluded.sealed,
              updated_by = excluded.updated_by, updated_at = excluded.updated_at",
         )
         .bind(&key.scope)
         .bind(&key.owner)
         .bind(&key.name)
+        .bind(kind)
         .bind(sealed)
         .bind(by)
         .bind(now)
@@ -1418,19 +1426,20 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn secret(&self, key: &SecretKey) -> Result<Option<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT sealed FROM secrets WHERE scope = ? AND owner = ? AND name = ?",
+    async fn secret(&self, key: &SecretKey) -> Result<Option<SealedSecret>> {
+        let row: Option<(String, String)> = sqlx::query_as(
+            "SELECT kind, sealed FROM secrets WHERE scope = ? AND owner = ? AND name = ?",
         )
         .bind(&key.scope)
         .bind(&key.owner)
         .bind(&key.name)
         .fetch_optional(&self.pool)
-        .await?)
+        .await?;
+        Ok(row.map(|(kind, sealed)| SealedSecret { kind, sealed }))
     }
 
     async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>> {
-        let rows = sqlx::query("SELECT scope, owner, name, updated_by, updated_at FROM secrets ORDER BY scope, owner, name")
+        let rows = sqlx::query("SELECT scope, owner, name, kind, updated_by, updated_at FROM secrets ORDER BY scope, owner, name")
             .fetch_all(&self.pool)
             .await?;
         Ok(rows
@@ -1439,6 +1448,7 @@ impl Store for SqliteStore {
                 scope: r.get("scope"),
                 owner: r.get("owner"),
                 name: r.get("name"),
+                kind: r.get("kind"),
                 updated_by: r.get("updated_by"),
                 updated_at: r.get("updated_at"),
             })

@@ -275,11 +275,20 @@ pub struct SecretKey {
     pub name: String,
 }
 
+/// A stored secret: its type and its sealed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedSecret {
+    pub kind: String,
+    pub sealed: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct SecretRow {
     pub scope: String,
     pub owner: String,
     pub name: String,
+    /// `value`, `s3`, `http` or `image`.
+    pub kind: String,
     pub updated_by: String,
     pub updated_at: Millis,
 }

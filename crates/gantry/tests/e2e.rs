@@ -312,6 +312,14 @@ fn validate_prints_every_problem_with_its_position() {
     );
 }
 
+fn all_tasks_ended(d: &serde_json::Value) -> bool {
+    d["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["status"] == "FINISHED" || t["status"] == "FAILED")
+}
+
 #[test]
 fn secrets_reach_the_registry_and_the_environment_but_never_the_store() {
     let c = Cluster::up(1);
@@ -358,13 +366,7 @@ jobs:
         ),
     );
     let id = c.start_workflow(&file);
-    let d = c.wait_for(&id, "both tasks ended", |d| {
-        d["tasks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["status"] == "FINISHED" || t["status"] == "FAILED")
-    });
+    let d = c.wait_for(&id, "both tasks ended", all_tasks_ended);
     assert_eq!(Cluster::task(&d, "private")["status"], "FINISHED", "{d:#}");
     assert_eq!(
         c.ok(&["workflow", "log", &id, "private"]).trim(),
@@ -399,6 +401,140 @@ jobs:
             "{f} holds a plaintext secret"
         );
     }
+}
+
+#[test]
+fn typed_secrets_are_checked_at_set_listed_by_type_and_image_ones_reach_only_trusted_registries() {
+    let c = Cluster::up(1);
+    let reg = common::test_env("GANTRY_TEST_AUTH_REGISTRY");
+    let user = common::test_env("GANTRY_TEST_AUTH_USER");
+    let password = common::test_env("GANTRY_TEST_AUTH_PASSWORD");
+    let host = reg.split('/').next().unwrap();
+
+    // A missing or misspelt field is named, and nothing is stored.
+    for (value, field) in [
+        (
+            r#"{"accessKeyId":"A","secretAccessKey":"S","endpoint":"http://127.0.0.1:1"}"#,
+            "region",
+        ),
+        (
+            r#"{"accessKeyId":"A","secretAccessKey":"S","region":"r","endpoint":"http://x","regoin":"r"}"#,
+            "regoin",
+        ),
+    ] {
+        let out = c.gantry(&["secret", "set", "bad-s3", "--type", "s3", "--value", value]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(field), "{err}");
+    }
+    let out = c.gantry(&["secret", "set", "x", "--type", "ssh", "--value", "v"]);
+    assert!(!out.status.success());
+
+    // A typed value from standard input.
+    let mut set = c.command(&["secret", "set", "store", "--type", "s3"]);
+    set.stdin(std::process::Stdio::piped());
+    let mut child = set.spawn().unwrap();
+    std::io::Write::write_all(
+        child.stdin.as_mut().unwrap(),
+        br#"{"accessKeyId":"AKIA-not-listed","secretAccessKey":"s3-key-not-listed","region":"us-east-1","endpoint":"http://127.0.0.1:9000"}"#,
+    )
+    .unwrap();
+    assert!(child.wait().unwrap().success());
+    let trusted = format!(
+        r#"{{"username":"{user}","password":"{password}","trustedDomains":["{}"]}}"#,
+        host.split(':').next().unwrap()
+    );
+    c.ok(&[
+        "secret", "set", "reg", "--type", "image", "--value", &trusted,
+    ]);
+    let elsewhere = format!(
+        r#"{{"username":"{user}","password":"{password}","trustedDomains":["registry.example.org"]}}"#
+    );
+    c.ok(&[
+        "secret",
+        "set",
+        "reg-elsewhere",
+        "--type",
+        "image",
+        "--value",
+        &elsewhere,
+    ]);
+
+    let listed = c.json(&["secret", "list"]);
+    let text = listed.to_string();
+    assert!(
+        !text.contains("not-listed") && !text.contains(password),
+        "{text}"
+    );
+    let kinds: Vec<(String, String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().to_string(),
+                s["type"].as_str().unwrap().to_string(),
+                s["scope"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(!kinds.iter().any(|k| k.0 == "bad-s3"), "{kinds:?}");
+    for want in [
+        ("store", "s3"),
+        ("reg", "image"),
+        ("reg-elsewhere", "image"),
+    ] {
+        assert!(
+            kinds.contains(&(want.0.into(), want.1.into(), "user".into())),
+            "{want:?} in {kinds:?}"
+        );
+    }
+    let table = c.ok(&["secret", "list"]);
+    assert!(table.contains("TYPE") && table.contains("s3"), "{table}");
+
+    // An image secret is registry auth, sent only to the hosts it trusts.
+    let file = c.write(
+        "typed.yaml",
+        &format!(
+            r#"version: v4
+jobs:
+  trusted:
+    image:
+      uri: docker://{reg}/private/busybox:1
+      secret: secret://user/reg
+    command: [ "true" ]
+  untrusted:
+    image:
+      uri: docker://{reg}/private/busybox:1
+      secret: secret://user/reg-elsewhere
+    command: [ "true" ]
+"#
+        ),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "both tasks ended", all_tasks_ended);
+    assert_eq!(Cluster::task(&d, "trusted")["status"], "FINISHED", "{d:#}");
+    let untrusted = Cluster::task(&d, "untrusted");
+    assert_eq!(untrusted["status"], "FAILED", "{d:#}");
+    let why = attempts(untrusted)[0]["reason"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        why.contains("trusted only for registry.example.org"),
+        "{why}"
+    );
+
+    // An s3 secret is not registry auth: refused at submit.
+    let wrong = c.write(
+        "wrong.yaml",
+        &format!(
+            "version: v4\njobs:\n  a:\n    image: {{ uri: docker://{reg}/private/busybox:1, secret: secret://user/store }}\n    command: [ \"true\" ]\n"
+        ),
+    );
+    let out = c.gantry(&["workflow", "start", wrong.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("secret://user/store is an s3 secret"), "{err}");
 }
 
 #[test]

@@ -19,5 +19,7 @@ mod paths;
 mod registry;
 #[path = "security/sif.rs"]
 mod sif;
+#[path = "security/transfer.rs"]
+mod transfer;
 #[path = "security/volumes.rs"]
 mod volumes;

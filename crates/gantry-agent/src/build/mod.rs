@@ -136,7 +136,7 @@ impl StopSignal {
         *self.0.borrow()
     }
 
-    async fn wait(&self) -> Duration {
+    pub(crate) async fn wait(&self) -> Duration {
         let mut rx = self.0.subscribe();
         let grace = rx
             .wait_for(Option::is_some)

@@ -130,7 +130,7 @@ pub async fn prepare(
         crate::builds::attach(&mut compiled, builds, &st.registry_host());
     }
     crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
-    crate::secrets::check_refs(st, &compiled.secret_refs(), &c.user.name, &c.user.group).await?;
+    crate::secrets::check_refs(st, &compiled, &c.user.name, &c.user.group).await?;
     crate::volumes::resolve(st, c, &mut compiled).await?;
     let id = Uuid::new_v4();
     let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;

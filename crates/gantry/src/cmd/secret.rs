@@ -10,12 +10,18 @@ use crate::{Conn, OutputArg};
 #[derive(Subcommand)]
 pub enum SecretCmd {
     /// Store a secret for workflow files to name as secret://SCOPE/NAME. The value is read from
-    /// standard input unless --value is given (which leaves it in your shell history).
+    /// standard input unless --value is given (which leaves it in your shell history). Typed
+    /// secrets take a JSON object: s3 {accessKeyId, secretAccessKey, region, endpoint,
+    /// sessionToken?}, http {username?, password?, token?, trustedDomains?}, image {username,
+    /// password, trustedDomains?}.
     Set {
         name: String,
         /// user (yours), group (your group's) or organization (administrators).
         #[arg(long, default_value = "user")]
         scope: String,
+        /// value (an opaque string), s3, http or image.
+        #[arg(long = "type", default_value = "value")]
+        kind: String,
         #[arg(long)]
         value: Option<String>,
     },
@@ -35,7 +41,12 @@ pub enum SecretCmd {
 pub async fn run(cmd: SecretCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
     let client = conn.client()?;
     match cmd {
-        SecretCmd::Set { name, scope, value } => {
+        SecretCmd::Set {
+            name,
+            scope,
+            kind,
+            value,
+        } => {
             let value = match value {
                 Some(v) => v,
                 None => {
@@ -52,7 +63,10 @@ pub async fn run(cmd: SecretCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 .check(
                     client
                         .request(reqwest::Method::PUT, &format!("/secrets/{scope}/{name}"))
-                        .json(&PutSecret { value }),
+                        .json(&PutSecret {
+                            value,
+                            kind: Some(kind),
+                        }),
                 )
                 .await?;
             eprintln!("stored secret://{scope}/{name}");
@@ -67,13 +81,18 @@ pub async fn run(cmd: SecretCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                     .map(|s| {
                         vec![
                             s.uri.clone(),
+                            s.kind.clone(),
+                            s.scope.clone(),
                             s.owner.clone(),
                             s.updated_by.clone(),
                             age(s.updated_at),
                         ]
                     })
                     .collect();
-                table(&["SECRET", "OWNER", "UPDATED BY", "AGE"], &rows);
+                table(
+                    &["SECRET", "TYPE", "SCOPE", "OWNER", "UPDATED BY", "AGE"],
+                    &rows,
+                );
             }
         }
         SecretCmd::Rm { name, scope } => {

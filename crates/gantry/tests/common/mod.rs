@@ -4,6 +4,9 @@
 
 #![allow(dead_code)]
 
+pub mod http;
+pub mod s3;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -42,7 +45,7 @@ pub fn test_env(key: &str) -> &'static str {
         .unwrap_or_else(|| panic!("{key} is not in the test env file"))
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
