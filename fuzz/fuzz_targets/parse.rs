@@ -22,10 +22,17 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(diags) => {
             assert!(!diags.is_empty());
-            assert!(diags.windows(2).all(|w| w[0] <= w[1]), "diagnostics unsorted");
+            assert!(
+                diags.windows(2).all(|w| w[0] <= w[1]),
+                "diagnostics unsorted"
+            );
             // YAML breaks lines at `\r\n`, `\r` and `\n`; a position may be
             // just past the last line (the end-of-file marker).
-            let lines = text.replace("\r\n", "\n").replace('\r', "\n").split('\n').count();
+            let lines = text
+                .replace("\r\n", "\n")
+                .replace('\r', "\n")
+                .split('\n')
+                .count();
             for d in &diags {
                 assert!(d.line >= 1 && d.line <= lines && d.column >= 1, "{d:?}");
                 assert!(!d.message.is_empty());

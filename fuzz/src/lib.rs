@@ -73,7 +73,16 @@ fn submission(req: &SubmitWorkflow) {
         assert!(!name.chars().any(char::is_control), "{name:?}");
     }
     let wf = &s.workflow;
-    assert_eq!(s.plan.jobs.len(), wf.jobs.len() + wf.services.len());
+    // Every job and service is a step, and so is each direction of a volume's transfers.
+    let transfers: usize = wf
+        .volumes
+        .values()
+        .map(|v| usize::from(!v.ingress.is_empty()) + usize::from(!v.egress.is_empty()))
+        .sum();
+    assert_eq!(
+        s.plan.jobs.len(),
+        wf.jobs.len() + wf.services.len() + transfers
+    );
     // What the file format allows, a cluster's cap of the same number allows too.
     let most = requests::retry_cap(None);
     assert_eq!(most, gantry_spec::MAX_RETRY_ATTEMPTS);
