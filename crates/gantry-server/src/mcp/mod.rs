@@ -77,8 +77,7 @@ pub fn routes(st: AppState) -> Router<AppState> {
         .disable_allowed_hosts()
         .with_allowed_origins(origins)
         .enforce_origin_validation()
-        // A workflow file may be 4 MiB; JSON escaping makes it larger.
-        .with_max_request_body_bytes(8 << 20);
+        .with_max_request_body_bytes(MAX_BODY);
     let mut sessions = LocalSessionManager::default();
     // An agent watching a long workflow may be quiet for a while between calls.
     sessions.session_config.keep_alive = Some(Duration::from_secs(30 * 60));
@@ -129,7 +128,27 @@ async fn guard(st: AppState, owners: Arc<SessionOwners>, req: Request, next: Nex
     let (mut parts, body) = req.into_parts();
     let caller = match UserCaller::from_request_parts(&mut parts, &st).await {
         Ok(UserCaller(c)) => c,
-        Err(e) => return e.into_response(),
+        // The body is left unread, so the connection cannot carry another request: say so,
+        // or a client reusing it races the close and sees a dropped connection.
+        Err(e) => return closing(e.into_response()),
+    };
+    // Read whole here (the SDK reads a POST whole anyway, at most this much): an answer the
+    // SDK gives before reading it (a refused Origin) would otherwise end the connection
+    // under a client that reuses it.
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => axum::body::Body::from(b),
+        Err(_) => {
+            return closing(
+                ApiError::TooLarge {
+                    message: format!(
+                        "the request could not be read whole: an MCP request may be at most {} MiB",
+                        MAX_BODY >> 20
+                    ),
+                    limit: MAX_BODY as u64,
+                }
+                .into_response(),
+            )
+        }
     };
     let session = parts
         .headers
@@ -164,6 +183,17 @@ async fn guard(st: AppState, owners: Arc<SessionOwners>, req: Request, next: Nex
         _ => {}
     }
     drop(map);
+    resp
+}
+
+/// A workflow file may be 4 MiB; JSON escaping makes it larger.
+const MAX_BODY: usize = 8 << 20;
+
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
     resp
 }
 
