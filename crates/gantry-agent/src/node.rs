@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +26,7 @@ use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use gantry_api::agent::{
     AgentMessage, Assignment, AttemptPhase, AttemptReport, Capacity, ChoreKind, LogChunk, Probe,
-    ServerMessage, Stream,
+    ServerMessage, Stream, TransferEnded, TransferItem, TransferOutcome,
 };
 use gantry_api::EndCause;
 use tokio::io::unix::AsyncFd;
@@ -162,6 +163,8 @@ struct Agent {
     /// The server's `Peers`, applied in the order they came (each is whole: a late older one
     /// must not undo a newer one).
     peers: std::sync::mpsc::Sender<(Uuid, Vec<String>)>,
+    /// The current server records `TransferEnded` (its `Welcome` said so).
+    transfer_events: Arc<AtomicBool>,
 }
 
 impl Agent {
@@ -295,6 +298,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         metrics,
         metrics_addr,
         starts: Arc::new(tokio::sync::Semaphore::new(start_permits())),
+        transfer_events: Arc::default(),
     };
     adopt(&agent);
     let mut backoff = Duration::from_millis(200);
@@ -555,15 +559,24 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
 
 fn handle(agent: &Agent, msg: ServerMessage) {
     match msg {
-        ServerMessage::Welcome { subnet, .. } => match subnet {
-            Some(s) => match agent.net.set_subnet(&s) {
-                Ok(s) => {
-                    tracing::info!(subnet = %s, bridge = agent.net.bridge(), "container subnet")
-                }
-                Err(e) => tracing::warn!("the server's subnet: {e}"),
-            },
-            None => tracing::debug!("the server gave no container subnet"),
-        },
+        ServerMessage::Welcome {
+            subnet,
+            transfer_events,
+            ..
+        } => {
+            agent
+                .transfer_events
+                .store(transfer_events, Ordering::Relaxed);
+            match subnet {
+                Some(s) => match agent.net.set_subnet(&s) {
+                    Ok(s) => {
+                        tracing::info!(subnet = %s, bridge = agent.net.bridge(), "container subnet")
+                    }
+                    Err(e) => tracing::warn!("the server's subnet: {e}"),
+                },
+                None => tracing::debug!("the server gave no container subnet"),
+            }
+        }
         ServerMessage::Desired { attempts } => {
             let wanted: HashMap<Uuid, Assignment> =
                 attempts.into_iter().map(|a| (a.attempt_id, a)).collect();
@@ -881,7 +894,11 @@ async fn run_transfer(agent: Agent, asg: Assignment) {
             let _ = std::io::Write::write_all(f, format!("{line}\n").as_bytes());
         }
     };
-    let log = |line: &str| write(&out, line);
+    let log = StepLog {
+        agent: &agent,
+        id,
+        line: &|line: &str| write(&out, line),
+    };
     let result = crate::transfer::run(&agent.config.storage_root, &spec, &log, &stop).await;
     let code = match &result {
         Ok(summary) => {
@@ -905,6 +922,31 @@ async fn run_transfer(agent: Agent, asg: Assignment) {
     let cid = id.to_string();
     let _ = tokio::task::spawn_blocking(move || rt.finish_task(&cid, code)).await;
     task_ended(&agent, id).await;
+}
+
+/// A transfer step's log, and its items' ends reported to a server that records them as events.
+/// An end that finds no connection is not resent: the log and the step's end still say it.
+struct StepLog<'a> {
+    agent: &'a Agent,
+    id: Uuid,
+    line: &'a (dyn Fn(&str) + Sync),
+}
+
+impl crate::transfer::Log for StepLog<'_> {
+    fn line(&self, line: &str) {
+        (self.line)(line)
+    }
+
+    fn ended(&self, item: &TransferItem, outcome: TransferOutcome) {
+        if self.agent.transfer_events.load(Ordering::Relaxed) {
+            self.agent.send(AgentMessage::TransferEnded(TransferEnded {
+                attempt_id: self.id,
+                source: item.source.clone(),
+                destination: item.destination.clone(),
+                outcome,
+            }));
+        }
+    }
 }
 
 /// A runtime task of the agent's own (a build, a transfer) has started: it is ready, and the

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use futures_util::StreamExt;
-use gantry_api::agent::{TransferCredential, TransferItem, TransferSpec};
+use gantry_api::agent::{TransferCredential, TransferItem, TransferOutcome, TransferSpec};
 use tokio::io::AsyncWriteExt;
 
 use crate::beneath::{self, Dir, Owner, Rel, Resolve};
@@ -57,6 +57,8 @@ impl TransferError {
 /// Where progress and results are written (the task's log).
 pub trait Log: Sync {
     fn line(&self, line: &str);
+    /// One item ended for good (after its tries).
+    fn ended(&self, _item: &TransferItem, _outcome: TransferOutcome) {}
 }
 
 impl<F: Fn(&str) + Sync> Log for F {
@@ -119,7 +121,19 @@ pub async fn run(
     let started = Instant::now();
     let mut total = 0u64;
     for item in &spec.items {
-        total += with_retries(&client, &dir, item, ingress, log, stop).await?;
+        let began = Instant::now();
+        match with_retries(&client, &dir, item, ingress, log, stop).await {
+            Ok(n) => {
+                let ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
+                log.ended(item, TransferOutcome::Done { bytes: n, ms });
+                total += n;
+            }
+            Err(e) => {
+                let message = e.message.clone();
+                log.ended(item, TransferOutcome::Failed { message });
+                return Err(e);
+            }
+        }
     }
     Ok(format!(
         "{} transfer(s), {} in {:.2} s",

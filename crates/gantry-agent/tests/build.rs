@@ -707,6 +707,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
             node_id: Uuid::new_v4(),
             heartbeat_interval_ms: 1000,
             subnet: None,
+            transfer_events: false,
         }))
         .await
         .unwrap();

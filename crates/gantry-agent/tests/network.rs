@@ -1280,6 +1280,7 @@ async fn welcome(
             node_id: Uuid::new_v4(),
             heartbeat_interval_ms: 1000,
             subnet: Some(subnet.to_owned()),
+            transfer_events: false,
         },
     )
     .await;

@@ -48,6 +48,27 @@ pub enum AgentMessage {
         id: Uuid,
         error: Option<String>,
     },
+    /// One transfer of a data-transfer step ended. Sent only to a server whose `Welcome` said
+    /// it takes these (an older one would refuse the unknown message and drop the connection).
+    TransferEnded(TransferEnded),
+}
+
+/// One item of a transfer step ended: its event on the workflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferEnded {
+    pub attempt_id: Uuid,
+    pub source: String,
+    pub destination: String,
+    pub outcome: TransferOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum TransferOutcome {
+    /// All of it moved, in `ms` (all tries together).
+    Done { bytes: u64, ms: u64 },
+    /// It failed for good (after its tries): the URL and the cause.
+    Failed { message: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,6 +126,9 @@ pub enum ServerMessage {
         /// server so that no two nodes overlap.
         #[serde(default)]
         subnet: Option<String>,
+        /// The server records `TransferEnded` messages (older servers do not send this).
+        #[serde(default)]
+        transfer_events: bool,
     },
     /// The complete set of attempts this node should run. Anything else the agent runs is
     /// stopped; anything listed that the agent does not know is started (or reported lost if it

@@ -9,7 +9,10 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
-use gantry_api::agent::{AgentMessage, Assignment, AttemptPhase, AttemptReport, ServerMessage};
+use gantry_api::agent::{
+    AgentMessage, Assignment, AttemptPhase, AttemptReport, ServerMessage, TransferEnded,
+    TransferOutcome,
+};
 use gantry_api::{EndCause, TaskStatus};
 use gantry_store::{AttemptEnd, NodeRegistration, TaskNext};
 use tokio::sync::mpsc;
@@ -185,6 +188,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         node_id: node.id,
         heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
         subnet: Some(subnet_of(st.subnet_base, node.seq)),
+        transfer_events: true,
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
     for stop in stops {
@@ -252,7 +256,39 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
         AgentMessage::ChoreDone { id, error } => {
             st.store.chore_done(id, error.as_deref(), now_ms()).await?;
         }
+        AgentMessage::TransferEnded(t) => transfer_ended(st, node, t).await?,
     }
+    Ok(())
+}
+
+/// Records a transfer's end as an event of its workflow, naming the step (`ingress:VOLUME`),
+/// the source and the destination.
+async fn transfer_ended(st: &AppState, node: &str, t: TransferEnded) -> anyhow::Result<()> {
+    let attempt = match st.store.attempt(t.attempt_id).await {
+        Ok(a) if a.node == node => a,
+        // Not this node's (or no longer known): nothing to record against.
+        Ok(_) | Err(gantry_store::StoreError::NotFound) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let step = serde_json::from_str::<Assignment>(&attempt.assignment)
+        .map(|a| a.task)
+        .ok();
+    let what = format!("{} -> {}", t.source, t.destination);
+    let (kind, message) = match t.outcome {
+        TransferOutcome::Done { bytes, ms } => (
+            "transfer.done",
+            format!("{what}: {bytes} bytes in {:.2} s", ms as f64 / 1000.0),
+        ),
+        TransferOutcome::Failed { message } => ("transfer.failed", format!("{what}: {message}")),
+    };
+    let event = gantry_store::NewEvent {
+        workflow_id: Some(attempt.workflow_id),
+        node: Some(node.to_string()),
+        task: step,
+        kind: kind.into(),
+        message,
+    };
+    st.store.record_event(&event, now_ms()).await?;
     Ok(())
 }
 

@@ -20,7 +20,7 @@ use gantry_core::engine::{
     self, Action, Ended, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView,
 };
 use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
-use gantry_store::{ActiveWorkflow, AttemptRow, Change, ChoreRow, TaskRow, WorkflowRow};
+use gantry_store::{ActiveWorkflow, AttemptRow, Change, ChoreRow, NewEvent, TaskRow, WorkflowRow};
 use uuid::Uuid;
 
 use crate::plan::{JobPlan, WorkflowPlan};
@@ -145,6 +145,27 @@ pub(crate) fn task_label(t: &TaskRow) -> String {
         Some(i) => format!("{}[{i}]", t.job),
         None => t.job.clone(),
     }
+}
+
+/// An egress step that will never run (a step before it failed, or the workflow was stopped)
+/// says so in its own event, naming what it would have uploaded: nothing left the volume.
+fn egress_skipped(workflow: Uuid, plan: &WorkflowPlan, job: &str, reason: &str) -> Option<Change> {
+    let spec = plan.job(job)?.transfer.as_ref()?;
+    if spec.direction != "egress" {
+        return None;
+    }
+    let items: Vec<String> = spec
+        .items
+        .iter()
+        .map(|i| format!("{} -> {}", i.source, i.destination))
+        .collect();
+    Some(Change::Event(NewEvent {
+        workflow_id: Some(workflow),
+        node: None,
+        task: Some(job.to_string()),
+        kind: "transfer.skipped".into(),
+        message: format!("not uploaded ({reason}): {}", items.join(", ")),
+    }))
 }
 
 fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
@@ -313,21 +334,29 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     task,
                     status,
                     reason,
-                } => changes.push(Change::EndTask {
-                    task_id: task,
-                    status,
-                    reason,
-                }),
+                } => {
+                    if let Some(t) = tasks.get(&task) {
+                        changes.extend(egress_skipped(aw.workflow.id, plan, &t.job, &reason));
+                    }
+                    changes.push(Change::EndTask {
+                        task_id: task,
+                        status,
+                        reason,
+                    })
+                }
                 Action::EndPending {
                     job,
                     status,
                     reason,
-                } => changes.push(Change::EndPending {
-                    workflow_id: aw.workflow.id,
-                    job,
-                    status,
-                    reason,
-                }),
+                } => {
+                    changes.extend(egress_skipped(aw.workflow.id, plan, &job, &reason));
+                    changes.push(Change::EndPending {
+                        workflow_id: aw.workflow.id,
+                        job,
+                        status,
+                        reason,
+                    })
+                }
                 Action::StopAttempt { attempt, cause } => {
                     stopping.insert(attempt);
                     if let Some(a) = aw.live.iter().find(|a| a.id == attempt) {

@@ -20,6 +20,16 @@ fn reason(task: &serde_json::Value) -> String {
         .to_string()
 }
 
+/// The workflow's events of `kind` for `step`, as `workflow events -o json` lists them.
+fn events(c: &Cluster, id: &str, step: &str, kind: &str) -> Vec<String> {
+    let all = c.ok(&["workflow", "events", id, "-o", "json"]);
+    let all: Vec<serde_json::Value> = serde_json::from_str(&all).unwrap();
+    all.iter()
+        .filter(|e| e["task"] == step && e["kind"] == kind)
+        .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// A workflow of one ingress into `data` (`source` is the source's fields) and a job `read`
 /// that mounts it and runs `command`.
 fn one_ingress(
@@ -117,6 +127,20 @@ jobs:
         )) && log.contains("ingress:data finished: 3 transfer(s)"),
         "{log}"
     );
+    // An event per transfer, in order, naming the source, the destination and the size.
+    let done = events(&c, &id, "ingress:data", "transfer.done");
+    assert_eq!(done.len(), 3, "{done:#?}");
+    assert!(
+        done[0].starts_with(&format!(
+            "{} -> file://in/data.txt: 16 bytes in ",
+            srv.url("/data.txt")
+        )) && done[1].starts_with("file://conf -> file:///conf.ini: 4 bytes in ")
+            && done[2].starts_with(&format!(
+                "{} -> file://big.bin: 3000000 bytes in ",
+                srv.url("/big.bin")
+            )),
+        "{done:#?}"
+    );
 }
 
 #[test]
@@ -155,7 +179,7 @@ fn a_failed_ingress_names_the_url_and_the_cause_and_the_jobs_never_start() {
     };
 
     let missing = srv.url("/missing");
-    let (why, _) = run(
+    let (why, id) = run(
         "missing",
         &missing,
         "        policy: { retry: { attempts: 2 } }",
@@ -172,6 +196,17 @@ fn a_failed_ingress_names_the_url_and_the_cause_and_the_jobs_never_start() {
         .filter(|(p, _)| p == "/missing")
         .count();
     assert_eq!(asked, 2, "policy.retry.attempts holds");
+    // The failure's event names the URL and the cause, once (after the tries), and nothing
+    // was recorded done.
+    let failed = events(&c, &id, "ingress:data", "transfer.failed");
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert!(
+        failed[0].starts_with(&format!("{missing} -> file://x: "))
+            && failed[0].contains("404")
+            && failed[0].contains("after 2 tries"),
+        "{failed:#?}"
+    );
+    assert!(events(&c, &id, "ingress:data", "transfer.done").is_empty());
 
     // Wrong credentials: the server's answer, with the URL.
     let private = srv.url("/private");
@@ -282,13 +317,29 @@ jobs:
         log.contains("file://out/sum.txt -> s3://results/run1/sum.txt: 4 B"),
         "{log}"
     );
+    let done = events(&c, &id, "egress:work", "transfer.done");
+    assert!(
+        done.len() == 1
+            && done[0].starts_with("file://out/sum.txt -> s3://results/run1/sum.txt: 4 bytes in "),
+        "{done:#?}"
+    );
+    assert!(events(&c, &id, "egress:work", "transfer.skipped").is_empty());
 
-    // A failed job: its volume's egress never runs, and nothing reaches the bucket.
+    // A failed job: its volume's egress never runs, says so in an event, and nothing reaches
+    // the bucket.
     let id = c.start_workflow(&workflow("run2", "echo x > /work/out; exit 3"));
     let d = c.wait_status(&id, "FAILED");
     let egress = Cluster::task(&d, "egress:work");
     assert!(attempts(egress).is_empty(), "{d:#}");
     assert_eq!(s3.get("results", "run2/sum.txt"), None);
+    let skipped = events(&c, &id, "egress:work", "transfer.skipped");
+    assert_eq!(
+        skipped,
+        vec!["not uploaded (dependency compute ended FAILED): \
+             file://out/sum.txt -> s3://results/run2/sum.txt"
+            .to_string()]
+    );
+    assert!(events(&c, &id, "egress:work", "transfer.done").is_empty());
 
     // A missing object fails the ingress with the URL and the S3 error.
     let missing = c.write(
