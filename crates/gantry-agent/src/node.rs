@@ -28,6 +28,7 @@ use gantry_api::agent::{
     AgentMessage, Assignment, AttemptPhase, AttemptReport, Capacity, ChoreKind, LogChunk, Probe,
     ServerMessage, Stream, TransferEnded, TransferItem, TransferOutcome,
 };
+use gantry_api::v1::TransferProgress;
 use gantry_api::EndCause;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -945,6 +946,15 @@ impl crate::transfer::Log for StepLog<'_> {
                 destination: item.destination.clone(),
                 outcome,
             }));
+        }
+    }
+
+    fn progress(&self, _item: &TransferItem, progress: TransferProgress) {
+        if self.agent.transfer_events.load(Ordering::Relaxed) {
+            self.agent.send(AgentMessage::TransferProgress {
+                attempt_id: self.id,
+                progress,
+            });
         }
     }
 }

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use futures_util::StreamExt;
 use gantry_api::agent::{TransferCredential, TransferItem, TransferOutcome, TransferSpec};
+use gantry_api::v1::TransferProgress;
 use tokio::io::AsyncWriteExt;
 
 use crate::beneath::{self, Dir, Owner, Rel, Resolve};
@@ -59,6 +60,8 @@ pub trait Log: Sync {
     fn line(&self, line: &str);
     /// One item ended for good (after its tries).
     fn ended(&self, _item: &TransferItem, _outcome: TransferOutcome) {}
+    /// Where an item is, as the log's progress lines say.
+    fn progress(&self, _item: &TransferItem, _progress: TransferProgress) {}
 }
 
 impl<F: Fn(&str) + Sync> Log for F {
@@ -377,12 +380,7 @@ where
         }
         if last.elapsed() >= PROGRESS_EVERY {
             last = Instant::now();
-            log.line(&progress(
-                what,
-                done,
-                total,
-                started.elapsed().as_secs_f64(),
-            ));
+            report(log, item, what, done, total, started);
         }
     }
     if let Some(t) = total {
@@ -523,12 +521,7 @@ async fn egress_one(dir: &Dir, item: &TransferItem, log: &dyn Log) -> Result<u64
         done += n as u64;
         if last.elapsed() >= PROGRESS_EVERY {
             last = Instant::now();
-            log.line(&progress(
-                &what,
-                done,
-                Some(total),
-                started.elapsed().as_secs_f64(),
-            ));
+            report(log, item, &what, done, Some(total), started);
         }
     }
     if done != total {
@@ -546,6 +539,29 @@ async fn egress_one(dir: &Dir, item: &TransferItem, log: &dyn Log) -> Result<u64
         human_size(rate(done, secs))
     ));
     Ok(done)
+}
+
+/// Progress to the log and to the server.
+fn report(
+    log: &dyn Log,
+    item: &TransferItem,
+    what: &str,
+    done: u64,
+    total: Option<u64>,
+    started: Instant,
+) {
+    let secs = started.elapsed().as_secs_f64();
+    log.line(&progress(what, done, total, secs));
+    log.progress(
+        item,
+        TransferProgress {
+            source: item.source.clone(),
+            destination: item.destination.clone(),
+            done_bytes: done,
+            total_bytes: total,
+            bytes_per_second: rate(done, secs),
+        },
+    );
 }
 
 /// `what: 12.3 MB / 100.0 MB (12 %), 45.6 MB/s`.

@@ -51,6 +51,12 @@ pub enum AgentMessage {
     /// One transfer of a data-transfer step ended. Sent only to a server whose `Welcome` said
     /// it takes these (an older one would refuse the unknown message and drop the connection).
     TransferEnded(TransferEnded),
+    /// Where a transfer step is (about once a second while a body moves). Sent as
+    /// `TransferEnded` is.
+    TransferProgress {
+        attempt_id: Uuid,
+        progress: crate::v1::TransferProgress,
+    },
 }
 
 /// One item of a transfer step ended: its event on the workflow.

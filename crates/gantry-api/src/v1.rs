@@ -138,6 +138,21 @@ pub struct TaskInfo {
     #[serde(default)]
     pub exit_code: Option<i32>,
     pub attempts: Vec<AttemptInfo>,
+    /// A running transfer step's progress, as its agent last reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<TransferProgress>,
+}
+
+/// Where a transfer step is: the item moving now, its bytes done (of its total, when known)
+/// and the rate so far. Kept in the server's memory only, while the step runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransferProgress {
+    pub source: String,
+    pub destination: String,
+    pub done_bytes: u64,
+    #[serde(default)]
+    pub total_bytes: Option<u64>,
+    pub bytes_per_second: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

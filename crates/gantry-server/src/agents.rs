@@ -257,8 +257,21 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
             st.store.chore_done(id, error.as_deref(), now_ms()).await?;
         }
         AgentMessage::TransferEnded(t) => transfer_ended(st, node, t).await?,
+        AgentMessage::TransferProgress {
+            attempt_id,
+            progress,
+        } => {
+            let a = st.store.attempt(attempt_id).await;
+            if a.is_ok_and(|a| a.node == node && a.ended_at.is_none()) {
+                lock(&st.transfer_progress).insert(attempt_id, progress);
+            }
+        }
     }
     Ok(())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Records a transfer's end as an event of its workflow, naming the step (`ingress:VOLUME`),
@@ -377,6 +390,7 @@ async fn end_read_attempt(
     reason: Option<String>,
 ) -> anyhow::Result<()> {
     let attempt_id = attempt.id;
+    lock(&st.transfer_progress).remove(&attempt_id);
     let task = st.store.task(attempt.task_id).await?;
     let plan = st
         .cache

@@ -1,7 +1,10 @@
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use gantry_api::v1::TransferProgress;
 use gantry_store::Store;
 use tokio::sync::Notify;
+use uuid::Uuid;
 
 use crate::{agents::Hub, ServerConfig};
 
@@ -24,6 +27,10 @@ pub struct AppState {
     pub(crate) subnet_base: u8,
     /// Parsed plans and live attempts' resources, kept between controller ticks.
     pub(crate) cache: Arc<crate::controller::Cache>,
+    /// Running transfer steps' latest progress, by attempt, as their agents report it: news
+    /// for `describe`, not worth a write (a restarted server shows it again from the next
+    /// report).
+    pub(crate) transfer_progress: Arc<std::sync::Mutex<HashMap<Uuid, TransferProgress>>>,
 }
 
 impl AppState {
@@ -44,6 +51,7 @@ impl AppState {
             gateway: Arc::new(crate::gateway::Gateway::new(store.clone())),
             subnet_base,
             cache: Arc::default(),
+            transfer_progress: Arc::default(),
         }
     }
 

@@ -485,3 +485,70 @@ jobs:
     c.wait_status(&id2, "FINISHED");
     assert_eq!(c.ok(&["workflow", "log", &id2, "read"]), "reference data\n");
 }
+
+#[test]
+fn a_running_transfer_shows_its_progress_in_describe() {
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    let srv = Server::start(vec![("/slow.bin", Route::Trickle(body.clone()))]);
+    let c = Cluster::up(1);
+    let slow = srv.url("/slow.bin");
+    let file = one_ingress(
+        &c,
+        "slow",
+        &format!("uri: \"{slow}\""),
+        "file://slow.bin",
+        "",
+        "[ \"true\" ]",
+    );
+    let id = c.start_workflow(&file);
+    // The first half trickles out over about five seconds, then the server holds the rest
+    // until released: progress is reported while it moves.
+    srv.held();
+    // Not a speed bound: a deadline so that a server that never shows progress fails the test
+    // rather than hangs it (the held body never ends on its own).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let progress = loop {
+        let d = c.json(&["workflow", "describe", &id]);
+        let t = Cluster::task(&d, "ingress:data");
+        assert!(
+            t["status"] != "FINISHED" && t["status"] != "FAILED",
+            "ended before progress was seen: {d:#}"
+        );
+        if !t["progress"].is_null() {
+            break t["progress"].clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress shown while the body was held: {d:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(progress["source"], slow.as_str(), "{progress:#}");
+    assert_eq!(progress["destination"], "file://slow.bin", "{progress:#}");
+    assert_eq!(progress["total_bytes"], body.len() as u64, "{progress:#}");
+    let done = progress["done_bytes"].as_u64().unwrap();
+    assert!(done > 0 && done <= body.len() as u64 / 2, "{progress:#}");
+    assert!(
+        progress["bytes_per_second"].as_u64().unwrap() > 0,
+        "{progress:#}"
+    );
+    // The table says it too.
+    let table = c.ok(&["workflow", "describe", &id]);
+    assert!(
+        table.contains(&format!("{slow} -> file://slow.bin: ")) && table.contains("195.3 KiB ("),
+        "{table}"
+    );
+    srv.release();
+    let d = c.wait_status(&id, "FINISHED");
+    let t = Cluster::task(&d, "ingress:data");
+    assert!(
+        t["progress"].is_null(),
+        "an ended step shows no progress: {d:#}"
+    );
+    let done = events(&c, &id, "ingress:data", "transfer.done");
+    assert!(
+        done.len() == 1
+            && done[0].starts_with(&format!("{slow} -> file://slow.bin: 200000 bytes in ")),
+        "{done:#?}"
+    );
+}

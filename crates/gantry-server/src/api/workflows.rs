@@ -342,9 +342,21 @@ pub async fn detail(
             });
         }
     }
+    let progress = st
+        .transfer_progress
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let infos = tasks
         .iter()
         .map(|t| TaskInfo {
+            progress: match t.status {
+                TaskStatus::Running => attempts
+                    .get(&t.id)
+                    .and_then(|a| a.last())
+                    .and_then(|a| progress.get(&a.id).cloned()),
+                _ => None,
+            },
             id: t.id,
             job: t.job.clone(),
             index: t.index,

@@ -47,8 +47,21 @@ fn say(bar: &ProgressBar, line: String) {
 fn progress_line(d: &WorkflowDetail) -> String {
     let total = d.tasks.len();
     let count = |s: TaskStatus| d.tasks.iter().filter(|t| t.status == s).count();
+    // Running transfers say where they are.
+    let moving: String = d
+        .tasks
+        .iter()
+        .filter_map(|t| {
+            let p = t.progress.as_ref()?;
+            Some(format!(
+                " · {}: {}",
+                t.job,
+                crate::output::transfer_progress(p)
+            ))
+        })
+        .collect();
     format!(
-        "{} · {}/{} finished · {} running · {} starting · {} pending · {} failed",
+        "{} · {}/{} finished · {} running · {} starting · {} pending · {} failed{moving}",
         d.summary.status,
         count(TaskStatus::Finished),
         total,

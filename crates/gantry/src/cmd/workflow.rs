@@ -308,7 +308,11 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                         Some(i) => format!("{}[{i}]", t.job),
                         None => t.job.clone(),
                     };
+                    // A running transfer says where it is.
                     let why = match (t.status, &t.reason, t.exit_code) {
+                        _ if t.progress.is_some() => {
+                            t.progress.iter().map(output::transfer_progress).collect()
+                        }
                         (_, Some(r), _) => r.clone(),
                         (TaskStatus::Finished, None, _) => String::new(),
                         (_, None, Some(c)) => format!("exit code {c}"),

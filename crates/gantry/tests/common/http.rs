@@ -23,6 +23,10 @@ pub enum Route {
     /// Tells the test it was asked (on [`Server::held`]), waits for [`Server::release`],
     /// then 200 with this body.
     Hold(Vec<u8>),
+    /// 200 announcing this whole body, of which the first half trickles out (1000 bytes
+    /// every 50 ms), then as `Hold` (told on [`Server::held`], waits for [`Server::release`])
+    /// the rest: a transfer that is seen while it moves.
+    Trickle(Vec<u8>),
 }
 
 /// Requests seen: (path, authorization header).
@@ -104,6 +108,23 @@ impl Server {
                         Some(Route::Short(n, b)) => {
                             let _ = write!(conn, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
                             let _ = conn.write_all(b);
+                        }
+                        Some(Route::Trickle(b)) => {
+                            let _ = write!(
+                                conn,
+                                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                                b.len()
+                            );
+                            let (first, rest) = b.split_at(b.len() / 2);
+                            for chunk in first.chunks(1000) {
+                                if conn.write_all(chunk).and_then(|_| conn.flush()).is_err() {
+                                    return;
+                                }
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
+                            let _ = held_tx.send(());
+                            let _ = release_rx.lock().unwrap().recv();
+                            let _ = conn.write_all(rest);
                         }
                         Some(Route::Hold(b)) => {
                             let _ = held_tx.send(());
