@@ -1,5 +1,6 @@
 //! Data ingress, attacked: a symlink planted in the volume while its transfers run must not
-//! lead a write out of the volume, and another group's transfer secret is not there to use.
+//! lead a write out of the volume, another group's transfer secret is not there to use, and
+//! another group's transfers' progress and events are not there to see.
 
 use super::common::http::{Route, Server};
 use super::common::Cluster;
@@ -148,4 +149,61 @@ fn another_groups_transfer_secret_is_not_found() {
         "{}",
         text(&out.stdout)
     );
+}
+
+#[test]
+fn another_groups_transfer_progress_and_events_are_not_found() {
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 239) as u8).collect();
+    let srv = Server::start(vec![("/slow", Route::Trickle(body))]);
+    let c = Cluster::up(1);
+    let ana = c.user_token("ana", "ga");
+    let ben = c.user_token("ben", "gb");
+    let file = c.write(
+        "slow.yaml",
+        &format!(
+            r#"version: v4
+volumes:
+  data:
+    ingress:
+      - source: {{ uri: "{}" }}
+        destination: {{ uri: "file://slow.bin" }}
+jobs:
+  read:
+    image: {{ uri: docker://busybox:1 }}
+    mounts: {{ /data: {{ volume: data }} }}
+    command: [ "true" ]
+"#,
+            srv.url("/slow")
+        ),
+    );
+    let id = c.start_as(&ana, &file);
+    srv.held();
+    // Ana sees her transfer moving (the legitimate use)...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let out = c.as_user(&ana, &["workflow", "describe", &id, "-o", "json"]);
+        let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if !Cluster::task(&d, "ingress:data")["progress"].is_null() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no progress: {d:#}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // ...Ben, of another group, finds neither it nor its events.
+    for args in [["workflow", "describe"], ["workflow", "events"]] {
+        let out = c.as_user(&ben, &[args[0], args[1], &id, "-o", "json"]);
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("no workflow {id}")),
+            "{args:?}: {err}"
+        );
+        assert!(!text(&out.stdout).contains("slow"), "{args:?}");
+    }
+    srv.release();
+    c.wait_status(&id, "FINISHED");
+    let out = c.as_user(&ana, &["workflow", "events", &id, "-o", "json"]);
+    assert!(text(&out.stdout).contains("transfer.done"));
+    let out = c.as_user(&ben, &["workflow", "events", &id, "-o", "json"]);
+    assert!(!out.status.success() && !text(&out.stdout).contains("transfer.done"));
 }
