@@ -341,6 +341,30 @@ jobs:
     );
     assert!(events(&c, &id, "egress:work", "transfer.done").is_empty());
 
+    // A stopped workflow: its egress never runs either, and says so.
+    let id = c.start_workflow(&workflow(
+        "run3",
+        "mkdir -p /work/out && echo 1 > /work/out/sum.txt && sleep 300",
+    ));
+    c.wait_for(&id, "compute running", |d| {
+        Cluster::task(d, "compute")["status"] == "RUNNING"
+    });
+    c.ok(&["workflow", "stop", &id]);
+    let d = c.wait_status(&id, "STOPPED");
+    assert!(
+        attempts(Cluster::task(&d, "egress:work")).is_empty(),
+        "{d:#}"
+    );
+    assert_eq!(s3.get("results", "run3/sum.txt"), None);
+    let skipped = events(&c, &id, "egress:work", "transfer.skipped");
+    assert!(
+        skipped.len() == 1
+            && skipped[0].starts_with("not uploaded (")
+            && skipped[0].ends_with("file://out/sum.txt -> s3://results/run3/sum.txt"),
+        "{skipped:#?}"
+    );
+    assert!(events(&c, &id, "egress:work", "transfer.done").is_empty());
+
     // A missing object fails the ingress with the URL and the S3 error.
     let missing = c.write(
         "missing.yaml",
