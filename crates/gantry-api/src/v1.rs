@@ -155,6 +155,44 @@ pub struct TransferProgress {
     pub bytes_per_second: u64,
 }
 
+/// `SRC -> DST: 12 MiB / 100 MiB (12 %), 4.5 MiB/s`: what the CLI and the web UI show.
+impl std::fmt::Display for TransferProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} -> {}: {}",
+            self.source,
+            self.destination,
+            iec_bytes(self.done_bytes)
+        )?;
+        if let Some(t) = self.total_bytes.filter(|t| *t > 0) {
+            write!(
+                f,
+                " / {} ({} %)",
+                iec_bytes(t),
+                self.done_bytes.saturating_mul(100) / t
+            )?;
+        }
+        write!(f, ", {}/s", iec_bytes(self.bytes_per_second))
+    }
+}
+
+/// `n` bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `12 MiB`.
+pub fn iec_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        return format!("{n} B");
+    }
+    let text = format!("{v:.1}");
+    format!("{} {}", text.strip_suffix(".0").unwrap_or(&text), UNITS[u])
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptInfo {
     pub id: Uuid,

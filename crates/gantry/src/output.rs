@@ -64,38 +64,12 @@ pub fn short_id(id: &uuid::Uuid) -> String {
     id.to_string()[..8].to_string()
 }
 
-/// `SRC -> DST: 12 MiB / 100 MiB (12 %), 4.5 MiB/s`.
 pub fn transfer_progress(p: &gantry_api::v1::TransferProgress) -> String {
-    let of = match p.total_bytes {
-        Some(t) if t > 0 => format!(
-            " / {} ({} %)",
-            bytes(t),
-            p.done_bytes.saturating_mul(100) / t
-        ),
-        _ => String::new(),
-    };
-    format!(
-        "{} -> {}: {}{of}, {}/s",
-        p.source,
-        p.destination,
-        bytes(p.done_bytes),
-        bytes(p.bytes_per_second)
-    )
+    p.to_string()
 }
 
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        return format!("{n} B");
-    }
-    let text = format!("{v:.1}");
-    format!("{} {}", text.strip_suffix(".0").unwrap_or(&text), UNITS[u])
+    gantry_api::v1::iec_bytes(n)
 }
 
 /// An error for bad input (exit 2) rather than a failed operation (exit 1).

@@ -455,7 +455,11 @@ fn task_snap(t: &TaskInfo) -> TaskSnap {
         node: t.node.clone().unwrap_or_default(),
         attempts: t.attempts.len(),
         exit_code: t.exit_code.map(|c| c.to_string()).unwrap_or_default(),
-        reason: t.reason.clone().unwrap_or_default(),
+        // A running transfer shows where it is; its reason is empty meanwhile.
+        reason: match &t.progress {
+            Some(p) => p.to_string(),
+            None => t.reason.clone().unwrap_or_default(),
+        },
     }
 }
 
