@@ -179,7 +179,7 @@ impl std::fmt::Display for TransferProgress {
 
 /// `n` bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `12 MiB`.
 pub fn iec_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = n as f64;
     let mut u = 0;
     while v >= 1024.0 && u + 1 < UNITS.len() {

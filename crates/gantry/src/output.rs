@@ -64,13 +64,7 @@ pub fn short_id(id: &uuid::Uuid) -> String {
     id.to_string()[..8].to_string()
 }
 
-pub fn transfer_progress(p: &gantry_api::v1::TransferProgress) -> String {
-    p.to_string()
-}
-
-pub fn bytes(n: u64) -> String {
-    gantry_api::v1::iec_bytes(n)
-}
+pub use gantry_api::v1::iec_bytes as bytes;
 
 /// An error for bad input (exit 2) rather than a failed operation (exit 1).
 #[derive(Debug)]

@@ -3,8 +3,8 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{
-    AttemptInfo, Event, SubmitWorkflow, TaskInfo, ValidateWorkflow, Validation, WorkflowCreated,
-    WorkflowDetail, WorkflowSummary,
+    AttemptInfo, Event, SubmitWorkflow, TaskInfo, TransferProgress, ValidateWorkflow, Validation,
+    WorkflowCreated, WorkflowDetail, WorkflowSummary,
 };
 use gantry_api::TaskStatus;
 use gantry_intake::requests::{self, Refusal};
@@ -342,21 +342,26 @@ pub async fn detail(
             });
         }
     }
-    let progress = st
-        .transfer_progress
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    // The progress of this workflow's running transfers, by task (the map holds the whole
+    // cluster's: only these are copied out).
+    let mut progress: HashMap<Uuid, TransferProgress> = {
+        let all = st
+            .transfer_progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running)
+            .filter_map(|t| {
+                let attempt = attempts.get(&t.id)?.last()?;
+                Some((t.id, all.get(&attempt.id)?.clone()))
+            })
+            .collect()
+    };
     let infos = tasks
         .iter()
         .map(|t| TaskInfo {
-            progress: match t.status {
-                TaskStatus::Running => attempts
-                    .get(&t.id)
-                    .and_then(|a| a.last())
-                    .and_then(|a| progress.get(&a.id).cloned()),
-                _ => None,
-            },
+            progress: progress.remove(&t.id),
             id: t.id,
             job: t.job.clone(),
             index: t.index,

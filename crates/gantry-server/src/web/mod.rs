@@ -317,23 +317,7 @@ pub fn span(secs: i64) -> String {
 }
 
 /// Bytes in IEC units: "512 B", "1.5 KiB", "2 GiB" (the API's messages use it too).
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = UNITS[0];
-    for u in &UNITS[1..] {
-        if v < 1024.0 {
-            break;
-        }
-        v /= 1024.0;
-        unit = u;
-    }
-    let text = format!("{v:.1}");
-    format!("{} {unit}", text.strip_suffix(".0").unwrap_or(&text))
-}
+pub use gantry_api::v1::iec_bytes as bytes;
 
 /// A path segment with everything but unreserved characters percent-encoded.
 pub fn segment(s: &str) -> String {

@@ -53,11 +53,7 @@ fn progress_line(d: &WorkflowDetail) -> String {
         .iter()
         .filter_map(|t| {
             let p = t.progress.as_ref()?;
-            Some(format!(
-                " · {}: {}",
-                t.job,
-                crate::output::transfer_progress(p)
-            ))
+            Some(format!(" · {}: {p}", t.job))
         })
         .collect();
     format!(

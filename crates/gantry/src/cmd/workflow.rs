@@ -311,7 +311,7 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                     // A running transfer says where it is.
                     let why = match (t.status, &t.reason, t.exit_code) {
                         _ if t.progress.is_some() => {
-                            t.progress.iter().map(output::transfer_progress).collect()
+                            t.progress.iter().map(ToString::to_string).collect()
                         }
                         (_, Some(r), _) => r.clone(),
                         (TaskStatus::Finished, None, _) => String::new(),
