@@ -405,15 +405,9 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await;
-        if let Err(sqlx::Error::Database(e)) = &res {
-            if e.is_unique_violation() {
-                return Err(StoreError::Conflict(format!(
-                    "user {} already exists",
-                    user.name
-                )));
-            }
-        }
-        res?;
+        conflict_if_taken(res.map_err(StoreError::from), || {
+            format!("user {} already exists", user.name)
+        })?;
         sqlx::query(
             "INSERT INTO tokens (hash, user_id, purpose, created_at) VALUES (?, ?, 'login', ?)",
         )
@@ -1718,15 +1712,9 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await;
-        if let Err(sqlx::Error::Database(d)) = &res {
-            if d.is_unique_violation() {
-                return Err(StoreError::Conflict(format!(
-                    "endpoint {} already exists",
-                    e.name
-                )));
-            }
-        }
-        res?;
+        conflict_if_taken(res.map_err(StoreError::from), || {
+            format!("endpoint {} already exists", e.name)
+        })?;
         plain_event(
             &mut tx,
             "endpoint.created",
@@ -2469,15 +2457,9 @@ impl Store for SqliteStore {
         .bind(now)
         .execute(&mut *tx)
         .await;
-        if let Err(sqlx::Error::Database(d)) = &res {
-            if d.is_unique_violation() {
-                return Err(StoreError::Conflict(format!(
-                    "storage {} already exists",
-                    s.name
-                )));
-            }
-        }
-        res?;
+        conflict_if_taken(res.map_err(StoreError::from), || {
+            format!("storage {} already exists", s.name)
+        })?;
         plain_event(
             &mut tx,
             "storage.added",
@@ -2548,15 +2530,9 @@ impl Store for SqliteStore {
     async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()> {
         let mut tx = self.writer.begin().await?;
         let res = insert_volume(&mut tx, v, now, false).await;
-        if let Err(StoreError::Db(sqlx::Error::Database(d))) = &res {
-            if d.is_unique_violation() {
-                return Err(StoreError::Conflict(format!(
-                    "volume {} already exists in {} scope",
-                    v.name, v.scope
-                )));
-            }
-        }
-        res?;
+        conflict_if_taken(res, || {
+            format!("volume {} already exists in {} scope", v.name, v.scope)
+        })?;
         tx.commit().await?;
         Ok(())
     }
@@ -2761,5 +2737,16 @@ fn image_row(r: &SqliteRow) -> ImageRow {
         created_at: r.get("created_at"),
         last_used_at: r.get("last_used_at"),
         build_key: r.get("build_key"),
+    }
+}
+
+/// `res`, with a unique-key violation turned into [`StoreError::Conflict`] with `what` (the
+/// name is taken).
+fn conflict_if_taken<T>(res: Result<T>, what: impl FnOnce() -> String) -> Result<T> {
+    match res {
+        Err(StoreError::Db(sqlx::Error::Database(d))) if d.is_unique_violation() => {
+            Err(StoreError::Conflict(what()))
+        }
+        other => other,
     }
 }
