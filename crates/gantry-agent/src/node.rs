@@ -488,6 +488,9 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
             .map(|bound| metrics::advertised_addr(bound, local)),
         node_exporter: agent.config.node_exporter.clone(),
         attempts: known,
+        address: None,
+        exec_addr: None,
+        labels: Default::default(),
     })?;
     // A new connection: everything not acknowledged is sent again.
     for t in lock(&agent.tracked).values_mut() {

@@ -37,6 +37,18 @@ pub enum AgentMessage {
         /// Attempts this agent still knows about (running or exited but unreported).
         #[serde(default)]
         attempts: Vec<Uuid>,
+        /// The node's address as other nodes reach it (`--advertise`, else the local address
+        /// of this connection): what host-network containers and multinode members are at.
+        #[serde(default)]
+        address: Option<String>,
+        /// Where this agent's exec service listens (`host:port`): a multinode job's members
+        /// start processes in each other's containers through it (never over sshd).
+        #[serde(default)]
+        exec_addr: Option<String>,
+        /// What the node is, for `resource.annotations` constraints: GPU model and
+        /// architecture (NVML), CPU model, and the administrator's `--label KEY=VALUE`.
+        #[serde(default)]
+        labels: std::collections::BTreeMap<String, String>,
     },
     Heartbeat,
     /// A change in an attempt's life. Sent again after a reconnect until acknowledged.
@@ -221,6 +233,45 @@ pub struct Assignment {
     /// into or out of a volume instead of running a container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer: Option<TransferSpec>,
+    /// The container shares its node's network namespace (`network.host: true`, and every
+    /// member of a multinode job): its ports are the node's. `network` then only carries its
+    /// `/etc/hosts` entries.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub host_network: bool,
+    /// Set for each member of a multinode job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multinode: Option<MultinodeSpec>,
+}
+
+/// One member of a multinode job (a gang of containers on distinct nodes, placed together).
+/// The head (index 0) runs the job's command, under the image's `mpirun` for `openmpi` and
+/// `mpich`; the others wait for the processes the launcher starts in them through their
+/// agents' exec services.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MultinodeSpec {
+    /// `openmpi`, `mpich`, `gasnet` or `generic`.
+    pub implementation: String,
+    /// This member's index (its hostname is `<job>-<index>`).
+    pub index: u32,
+    /// Processes per member (its slots in the hostfile).
+    pub slots: u32,
+    /// Every member, in index order (this one included).
+    pub members: Vec<GangMember>,
+    /// A random secret of this run of the gang: an exec service runs a command in one of its
+    /// containers only for a request that carries its gang's token.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GangMember {
+    /// `<job>-<index>`.
+    pub hostname: String,
+    /// Its node's address (the container shares the node's network).
+    pub address: String,
+    /// Its agent's exec service (`host:port`).
+    pub exec_addr: String,
+    /// Its attempt: what the exec service is asked to run a command in.
+    pub attempt_id: Uuid,
 }
 
 /// The transfers of one volume in one direction, run in order on the node.

@@ -78,6 +78,9 @@ upper_enum!(
         Evicted => "EVICTED",
         StartError => "START_ERROR",
         DependencyFailed => "DEPENDENCY_FAILED",
+        // Another member of its multinode job (gang) ended, and the gang ends with it: the
+        // member's task follows the gang's fate (finished, retried or failed).
+        Gang => "GANG",
     }
 );
 

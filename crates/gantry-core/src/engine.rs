@@ -484,6 +484,12 @@ pub fn attempt_outcome(
                 reason: Some("a dependency failed".into()),
             }
         }
+        EndCause::Gang => {
+            return Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some("another member of its multinode job ended".into()),
+            }
+        }
     };
     if retryable && left {
         let wait = retry_backoff(attempts_made);

@@ -161,6 +161,8 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
         service: None,
         build: None,
         transfer: None,
+        host_network: false,
+        multinode: None,
     })
     .unwrap();
     let creates: Vec<Change> = attempts

@@ -140,6 +140,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         metrics_addr,
         node_exporter,
         attempts: _,
+        ..
     }) = recv(&mut socket).await?
     else {
         anyhow::bail!("the first message must be hello");

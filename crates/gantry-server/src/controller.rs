@@ -705,6 +705,8 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
                 ..t.clone()
             }
         }),
+        host_network: false,
+        multinode: None,
     }
 }
 
