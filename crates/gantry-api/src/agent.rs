@@ -396,6 +396,11 @@ pub struct NetworkSpec {
     /// messages bring the changes.
     #[serde(default)]
     pub peers: Vec<String>,
+    /// The workflow's host-network services, `address:port` (a node's address and a port
+    /// the service binds there): the node's firewall lets this container reach those, and
+    /// nothing else of any node's own.
+    #[serde(default)]
+    pub node_services: Vec<String>,
 }
 
 impl Default for NetworkSpec {
@@ -404,6 +409,7 @@ impl Default for NetworkSpec {
             hosts: vec![],
             egress: true,
             peers: vec![],
+            node_services: vec![],
         }
     }
 }

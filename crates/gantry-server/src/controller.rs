@@ -617,6 +617,7 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
     // firewall keeps it from everyone else's). Egress is filled in when it is sent.
     let network = p.plan.has_services().then(|| NetworkSpec {
         egress: true,
+        node_services: vec![],
         peers: crate::netpolicy::addresses(p.aw),
         hosts: p
             .plan
