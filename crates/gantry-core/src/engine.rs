@@ -868,3 +868,6 @@ fn reconcile_gang(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proptests;

@@ -735,6 +735,28 @@ mod backoff_props {
     }
 }
 
+/// Gang member `index` of the job.
+pub(super) fn member_mut(j: &mut JobView, index: u32) -> &mut TaskView {
+    j.tasks.iter_mut().find(|t| t.index == Some(index)).unwrap()
+}
+
+/// Records an attempt's end on its task, as the store does: no longer live, and as the outcome
+/// says (back to PENDING until `not_before`, or ended), with its reason.
+pub(super) fn record_end(t: &mut TaskView, outcome: Outcome) {
+    t.live = None;
+    match outcome {
+        Outcome::Retry { reason, not_before } => {
+            t.status = TaskStatus::Pending;
+            t.reason = Some(reason);
+            t.not_before = Some(not_before);
+        }
+        Outcome::Final { status, reason } => {
+            t.status = status;
+            t.reason = reason;
+        }
+    }
+}
+
 mod gang {
     //! The rules of a multinode job's members: placed all together, one fate per run.
 
@@ -785,19 +807,7 @@ mod gang {
 
     /// Records member `i`'s end as the server does: its task takes the outcome.
     fn apply(j: &mut JobView, i: u32, outcome: Outcome) {
-        let t = j.tasks.iter_mut().find(|t| t.index == Some(i)).unwrap();
-        t.live = None;
-        match outcome {
-            Outcome::Retry { reason, not_before } => {
-                t.status = TaskStatus::Pending;
-                t.reason = Some(reason);
-                t.not_before = Some(not_before);
-            }
-            Outcome::Final { status, reason } => {
-                t.status = status;
-                t.reason = reason;
-            }
-        }
+        record_end(member_mut(j, i), outcome);
     }
 
     fn end(j: &JobView, i: u32, exit_code: Option<i32>, cause: EndCause, now: Millis) -> Outcome {
