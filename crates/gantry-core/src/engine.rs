@@ -554,7 +554,7 @@ pub fn member_outcome(
         // with code 0, leaves the job without that node.
         EndCause::Exit if exit_code == Some(0) => (
             job.retry_on.failure,
-            format!("member {me} on node {node} exited with code 0 while its head ran"),
+            format!("member {me} on node {node} exited with code 0 before its head finished"),
         ),
         EndCause::Exit => (
             job.retry_on.failure,
@@ -768,7 +768,11 @@ fn mirror(job: &JobView, attempts_made: u32, fate: Option<Fate>, now: Millis) ->
             reason,
             not_before: t.not_before.unwrap_or(now),
         },
-        Fate::Retry(..) => failed(reason),
+        // Not reached while members run in lockstep: the member sent back had attempts left.
+        Fate::Retry(i, t) => failed(format!(
+            "{FAILED_PREFIX}{}",
+            story(job, Some((i, t)), TaskStatus::Pending)
+        )),
     }
 }
 

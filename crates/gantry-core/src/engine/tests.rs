@@ -1075,6 +1075,36 @@ mod gang {
     }
 
     #[test]
+    fn a_mirror_names_the_member_even_when_its_reason_is_not_known() {
+        let mut j = gang_job(running(3), 1, NO_RETRY);
+        let failed_2 = Outcome::Final {
+            status: TaskStatus::Failed,
+            reason: None,
+        };
+        apply(&mut j, 2, failed_2);
+        assert_eq!(
+            end(&j, 0, Some(143), EndCause::Gang, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("the gang failed: member {JOB}-2 ended FAILED"))
+            }
+        );
+        // With two failed, the one whose own end is on record tells the story, not a mirror.
+        let own = format!("member {JOB}-2 on node n2 exited with code 4");
+        j.tasks[2].reason = Some(own.clone());
+        j.tasks[1].live = None;
+        j.tasks[1].status = TaskStatus::Failed;
+        j.tasks[1].reason = Some("the gang failed: something else".into());
+        assert_eq!(
+            end(&j, 0, Some(143), EndCause::Gang, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("the gang failed: {own}"))
+            }
+        );
+    }
+
+    #[test]
     fn an_evicted_member_names_its_node() {
         let j = gang_job(running(2), 1, ON_NODE);
         assert_eq!(
@@ -1101,7 +1131,7 @@ mod gang {
             Outcome::Final {
                 status: TaskStatus::Failed,
                 reason: Some(format!(
-                    "member {JOB}-1 on node n1 exited with code 0 while its head ran"
+                    "member {JOB}-1 on node n1 exited with code 0 before its head finished"
                 ))
             }
         );
