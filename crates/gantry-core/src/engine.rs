@@ -1,6 +1,7 @@
 //! The workflow state machine: given what is true of one workflow now, decide what happens
 //! next. The server's controller builds a [`WorkflowView`] from the store, calls [`reconcile`],
-//! and applies the actions in one transaction; attempt ends go through [`attempt_outcome`].
+//! and applies the actions in one transaction; attempt ends go through [`member_outcome`]
+//! (exactly [`attempt_outcome`] for a task that is not a gang's member).
 //!
 //! Retry is decided by the *cause* of an attempt's end, never by its exit code alone: a process
 //! that exited non-zero on its own, or timed out, is a `failure`; a lost or evicted node is
@@ -30,6 +31,14 @@
 //! - Ends decided at the same moment from the same view may disagree (one member retried, one
 //!   failed): [`reconcile`] settles them, ending the PENDING members as the gang's fate says
 //!   (FAILED beside a failed member, FINISHED beside a finished head).
+//! - Once the head has finished, a member ending in any way but the workflow's stop ends
+//!   FINISHED; once a member has failed, another ending on its own is not retried. A member
+//!   stopped for its gang beside a STOPPED one ends STOPPED.
+//! - Reasons name the member and its node (`member run-lammps-1 on node n2 was lost; the gang
+//!   restarts: attempt 2 of 3 starts after a 1s backoff`), and a mirror quotes the end of the
+//!   member that decided it (`stopped: member run-lammps-1 on node n2 was lost; ...`, `the
+//!   gang failed: member run-lammps-1 on node n2 exited with code 3`, `its head run-lammps-0
+//!   finished`).
 //! - A job's timeout is the head's: it is stopped with [`EndCause::Timeout`] and the others
 //!   follow it. Stopping the workflow stops every member with [`EndCause::Stopped`], as for any
 //!   task.
