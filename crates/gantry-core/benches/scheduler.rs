@@ -44,25 +44,17 @@ impl Rng {
 }
 
 fn node(i: usize, pool: &str, cores: u64, gib: u64) -> NodeView {
-    NodeView {
-        id: NodeId(format!("node-{i:05}")),
-        pool: pool.to_owned(),
-        total: Res::new(cores * 1000, gib * GIB),
-        used: Res::default(),
-        schedulable: true,
-        unschedulable_reason: None,
-        exclusive_taken: false,
-        running: 0,
-    }
+    NodeView::new(
+        NodeId(format!("node-{i:05}")),
+        pool,
+        Res::new(cores * 1000, gib * GIB),
+    )
 }
 
 fn request(key: u64, pool: Option<&str>, need: Res, exclusive: bool) -> TaskRequest<u64> {
-    TaskRequest {
-        key,
-        pool: pool.map(str::to_owned),
-        need,
-        exclusive,
-    }
+    let mut r = TaskRequest::new(key, pool.map(str::to_owned), need);
+    r.exclusive = exclusive;
+    r
 }
 
 /// 100,000 single-core jobs onto 10,000 identical 32-core nodes: all fit.
