@@ -477,6 +477,8 @@ struct State<'a> {
     dev_ids: HashMap<&'a str, u32>,
     dev_names: Vec<&'a str>,
     pools: Vec<PoolSlots>,
+    /// Every label some node has: a request naming another one is refused without a search.
+    labels: HashSet<(&'a str, &'a str)>,
 }
 
 impl<'a> State<'a> {
@@ -555,6 +557,12 @@ impl<'a> State<'a> {
             }
         }
 
+        let labels = views
+            .iter()
+            .flat_map(|v| v.labels.iter())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+
         State {
             views,
             order,
@@ -564,6 +572,7 @@ impl<'a> State<'a> {
             dev_ids,
             dev_names,
             pools,
+            labels,
         }
     }
 
@@ -690,6 +699,9 @@ impl<'a> State<'a> {
     /// With one member that is the same node [`State::pick`] would choose among admitting nodes.
     fn pick_members(&self, ask: &Ask<'_>) -> Option<Vec<u32>> {
         let want = ask.extra().members as usize;
+        if !ask.extra().labels.iter().all(|l| self.labels.contains(l)) {
+            return None;
+        }
         let mut best: Option<(RankKey, Vec<u32>)> = None;
         for slots in self.pools_in(ask.scope) {
             let tier = slots.tier(ask.exclusive);
