@@ -699,7 +699,9 @@ impl<'a> State<'a> {
     /// With one member that is the same node [`State::pick`] would choose among admitting nodes.
     fn pick_members(&self, ask: &Ask<'_>) -> Option<Vec<u32>> {
         let want = ask.extra().members as usize;
-        if !ask.extra().labels.iter().all(|l| self.labels.contains(l)) {
+        // `members` comes from the workflow: more than there are nodes is answered before
+        // anything is sized by it.
+        if want > self.nodes.len() || !ask.extra().labels.iter().all(|l| self.labels.contains(l)) {
             return None;
         }
         let mut best: Option<(RankKey, Vec<u32>)> = None;

@@ -969,6 +969,20 @@ fn a_gang_larger_than_its_pool_never_fits() {
 }
 
 #[test]
+fn a_gang_of_absurd_size_is_refused_not_allocated() {
+    let nodes = [node("a", "cpu", 4, 8), node("b", "cpu", 4, 8)];
+    let plan = schedule(&nodes, &[gang(req(1, Some("cpu"), 1000, 0), u32::MAX)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs 4294967295 nodes with 1 core each, and only 2 of the 2 nodes in \
+             pool \"cpu\" could ever take one"
+        )
+    );
+}
+
+#[test]
 fn a_gang_larger_than_every_pool_names_the_largest() {
     let nodes = [
         node("a1", "a", 4, 8),
