@@ -293,47 +293,100 @@ fn count_dim<T: Ord + Copy>(slot: &mut (usize, T), free: T, want: T) -> bool {
 }
 
 pub(super) fn tally<'a>(state: &State<'a>, ask: &Ask<'_>, pool: Option<u32>) -> Tally<'a> {
-    let (need, extra) = (&ask.need, ask.extra());
-    let mut forbidden: BTreeMap<&'a str, usize> = BTreeMap::new();
-    let mut unavailable: BTreeMap<&'a str, usize> = BTreeMap::new();
-    let mut lacking = vec![0; extra.labels.len()];
-    let mut sf = Shortfall {
-        nodes: 0,
-        unavailable: Vec::new(),
-        exclusive_taken: 0,
-        busy: 0,
-        candidates: 0,
-        cpu: (0, 0),
-        mem: (0, 0),
-        dev: need.dev.iter().map(|&(d, _)| (d, 0, 0)).collect(),
-        forbidden: Vec::new(),
-        lacking: Vec::new(),
-        ports: extra.ports.iter().map(|&p| (p, 0)).collect(),
-    };
-    let (mut matching, mut ever, mut room) = (0, 0, 0);
+    let in_scope = |n: &Node| pool.is_none_or(|p| p == n.pool).then_some(0);
+    let mut one = tallies(state, ask, 1, in_scope);
+    one.pop().unwrap_or_else(|| Tally::new(ask))
+}
+
+/// One tally per pool, in one pass over the nodes.
+fn tally_per_pool<'a>(state: &State<'a>, ask: &Ask<'_>) -> Vec<Tally<'a>> {
+    tallies(state, ask, state.pool_names.len(), |n| {
+        Some(n.pool as usize)
+    })
+}
+
+/// `buckets` tallies; `bucket` says which one a node counts towards, if any.
+fn tallies<'a>(
+    state: &State<'a>,
+    ask: &Ask<'_>,
+    buckets: usize,
+    bucket: impl Fn(&Node) -> Option<usize>,
+) -> Vec<Tally<'a>> {
+    let mut counts: Vec<Counting<'a>> = (0..buckets)
+        .map(|_| Counting {
+            tally: Tally::new(ask),
+            forbidden: BTreeMap::new(),
+            unavailable: BTreeMap::new(),
+        })
+        .collect();
     for (rank, n) in state.nodes.iter().enumerate() {
-        if pool.is_some_and(|p| p != n.pool) {
-            continue;
+        if let Some(c) = bucket(n).and_then(|b| counts.get_mut(b)) {
+            c.add(state, ask, rank, n);
         }
-        sf.nodes += 1;
+    }
+    counts.into_iter().map(|c| c.finish(ask)).collect()
+}
+
+/// A tally being counted, with the groups it sorts at the end.
+struct Counting<'a> {
+    tally: Tally<'a>,
+    forbidden: BTreeMap<&'a str, usize>,
+    unavailable: BTreeMap<&'a str, usize>,
+}
+
+impl<'a> Tally<'a> {
+    fn new(ask: &Ask<'_>) -> Self {
+        let extra = ask.extra();
+        Tally {
+            sf: Shortfall {
+                nodes: 0,
+                unavailable: Vec::new(),
+                exclusive_taken: 0,
+                busy: 0,
+                candidates: 0,
+                cpu: (0, 0),
+                mem: (0, 0),
+                dev: ask.need.dev.iter().map(|&(d, _)| (d, 0, 0)).collect(),
+                forbidden: Vec::new(),
+                lacking: Vec::new(),
+                ports: extra.ports.iter().map(|&p| (p, 0)).collect(),
+            },
+            lacking: vec![0; extra.labels.len()],
+            matching: 0,
+            ever: 0,
+            room: 0,
+        }
+    }
+}
+
+impl<'a> Counting<'a> {
+    fn add(&mut self, state: &State<'a>, ask: &Ask<'_>, rank: usize, n: &Node) {
+        let (need, extra) = (&ask.need, ask.extra());
+        let t = &mut self.tally;
+        t.sf.nodes += 1;
         if extra.host_network && !n.host_network {
-            *forbidden
+            *self
+                .forbidden
                 .entry(state.pool_names[n.pool as usize])
                 .or_default() += 1;
-            continue;
+            return;
         }
         let mut lacks = false;
         for i in state.lacking(rank as u32, extra) {
-            lacking[i] += 1;
+            t.lacking[i] += 1;
             lacks = true;
         }
         if lacks {
-            continue;
+            return;
         }
-        matching += 1;
-        ever += usize::from(n.could_ever_fit(need));
+        t.matching += 1;
+        t.ever += usize::from(n.could_ever_fit(need));
+        let sf = &mut t.sf;
         if !n.schedulable {
-            *unavailable.entry(state.unschedulable(rank)).or_default() += 1;
+            *self
+                .unavailable
+                .entry(state.unschedulable(rank))
+                .or_default() += 1;
         } else if n.exclusive_taken {
             sf.exclusive_taken += 1;
         } else if ask.exclusive && n.running > 0 {
@@ -354,25 +407,24 @@ pub(super) fn tally<'a>(state: &State<'a>, ask: &Ask<'_>, pool: Option<u32>) -> 
                     fits = false;
                 }
             }
-            room += usize::from(fits);
+            t.room += usize::from(fits);
         }
     }
-    sf.unavailable = by_count(unavailable);
-    sf.forbidden = by_count(forbidden);
-    sf.lacking = extra
-        .labels
-        .iter()
-        .zip(&lacking)
-        .filter(|&(_, &c)| c > 0)
-        .map(|(&(k, v), &c)| (format!("{k}={v}"), c))
-        .collect();
-    sf.ports.retain(|&(_, c)| c > 0);
-    Tally {
-        sf,
-        lacking,
-        matching,
-        ever,
-        room,
+
+    fn finish(self, ask: &Ask<'_>) -> Tally<'a> {
+        let mut t = self.tally;
+        t.sf.unavailable = by_count(self.unavailable);
+        t.sf.forbidden = by_count(self.forbidden);
+        t.sf.lacking = ask
+            .extra()
+            .labels
+            .iter()
+            .zip(&t.lacking)
+            .filter(|&(_, &c)| c > 0)
+            .map(|(&(k, v), &c)| (format!("{k}={v}"), c))
+            .collect();
+        t.sf.ports.retain(|&(_, c)| c > 0);
+        t
     }
 }
 
@@ -489,9 +541,7 @@ fn constrained(state: &State<'_>, ask: &Ask<'_>) -> (UnplacedKind, String) {
         return msg;
     }
     // Any pool: the gang needs one pool with enough nodes, so each pool is counted alone.
-    let per_pool: Vec<(u32, Tally<'_>)> = (0..state.pool_names.len() as u32)
-        .map(|p| (p, tally(state, ask, Some(p))))
-        .collect();
+    let per_pool: Vec<(u32, Tally<'_>)> = (0..).zip(tally_per_pool(state, ask)).collect();
     // The pool with the most nodes that could ever take a member, and of the pools with
     // enough of those, the one with the most room now. `whole` had nodes, so there is a pool.
     let mut most: Option<&(u32, Tally<'_>)> = None;
