@@ -170,6 +170,10 @@ fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiErr
     )))
 }
 
+// A gang is placed whole or not at all, so the controller's snapshot must list every waiting
+// member of one: the file format caps a multinode job within the store's window.
+const _: () = assert!(gantry_spec::MAX_MULTINODE_NODES as usize <= gantry_store::PENDING_WINDOW);
+
 /// Stores a prepared workflow. `confirmed_via` says that the submitter confirmed its takeovers
 /// already (and through which channel), so they do not wait for `endpoint approve`.
 pub async fn commit(
@@ -189,9 +193,10 @@ pub async fn commit(
     crate::volumes::make_on_first_use(st, c, &mut compiled).await?;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
-        match job.task_array {
-            Some((start, end)) => {
-                for i in start..=end {
+        // A task-array member or a multinode member is one task each, by index.
+        match job.task_indexes() {
+            Some(indexes) => {
+                for i in indexes {
                     tasks.push(NewTask {
                         id: Uuid::new_v4(),
                         job: job.name.clone(),
