@@ -140,7 +140,9 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         metrics_addr,
         node_exporter,
         attempts: _,
-        ..
+        address,
+        exec_addr,
+        labels,
     }) = recv(&mut socket).await?
     else {
         anyhow::bail!("the first message must be hello");
@@ -155,6 +157,9 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
                 version,
                 metrics_addr,
                 node_exporter,
+                address,
+                exec_addr,
+                labels,
             },
             now_ms(),
         )
