@@ -107,8 +107,14 @@ pub async fn prepare(
         workflow: wf,
         plan: mut compiled,
         name,
-        warnings,
+        mut warnings,
     } = requests::submission(&req).map_err(refused)?;
+    let placement = crate::placement::PlacementSettings::read(st).await?;
+    warnings.extend(requests::annotation_warnings(
+        &wf,
+        &placement.constraint_keys,
+    ));
+    warnings.extend(host_network_warnings(st, &compiled, &placement).await?);
     let cap = requests::retry_cap(
         st.store
             .setting(requests::RETRY_MAX_ATTEMPTS_KEY)
@@ -142,6 +148,52 @@ pub async fn prepare(
         warnings,
         takeovers,
     })
+}
+
+/// Host-network steps where an administrator forbade host networking in some pools: they
+/// wait for a node of another pool, and are told so now (a pool may gain nodes, or the
+/// setting change, later: never a refusal).
+async fn host_network_warnings(
+    st: &AppState,
+    plan: &crate::plan::WorkflowPlan,
+    placement: &crate::placement::PlacementSettings,
+) -> Result<Vec<String>, ApiError> {
+    let steps: Vec<&str> = plan
+        .jobs
+        .iter()
+        .filter(|j| j.host_network)
+        .map(|j| j.name.as_str())
+        .collect();
+    if steps.is_empty() {
+        return Ok(vec![]);
+    }
+    let mut pools: Vec<String> = st
+        .store
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|n| n.pool)
+        .collect();
+    pools.sort();
+    pools.dedup();
+    let (allowed, forbidden): (Vec<String>, Vec<String>) = pools
+        .into_iter()
+        .partition(|p| placement.host_network_allowed(p));
+    if forbidden.is_empty() {
+        return Ok(vec![]);
+    }
+    let where_ = if allowed.is_empty() {
+        "no pool with nodes allows it now: they wait until one does".to_string()
+    } else {
+        format!("they run only in pool(s) {}", allowed.join(", "))
+    };
+    Ok(vec![format!(
+        "{}: host networking (network.host, multinode) is forbidden in pool(s) {} by an \
+         administrator ({}); {where_}",
+        steps.join(", "),
+        forbidden.join(", "),
+        gantry_intake::requests::HOST_NETWORK_FORBIDDEN_KEY
+    )])
 }
 
 /// Refuses `oci://` layouts outside the directories this server allows (`--oci-root`), by
