@@ -39,3 +39,14 @@ impl PlacementSettings {
             .filter(|(k, _)| self.constraint_keys.contains(*k))
     }
 }
+
+/// The pools that have nodes now.
+pub async fn pools(st: &AppState) -> Result<BTreeSet<String>, gantry_store::StoreError> {
+    Ok(st
+        .store
+        .nodes()
+        .await?
+        .into_iter()
+        .map(|n| n.pool)
+        .collect())
+}

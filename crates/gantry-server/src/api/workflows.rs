@@ -167,16 +167,8 @@ async fn host_network_warnings(
     if steps.is_empty() {
         return Ok(vec![]);
     }
-    let mut pools: Vec<String> = st
-        .store
-        .nodes()
+    let (allowed, forbidden): (Vec<String>, Vec<String>) = crate::placement::pools(st)
         .await?
-        .into_iter()
-        .map(|n| n.pool)
-        .collect();
-    pools.sort();
-    pools.dedup();
-    let (allowed, forbidden): (Vec<String>, Vec<String>) = pools
         .into_iter()
         .partition(|p| placement.host_network_allowed(p));
     if forbidden.is_empty() {
