@@ -115,6 +115,11 @@ pub async fn prepare(
         &placement.constraint_keys,
     ));
     warnings.extend(host_network_warnings(st, &compiled, &placement).await?);
+    warnings.extend(crate::placement::fit_warnings(
+        &st.store.nodes().await?,
+        &compiled,
+        &placement,
+    ));
     let cap = requests::retry_cap(
         st.store
             .setting(requests::RETRY_MAX_ATTEMPTS_KEY)
