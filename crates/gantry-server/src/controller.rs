@@ -168,6 +168,22 @@ fn egress_skipped(workflow: Uuid, plan: &WorkflowPlan, job: &str, reason: &str) 
     }))
 }
 
+/// A task as core sees it, with its live attempt (the one `live_attempt` names).
+pub(crate) fn task_view_of(t: &TaskRow, live: Option<&AttemptRow>) -> TaskView {
+    TaskView {
+        id: t.id,
+        status: t.status,
+        attempts_made: t.attempts,
+        not_before: t.not_before,
+        live: live.map(|a| LiveAttempt {
+            id: a.id,
+            status: a.status,
+            running_since: a.running_at,
+            stop_sent: a.stop_sent,
+        }),
+    }
+}
+
 fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
     let live: HashMap<Uuid, &gantry_store::AttemptRow> =
         aw.live.iter().map(|a| (a.id, a)).collect();
@@ -205,21 +221,7 @@ fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
                 .remove(jp.name.as_str())
                 .unwrap_or_default()
                 .into_iter()
-                .map(|t| TaskView {
-                    id: t.id,
-                    status: t.status,
-                    attempts_made: t.attempts,
-                    not_before: t.not_before,
-                    live: t
-                        .live_attempt
-                        .and_then(|a| live.get(&a))
-                        .map(|a| LiveAttempt {
-                            id: a.id,
-                            status: a.status,
-                            running_since: a.running_at,
-                            stop_sent: a.stop_sent,
-                        }),
-                })
+                .map(|t| task_view_of(t, t.live_attempt.and_then(|a| live.get(&a).copied())))
                 .collect();
             jv
         })
