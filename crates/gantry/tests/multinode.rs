@@ -142,6 +142,11 @@ jobs:
     for m in ["big[0]", "big[1]", "big[2]", "wide[0]", "wide[2]"] {
         assert!(text.contains(m), "{m} in\n{text}");
     }
+    // The web UI's task table shows each member.
+    let page = c.web_page(&format!("/workflows/{id}"));
+    for m in ["big[0]", "big[1]", "big[2]"] {
+        assert!(page.contains(m), "{m} on the workflow page:\n{page}");
+    }
     stop(&c, &id);
 
     // Annotations: a constraint no node has is warned about, a key the cluster does not place
@@ -275,6 +280,11 @@ fn node_show_lists_labels_and_address_and_annotations_match_them() {
     let text = c.ok(&["node", "show", "gpu-node"]);
     assert!(text.contains("Address:   192.0.2.7"), "{text}");
     assert!(text.contains("nvidia.com/gpu.model=NVIDIA L4"), "{text}");
+    let page = c.web_page("/nodes/gpu-node");
+    assert!(
+        page.contains("<code>nvidia.com/gpu.model=NVIDIA L4</code>") && page.contains("192.0.2.7"),
+        "{page}"
+    );
     // The real agent reports no labels: it says so.
     let real = c.json(&["node", "list"]);
     let other = real
