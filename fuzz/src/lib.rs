@@ -101,10 +101,17 @@ fn submission(req: &SubmitWorkflow) {
     // must not be able to ask for more than it can hold.
     let mut tasks = 0u64;
     for j in &s.plan.jobs {
-        tasks += match j.task_array {
-            Some((start, end)) => {
-                assert!(start <= end, "{}: task array {start}..={end}", j.name);
-                u64::from(end - start) + 1
+        tasks += match j.task_indexes() {
+            Some(indexes) => {
+                assert!(!indexes.is_empty(), "{}: no tasks in {indexes:?}", j.name);
+                assert!(
+                    j.multinode
+                        .as_ref()
+                        .is_none_or(|m| m.nodes <= gantry_spec::MAX_MULTINODE_NODES),
+                    "{}: a gang larger than the controller's window",
+                    j.name
+                );
+                u64::from(indexes.end() - indexes.start()) + 1
             }
             None => 1,
         };

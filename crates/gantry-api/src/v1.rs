@@ -244,6 +244,13 @@ pub struct NodeInfo {
     /// Active and deferred holds.
     #[serde(default)]
     pub holds: Vec<HoldInfo>,
+    /// The node's address as other nodes reach it (where its host-network containers are).
+    #[serde(default)]
+    pub address: Option<String>,
+    /// What `resource.annotations` constraints are matched against: GPU model and
+    /// architecture, CPU model, and the administrator's `--label KEY=VALUE`.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -8,7 +8,8 @@ use base64::Engine;
 use gantry_api::agent::{InjectedFile, Probe, ProbeCheck, ServicePort, TransferItem, TransferSpec};
 use gantry_spec::{
     DepStatus, Dependency, EndpointKind, EndpointProtocol, EnvValue, EnvVar, FileSource,
-    HttpScheme, ImageRef, Mount, Policy, ProbeKind, Resource, RetryOn, Scope, VolumeKind, Workflow,
+    HttpScheme, ImageRef, Mount, MultinodeImpl, Policy, ProbeKind, Resource, RetryOn, Scope,
+    VolumeKind, Workflow,
 };
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +89,44 @@ pub struct JobPlan {
     /// volume's name until the controller places it.
     #[serde(default)]
     pub transfer: Option<TransferSpec>,
+    /// Set for a multinode job: its tasks (indexes 0..nodes) are one gang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multinode: Option<MultinodePlan>,
+    /// The container uses its node's network namespace (`network.host`, and every multinode
+    /// member).
+    #[serde(default)]
+    pub host_network: bool,
+    /// All of `resource.annotations`; which keys constrain placement is a cluster setting
+    /// (`scheduler.constraint_annotations`), read when the task is placed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The node ports a host-network service listens on: no two such containers on one node
+    /// may share one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_ports: Vec<u16>,
+}
+
+/// A multinode job: `nodes` containers on distinct nodes, started together.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct MultinodePlan {
+    pub nodes: u32,
+    /// `openmpi` (`ompi` too), `mpich` or `generic`; `gasnet` is refused by [`support`].
+    pub implementation: String,
+    /// Processes per member; `None`: the cores each container gets.
+    #[serde(default)]
+    pub procs_per_node: Option<u32>,
+}
+
+impl JobPlan {
+    /// The tasks this step is stored as: `None` for a lone task, else each index (a task-array
+    /// member's `FB_TASK_ID`, a multinode member's rank of node).
+    pub fn task_indexes(&self) -> Option<std::ops::RangeInclusive<u32>> {
+        match (self.task_array, &self.multinode) {
+            (Some((start, end)), _) => Some(start..=end),
+            (None, Some(m)) => Some(0..=m.nodes.saturating_sub(1)),
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -269,14 +308,27 @@ pub fn support(wf: &Workflow) -> Support {
             }
             ImageRef::Build(_) => {}
         }
-        if st.multinode {
-            s.unsupported.push(format!(
-                "{at}.multinode: multinode steps are not supported yet"
-            ));
+        if let Some(m) = st.multinode {
+            if st.service.is_some() {
+                s.unsupported.push(format!(
+                    "{at}.multinode: a service runs on one node; multinode is for jobs (move the step under `jobs`)"
+                ));
+            } else if m.implementation == MultinodeImpl::Gasnet {
+                s.unsupported.push(format!(
+                    "{at}.multinode.implementation: gasnet multinode jobs are not supported: Gantry \
+                     launches openmpi, mpich and generic; use `implementation: generic` and \
+                     GASNet's ssh spawner with GASNET_SSH_CMD=$MULTINODE_SSH_WRAPPER"
+                ));
+            }
         }
-        if st.job_network {
-            s.unsupported
-                .push(format!("{at}.network: job networking is not supported yet"));
+        if let Some(n) = st.job_network {
+            if n.isolated || !n.expose_tcp.is_empty() || !n.expose_udp.is_empty() {
+                s.unsupported.push(format!(
+                    "{at}.network: isolated job networks and `expose-tcp`/`expose-udp` are not \
+                     supported yet; `network.host: true` is (the job uses its node's network), \
+                     or make the step a service with `network.ports`"
+                ));
+            }
         }
         if st.policy.restart.is_some() {
             s.ignored.push(format!("{at}.policy.restart: not acted on"));
@@ -287,21 +339,12 @@ pub fn support(wf: &Workflow) -> Support {
                 "{at}.resource.cpu: affinity, threads and sockets are not acted on"
             ));
         }
-        if !st.resource.annotations.is_empty() {
-            s.ignored
-                .push(format!("{at}.resource.annotations: not acted on"));
-        }
         if st.preemptible {
             s.ignored.push(format!("{at}.preemptible: not acted on"));
         }
     }
     for (name, svc) in &wf.services {
         let at = format!("services.{name}");
-        if svc.network.host {
-            s.unsupported.push(format!(
-                "{at}.network.host: host networking is not supported yet"
-            ));
-        }
         if svc.autoscaler.is_some() {
             s.unsupported
                 .push(format!("{at}.autoscaler: autoscaling is not supported yet"));
@@ -427,6 +470,10 @@ impl JobPlan {
             image_build: None,
             build: None,
             transfer: None,
+            multinode: None,
+            host_network: false,
+            annotations: BTreeMap::new(),
+            host_ports: vec![],
         }
     }
 }
@@ -519,8 +566,8 @@ struct Step<'a> {
     resource: &'a Resource,
     depends_on: &'a [Dependency],
     policy: &'a Policy,
-    multinode: bool,
-    job_network: bool,
+    multinode: Option<&'a gantry_spec::Multinode>,
+    job_network: Option<&'a gantry_spec::JobNetwork>,
     preemptible: bool,
     task_array: Option<&'a gantry_spec::TaskArray>,
     service: Option<&'a gantry_spec::Service>,
@@ -529,6 +576,14 @@ struct Step<'a> {
 impl Step<'_> {
     fn at(&self) -> String {
         format!("{}.{}", self.kind, self.name)
+    }
+
+    /// Multinode members share their node's network as MPI under Apptainer does: ranks talk
+    /// over the nodes' own interfaces.
+    fn host_network(&self) -> bool {
+        self.multinode.is_some()
+            || self.job_network.is_some_and(|n| n.host)
+            || self.service.is_some_and(|s| s.network.host)
     }
 }
 
@@ -567,8 +622,8 @@ fn steps(wf: &Workflow) -> Vec<Step<'_>> {
         resource: &j.resource,
         depends_on: &j.depends_on,
         policy: &j.policy,
-        multinode: j.multinode.is_some(),
-        job_network: j.network.is_some(),
+        multinode: j.multinode.as_ref(),
+        job_network: j.network.as_ref(),
         preemptible: j.preemptible.is_some(),
         task_array: j.task_array.as_ref(),
         service: None,
@@ -587,8 +642,8 @@ fn steps(wf: &Workflow) -> Vec<Step<'_>> {
         resource: &s.resource,
         depends_on: &s.depends_on,
         policy: &s.policy,
-        multinode: s.multinode.is_some(),
-        job_network: false,
+        multinode: s.multinode.as_ref(),
+        job_network: None,
         preemptible: s.preemptible.is_some(),
         task_array: None,
         service: Some(s),
@@ -758,6 +813,23 @@ pub fn compile(wf: &Workflow) -> WorkflowPlan {
             image_build: st.image.build_name().map(str::to_string),
             build: None,
             transfer: None,
+            multinode: st.multinode.map(|m| MultinodePlan {
+                nodes: m.nodes,
+                implementation: match m.implementation {
+                    MultinodeImpl::OpenMpi => "openmpi",
+                    MultinodeImpl::Mpich => "mpich",
+                    MultinodeImpl::Gasnet => "gasnet",
+                    MultinodeImpl::Generic => "generic",
+                }
+                .into(),
+                procs_per_node: m.procs_per_node,
+            }),
+            host_network: st.host_network(),
+            annotations: st.resource.annotations.clone(),
+            host_ports: match st.service {
+                Some(svc) if svc.network.host => svc.network.ports.iter().map(|p| p.port).collect(),
+                _ => vec![],
+            },
         });
     }
     // Scheduling order follows the graph, so earlier steps are placed first.
@@ -887,6 +959,108 @@ jobs:
         assert_eq!(
             p["team"],
             want(Some("group"), "models", Some("lustre"), true)
+        );
+    }
+
+    #[test]
+    fn multinode_and_host_network_compile_into_the_plan() {
+        let wf = gantry_spec::parse(
+            r#"version: v4
+jobs:
+  mpi:
+    image: {uri: docker://alpine}
+    command: [hostname]
+    multinode: {nodes: 3, implementation: ompi, procs-per-node: 2}
+    resource:
+      cpu: {cores: 4}
+      annotations: {nvidia.com/gpu.model: T4, team: a}
+  hostjob:
+    image: {uri: docker://alpine}
+    network: {host: true}
+services:
+  web:
+    image: {uri: docker://alpine}
+    network:
+      host: true
+      ports: [{name: http, port: 8080}, {name: dns, port: 5353, protocol: udp}]
+  plain:
+    image: {uri: docker://alpine}
+    network:
+      ports: [{name: http, port: 80}]
+"#,
+        )
+        .unwrap();
+        let s = support(&wf);
+        assert!(s.unsupported.is_empty(), "{:?}", s.unsupported);
+        assert!(
+            !s.ignored.iter().any(|w| w.contains("annotations")),
+            "which annotations are acted on is the cluster's setting: {:?}",
+            s.ignored
+        );
+        let p = compile(&wf);
+        let mpi = p.job("mpi").unwrap();
+        assert_eq!(
+            mpi.multinode,
+            Some(MultinodePlan {
+                nodes: 3,
+                implementation: "openmpi".into(),
+                procs_per_node: Some(2)
+            })
+        );
+        assert!(mpi.host_network, "members share their node's network");
+        assert_eq!(mpi.task_indexes(), Some(0..=2));
+        assert_eq!(mpi.annotations.len(), 2);
+        assert_eq!(mpi.annotations["nvidia.com/gpu.model"], "T4");
+        assert!(mpi.host_ports.is_empty());
+        let hostjob = p.job("hostjob").unwrap();
+        assert!(hostjob.host_network && hostjob.multinode.is_none());
+        assert_eq!(hostjob.task_indexes(), None);
+        let web = p.job("web").unwrap();
+        assert!(web.host_network);
+        assert_eq!(web.host_ports, [8080, 5353]);
+        let plain = p.job("plain").unwrap();
+        assert!(!plain.host_network && plain.host_ports.is_empty());
+        // A plan stored before issue 15 reads back as single-node, bridge-networked.
+        let mut old = serde_json::to_value(plain).unwrap();
+        for k in ["multinode", "host_network", "annotations", "host_ports"] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let back: JobPlan = serde_json::from_value(old).unwrap();
+        assert!(!back.host_network && back.multinode.is_none());
+    }
+
+    #[test]
+    fn gasnet_multinode_services_and_isolated_job_networks_are_refused_precisely() {
+        let wf = gantry_spec::parse(
+            r#"version: v4
+jobs:
+  gas:
+    image: {uri: docker://alpine}
+    multinode: {nodes: 2, implementation: gasnet}
+  iso:
+    image: {uri: docker://alpine}
+    network: {isolated: true, expose-tcp: [80]}
+services:
+  svc:
+    image: {uri: docker://alpine}
+    multinode: {nodes: 2, implementation: openmpi}
+"#,
+        )
+        .unwrap();
+        let s = support(&wf).unsupported;
+        assert_eq!(s.len(), 3, "{s:?}");
+        assert!(s[0].starts_with("jobs.gas.multinode.implementation: gasnet multinode jobs are not supported: Gantry launches openmpi, mpich and generic; use `implementation: generic`"), "{}", s[0]);
+        assert!(s[0].contains("$MULTINODE_SSH_WRAPPER"), "{}", s[0]);
+        assert!(
+            s[1].starts_with("jobs.iso.network: isolated job networks"),
+            "{}",
+            s[1]
+        );
+        assert!(s[1].contains("`network.host: true` is"), "{}", s[1]);
+        assert!(
+            s[2].starts_with("services.svc.multinode: a service runs on one node"),
+            "{}",
+            s[2]
         );
     }
 }

@@ -223,6 +223,14 @@ pub const EGRESS_KEY: &str = "network.egress";
 /// A site's cap on `policy.retry.attempts`, at most the file format's own.
 pub const RETRY_MAX_ATTEMPTS_KEY: &str = "retry.max_attempts";
 
+/// Which `resource.annotations` keys constrain placement (a node must carry the label with
+/// that value); the others are only recorded.
+pub const CONSTRAINT_ANNOTATIONS_KEY: &str = "scheduler.constraint_annotations";
+const CONSTRAINT_ANNOTATIONS_DEFAULT: &str = "nvidia.com/gpu.model,nvidia.com/gpu.arch";
+
+/// Pools whose nodes run no host-network container (`network.host`, multinode members).
+pub const HOST_NETWORK_FORBIDDEN_KEY: &str = "network.host.forbidden_pools";
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -249,6 +257,16 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         CACHE_BYTES_KEY,
         "10737418240",
         "the object cache's size limit in bytes; least recently used images are evicted beyond it",
+    ),
+    (
+        CONSTRAINT_ANNOTATIONS_KEY,
+        CONSTRAINT_ANNOTATIONS_DEFAULT,
+        "the resource.annotations keys that constrain placement, comma-separated (a node must have the label with that value); empty: none",
+    ),
+    (
+        HOST_NETWORK_FORBIDDEN_KEY,
+        "",
+        "pools whose nodes run no host-network containers (network.host, multinode jobs), comma-separated; empty: every pool allows them",
     ),
     (
         HOLD_FRACTION_KEY,
@@ -316,6 +334,21 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
             body.value
         ));
     }
+    if k == CONSTRAINT_ANNOTATIONS_KEY {
+        if let Some(bad) = comma_list(&body.value).find(|a| !annotation_key(a)) {
+            return Err(format!(
+                "{key}: {bad:?} is not an annotation key (an optional DNS prefix and `/`, then 1-63 \
+                 letters, digits, '-', '_' or '.', as nvidia.com/gpu.model)"
+            ));
+        }
+    }
+    if k == HOST_NETWORK_FORBIDDEN_KEY {
+        if let Some((pool, e)) =
+            comma_list(&body.value).find_map(|p| Some((p, gantry_spec::names::name_error(p)?)))
+        {
+            return Err(format!("{key}: pool {pool:?}: {e}"));
+        }
+    }
     let max = gantry_spec::MAX_RETRY_ATTEMPTS;
     if k == RETRY_MAX_ATTEMPTS_KEY
         && !body
@@ -329,6 +362,81 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
         ));
     }
     Ok(())
+}
+
+/// The items of a comma-separated setting, trimmed, empty ones dropped.
+fn comma_list(v: &str) -> impl Iterator<Item = &str> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// A Kubernetes-style label key: `[prefix/]name`, the prefix a DNS subdomain.
+fn annotation_key(k: &str) -> bool {
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        p.len() <= 253
+            && p.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+    });
+    prefix_ok && plain_name(name, 63)
+}
+
+/// The annotation keys that constrain placement under `scheduler.constraint_annotations`
+/// (`None`: not set, the two GPU keys).
+pub fn constraint_keys(setting: Option<&str>) -> std::collections::BTreeSet<String> {
+    comma_list(setting.unwrap_or(CONSTRAINT_ANNOTATIONS_DEFAULT))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether `pool`'s nodes may run host-network containers under
+/// `network.host.forbidden_pools`.
+pub fn host_network_allowed(setting: Option<&str>, pool: &str) -> bool {
+    !comma_list(setting.unwrap_or("")).any(|p| p == pool)
+}
+
+/// What a submit is told of the annotations that will not constrain placement on this
+/// cluster (they are kept in the plan, and act once an administrator lists their key).
+pub fn annotation_warnings(
+    wf: &Workflow,
+    constraints: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let steps = wf
+        .jobs
+        .iter()
+        .map(|(n, j)| (format!("jobs.{n}"), &j.resource))
+        .chain(
+            wf.services
+                .iter()
+                .map(|(n, s)| (format!("services.{n}"), &s.resource)),
+        );
+    let mut out = vec![];
+    for (at, r) in steps {
+        let loose: Vec<&str> = r
+            .annotations
+            .keys()
+            .filter(|k| !constraints.contains(*k))
+            .map(String::as_str)
+            .collect();
+        if !loose.is_empty() {
+            out.push(format!(
+                "{at}.resource.annotations: {} not acted on (this cluster places by {}; \
+                 an administrator sets {CONSTRAINT_ANNOTATIONS_KEY})",
+                loose.join(", "),
+                if constraints.is_empty() {
+                    "no annotations".to_string()
+                } else {
+                    constraints.iter().cloned().collect::<Vec<_>>().join(", ")
+                }
+            ));
+        }
+    }
+    out
 }
 
 // --- holds ---------------------------------------------------------------------------------
@@ -893,6 +1001,76 @@ mod tests {
         for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
             assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn placement_settings_take_annotation_keys_and_pool_names() {
+        let set = |key: &str, value: &str| Setting {
+            key: key.into(),
+            value: value.into(),
+        };
+        let ck = CONSTRAINT_ANNOTATIONS_KEY;
+        let def = setting_def(ck).unwrap();
+        for good in [
+            "",
+            "nvidia.com/gpu.model",
+            " rack , nvidia.com/gpu.arch,",
+            "a.b-c/x_y.z",
+        ] {
+            assert!(check_setting(def, ck, &set(ck, good)).is_ok(), "{good:?}");
+        }
+        for bad in [
+            "nvidia.com/",
+            "/model",
+            "a b",
+            "x/y/z",
+            "bad_prefix!/k",
+            &"k".repeat(64),
+        ] {
+            assert!(check_setting(def, ck, &set(ck, bad)).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            constraint_keys(None).into_iter().collect::<Vec<_>>(),
+            ["nvidia.com/gpu.arch", "nvidia.com/gpu.model"]
+        );
+        assert!(constraint_keys(Some("")).is_empty());
+        assert_eq!(
+            constraint_keys(Some(" rack ,zone"))
+                .into_iter()
+                .collect::<Vec<_>>(),
+            ["rack", "zone"]
+        );
+        let hk = HOST_NETWORK_FORBIDDEN_KEY;
+        let def = setting_def(hk).unwrap();
+        assert!(check_setting(def, hk, &set(hk, "gpu, login")).is_ok());
+        let why = check_setting(def, hk, &set(hk, "gpu,../etc")).unwrap_err();
+        assert!(why.contains("\"../etc\""), "{why}");
+        assert!(host_network_allowed(None, "gpu"));
+        assert!(!host_network_allowed(Some("login, gpu"), "gpu"));
+        assert!(host_network_allowed(Some("login"), "gpu"));
+        assert!(host_network_allowed(Some("gpu-big"), "gpu"));
+    }
+
+    #[test]
+    fn only_annotations_that_do_not_constrain_are_warned_about() {
+        let wf = gantry_spec::parse(
+            "version: v4\njobs:\n  a:\n    image: {uri: docker://alpine}\n    resource:\n      annotations: {nvidia.com/gpu.model: T4, team: x}\n  b:\n    image: {uri: docker://alpine}\n    resource:\n      annotations: {nvidia.com/gpu.arch: hopper}\n",
+        )
+        .unwrap();
+        let w = annotation_warnings(&wf, &constraint_keys(None));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("jobs.a.resource.annotations: team not acted on (this cluster places by nvidia.com/gpu.arch, nvidia.com/gpu.model;"), "{}", w[0]);
+        assert_eq!(
+            annotation_warnings(
+                &wf,
+                &constraint_keys(Some("team,nvidia.com/gpu.model,nvidia.com/gpu.arch"))
+            ),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            annotation_warnings(&wf, &constraint_keys(Some(""))).len(),
+            2
+        );
     }
 
     #[test]

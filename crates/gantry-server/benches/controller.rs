@@ -89,6 +89,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
                 version: "bench".into(),
                 metrics_addr: None,
                 node_exporter: None,
+                ..Default::default()
             },
             t0,
         )

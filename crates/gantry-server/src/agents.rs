@@ -140,7 +140,9 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         metrics_addr,
         node_exporter,
         attempts: _,
-        ..
+        address,
+        exec_addr,
+        labels,
     }) = recv(&mut socket).await?
     else {
         anyhow::bail!("the first message must be hello");
@@ -155,6 +157,9 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
                 version,
                 metrics_addr,
                 node_exporter,
+                address,
+                exec_addr,
+                labels,
             },
             now_ms(),
         )
@@ -397,12 +402,14 @@ async fn end_read_attempt(
         .cache
         .plan_of(st.store.as_ref(), attempt.workflow_id)
         .await?;
-    let job = plan
-        .job(&task.job)
-        .map(controller::job_view_of)
-        .ok_or_else(|| {
-            anyhow::anyhow!("workflow {} has no job {}", attempt.workflow_id, task.job)
-        })?;
+    let jp = plan.job(&task.job).ok_or_else(|| {
+        anyhow::anyhow!("workflow {} has no job {}", attempt.workflow_id, task.job)
+    })?;
+    let mut job = controller::job_view_of(jp);
+    // A member's end depends on its gang's other members: core reads them from the job.
+    if jp.multinode.is_some() {
+        job.tasks = gang_members(st, &task).await?;
+    }
     // A stop the server asked for names its own cause (timeout, stopped, evicted); the agent
     // only knows the process ended.
     let cause = match (cause, attempt.stop_sent) {
@@ -474,6 +481,33 @@ async fn end_read_attempt(
         .await?;
     st.wake_controller();
     Ok(())
+}
+
+/// Every member of `task`'s multinode job, with its live attempt.
+async fn gang_members(
+    st: &AppState,
+    task: &gantry_store::TaskRow,
+) -> anyhow::Result<Vec<gantry_core::engine::TaskView>> {
+    let attempts: HashMap<Uuid, gantry_store::AttemptRow> = st
+        .store
+        .attempts(task.workflow_id)
+        .await?
+        .into_iter()
+        .filter(|a| a.ended_at.is_none())
+        .map(|a| (a.id, a))
+        .collect();
+    let mut members: Vec<gantry_store::TaskRow> = st
+        .store
+        .tasks(task.workflow_id)
+        .await?
+        .into_iter()
+        .filter(|t| t.job == task.job)
+        .collect();
+    members.sort_by_key(|t| t.index);
+    Ok(members
+        .iter()
+        .map(|t| controller::task_view_of(t, t.live_attempt.and_then(|a| attempts.get(&a))))
+        .collect())
 }
 
 /// A node's container subnet from the cluster's base and the node's sequence number:

@@ -168,6 +168,22 @@ fn egress_skipped(workflow: Uuid, plan: &WorkflowPlan, job: &str, reason: &str) 
     }))
 }
 
+/// A task as core sees it, with its live attempt (the one `live_attempt` names).
+pub(crate) fn task_view_of(t: &TaskRow, live: Option<&AttemptRow>) -> TaskView {
+    TaskView {
+        id: t.id,
+        status: t.status,
+        attempts_made: t.attempts,
+        not_before: t.not_before,
+        live: live.map(|a| LiveAttempt {
+            id: a.id,
+            status: a.status,
+            running_since: a.running_at,
+            stop_sent: a.stop_sent,
+        }),
+    }
+}
+
 fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
     let live: HashMap<Uuid, &gantry_store::AttemptRow> =
         aw.live.iter().map(|a| (a.id, a)).collect();
@@ -205,21 +221,7 @@ fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
                 .remove(jp.name.as_str())
                 .unwrap_or_default()
                 .into_iter()
-                .map(|t| TaskView {
-                    id: t.id,
-                    status: t.status,
-                    attempts_made: t.attempts,
-                    not_before: t.not_before,
-                    live: t
-                        .live_attempt
-                        .and_then(|a| live.get(&a))
-                        .map(|a| LiveAttempt {
-                            id: a.id,
-                            status: a.status,
-                            running_since: a.running_at,
-                            stop_sent: a.stop_sent,
-                        }),
-                })
+                .map(|t| task_view_of(t, t.live_attempt.and_then(|a| live.get(&a).copied())))
                 .collect();
             jv
         })
@@ -612,31 +614,49 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
             env.push(format!("FB_ENDPOINT_PATH_{}={path}", env_name(&e.name)));
         }
     }
-    // Every container of a workflow with services is on its node's bridge, reaches each
-    // ready service as `<service>.svc`, and its workflow's other containers (the node's
-    // firewall keeps it from everyone else's). Egress is filled in when it is sent.
-    let network = p.plan.has_services().then(|| NetworkSpec {
+    // Every container of a workflow with services is on its node's bridge (or, with host
+    // networking, in its node's namespace), reaches each ready service as `<service>.svc`,
+    // and its workflow's other containers (the node's firewall keeps it from everyone
+    // else's). A host-network service's address is its node's, as its agent reports it, so
+    // the same entry names it; its node ports are listed for the firewall to let through.
+    // Egress is filled in when it is sent.
+    let services: Vec<(&JobPlan, &AttemptRow)> = p
+        .plan
+        .jobs
+        .iter()
+        .filter(|j| j.service.is_some())
+        .filter_map(|j| {
+            let task = p.aw.tasks.iter().find(|t| t.job == j.name)?;
+            let live = p.aw.live.iter().find(|a| Some(a.id) == task.live_attempt)?;
+            Some((j, live))
+        })
+        .collect();
+    let network = (p.plan.has_services() || jp.host_network).then(|| NetworkSpec {
         egress: true,
-        node_services: vec![],
-        peers: crate::netpolicy::addresses(p.aw),
-        hosts: p
-            .plan
-            .jobs
+        node_services: services
             .iter()
-            .filter(|j| j.service.is_some())
-            .filter_map(|j| {
-                let task = p.aw.tasks.iter().find(|t| t.job == j.name)?;
-                let live = p.aw.live.iter().find(|a| Some(a.id) == task.live_attempt)?;
+            .filter_map(|(j, a)| Some((j, a.address.as_deref()?)))
+            .flat_map(|(j, address)| {
+                j.host_ports
+                    .iter()
+                    .map(move |port| format!("{address}:{port}"))
+            })
+            .collect(),
+        peers: crate::netpolicy::addresses(p.aw),
+        hosts: services
+            .iter()
+            .filter_map(|(j, a)| {
                 Some(HostEntry {
                     name: format!("{}.svc", j.name),
-                    address: live.address.clone()?,
+                    address: a.address.clone()?,
                 })
             })
             .collect(),
     });
     env.push(format!("FB_WORKFLOW_ID={}", wf.id));
     env.push(format!("FB_ACCOUNT_ID={}", wf.group));
-    if let Some(i) = p.task.index {
+    // A multinode member's index is its rank of node, not an array's FB_TASK_ID.
+    if let (Some(i), None) = (p.task.index, &jp.multinode) {
         env.push(format!("FB_TASK_ID={i}"));
     }
     let mut devices = jp.devices.clone();
@@ -706,7 +726,7 @@ fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assig
                 ..t.clone()
             }
         }),
-        host_network: false,
+        host_network: jp.host_network,
         multinode: None,
     }
 }

@@ -123,14 +123,7 @@ pub async fn promote(st: &AppState, pool: &str) -> Result<usize, ApiError> {
 
 /// Promotes in every pool (room frees when holds are released or nodes join).
 pub async fn promote_all(st: &AppState) -> Result<(), ApiError> {
-    let pools: BTreeSet<String> = st
-        .store
-        .nodes()
-        .await?
-        .into_iter()
-        .map(|n| n.pool)
-        .collect();
-    for p in pools {
+    for p in crate::placement::pools(st).await? {
         promote(st, &p).await?;
     }
     Ok(())

@@ -14,6 +14,7 @@ mod logs;
 pub mod mcp;
 mod monitoring;
 mod netpolicy;
+pub mod placement;
 mod private;
 pub mod proxy;
 mod registry;

@@ -204,10 +204,15 @@ schema!(
 );
 schema!(DEPENDENCY, ["name", "status", "description"]);
 schema!(TASK_ARRAY, ["start", "end", "concurrency"]);
-schema!(MULTINODE, ["nodes", "implementation", "procs-per-node"]);
+schema!(
+    MULTINODE,
+    ["nodes", "implementation", "procs-per-node"],
+    &[("procsPerNode", "procs-per-node")],
+    NO_HINTS
+);
 schema!(
     JOB_NETWORK,
-    ["isolated", "expose-tcp", "expose-udp"],
+    ["host", "isolated", "expose-tcp", "expose-udp"],
     NO_ALIASES,
     &[
         (
@@ -1127,6 +1132,16 @@ impl Cx<'_> {
         let network = f
             .get("network")
             .and_then(|n| self.job_network(n, &f.child("network"), f.key_pos("network")));
+        if let (Some(_), Some(_)) = (f.get("multinode"), f.get("task-array")) {
+            // One gang of N nodes per job: an array of gangs would be N x M containers placed
+            // all-or-none, which no scheduler here (or the vendor's) offers.
+            let msg = format!(
+                "`multinode` and `task-array` (at {}) cannot both be set; run the members of \
+                 a multinode job as one gang, or an array of single-node tasks",
+                f.key_pos("task-array")
+            );
+            self.err(f.key_pos("multinode"), &f.child("multinode"), msg);
+        }
         // A step whose image is wrong stays in the graph so that its
         // dependencies are still checked; the error keeps it from `parse`'s
         // result.
@@ -1765,9 +1780,17 @@ impl Cx<'_> {
 
     fn multinode(&mut self, node: &Node, path: &str, owner: Pos) -> Option<Multinode> {
         let f = self.fields(node, path, owner, &MULTINODE)?;
-        let nodes = f
-            .get("nodes")
-            .and_then(|n| self.u32_in(n, &f.child("nodes"), 1));
+        let nodes = f.get("nodes").and_then(|n| {
+            let v = self.u32_in(n, &f.child("nodes"), 1)?;
+            if v > MAX_MULTINODE_NODES {
+                let msg = format!(
+                    "{v} nodes is too many; a multinode job spans at most {MAX_MULTINODE_NODES} nodes"
+                );
+                self.err(n.pos, &f.child("nodes"), msg);
+                return None;
+            }
+            Some(v)
+        });
         let implementation = f.get("implementation").and_then(|n| {
             self.enum_value(
                 n,
@@ -1800,6 +1823,10 @@ impl Cx<'_> {
 
     fn job_network(&mut self, node: &Node, path: &str, owner: Pos) -> Option<JobNetwork> {
         let f = self.fields(node, path, owner, &JOB_NETWORK)?;
+        let host = f
+            .get("host")
+            .and_then(|n| self.boolean(n, &f.child("host")))
+            .unwrap_or(false);
         let isolated = f
             .get("isolated")
             .and_then(|n| self.boolean(n, &f.child("isolated")))
@@ -1818,6 +1845,7 @@ impl Cx<'_> {
         let expose_tcp = ports(self, "expose-tcp");
         let expose_udp = ports(self, "expose-udp");
         Some(JobNetwork {
+            host,
             isolated,
             expose_tcp,
             expose_udp,
@@ -2692,6 +2720,11 @@ fn unknown_key(key: &str, schema: &Schema) -> String {
 /// this many, in one task array and in all.
 pub const MAX_TASKS: u64 = 1_000_000;
 
+/// The most nodes one multinode job may span. A gang is placed whole or not at all, so the
+/// controller must see every waiting member at once: its snapshot lists up to 64 waiting tasks
+/// of a job (the store's `PENDING_WINDOW`, which a server test holds this to).
+pub const MAX_MULTINODE_NODES: u32 = 64;
+
 /// The workflow's tasks in all (one per job or service, or per task-array member) within
 /// [`MAX_TASKS`]; past it, the job that crosses the limit, in file order, is named.
 pub(crate) fn check_task_total(wf: &Workflow, diags: &mut Diags) {
@@ -2702,7 +2735,10 @@ pub(crate) fn check_task_total(wf: &Workflow, diags: &mut Diags) {
             (
                 j.pos,
                 j.name.as_str(),
-                j.task_array.as_ref().map(TaskArray::len),
+                j.task_array
+                    .as_ref()
+                    .map(TaskArray::len)
+                    .or(j.multinode.as_ref().map(|m| u64::from(m.nodes))),
             )
         })
         .collect();

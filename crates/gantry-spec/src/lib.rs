@@ -16,7 +16,7 @@ mod units;
 mod v1;
 mod yaml;
 
-pub use convert::MAX_TASKS;
+pub use convert::{MAX_MULTINODE_NODES, MAX_TASKS};
 pub use diag::{render_all, Diagnostic, Pos};
 pub use model::*;
 pub use units::{format_duration, parse_duration, parse_size};

@@ -254,9 +254,12 @@ pub struct Policy {
     pub restart: Option<RestartPolicy>,
 }
 
-/// A job's `network` (isolated namespace and exposed ports).
+/// A job's `network`: the node's own network namespace (`host`), or an isolated one with
+/// exposed ports.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobNetwork {
+    #[serde(default)]
+    pub host: bool,
     pub isolated: bool,
     pub expose_tcp: Vec<u16>,
     pub expose_udp: Vec<u16>,

@@ -583,6 +583,34 @@ jobs:
 }
 
 #[test]
+fn multinode_jobs_have_one_to_64_nodes_and_no_task_array() {
+    check(
+        r#"version: v4
+jobs:
+  a:
+    image: {uri: docker://alpine}
+    task-array: {start: 1, end: 4}
+    multinode: {nodes: 2, implementation: openmpi}
+  b:
+    image: {uri: docker://alpine}
+    multinode: {nodes: 65, implementation: generic, procs-per-node: 0}
+  c:
+    image: {uri: docker://alpine}
+    multinode: {nodes: -1}
+    network: {host: yes please}
+"#,
+        &[
+            "6:5: jobs.a.multinode: `multinode` and `task-array` (at 5:5) cannot both be set; run the members of a multinode job as one gang, or an array of single-node tasks",
+            "9:24: jobs.b.multinode.nodes: 65 nodes is too many; a multinode job spans at most 64 nodes",
+            "9:69: jobs.b.multinode.procs-per-node: 0 is out of range; it must be at least 1",
+            "12:5: jobs.c.multinode: missing `implementation`",
+            "12:24: jobs.c.multinode.nodes: -1 is out of range; it must be at least 1",
+            "13:21: jobs.c.network.host: expected true or false, found a string",
+        ],
+    );
+}
+
+#[test]
 fn env_as_a_mapping() {
     check(
         "version: v4\njobs:\n  a:\n    image: {uri: docker://alpine}\n    env: {A: 1}\n",

@@ -308,11 +308,41 @@ fn multinode_devices_retry_and_network() {
     assert_eq!(
         sim.network,
         Some(JobNetwork {
+            host: false,
             isolated: true,
             expose_tcp: vec![8080],
             expose_udp: vec![]
         })
     );
+}
+
+#[test]
+fn host_network_jobs_and_the_camel_case_procs_per_node() {
+    let wf = gantry_spec::parse(
+        "version: v4\njobs:\n  mpi:\n    image: {uri: docker://alpine}\n    multinode: {nodes: 3, implementation: mpich, procsPerNode: 2}\n    network: {host: true}\n",
+    )
+    .unwrap_or_else(|d| panic!("{d:?}"));
+    let mpi = &wf.jobs["mpi"];
+    assert_eq!(
+        mpi.multinode,
+        Some(Multinode {
+            nodes: 3,
+            implementation: MultinodeImpl::Mpich,
+            procs_per_node: Some(2)
+        })
+    );
+    assert!(mpi.network.as_ref().is_some_and(|n| n.host));
+}
+
+#[test]
+fn a_v1_file_keeps_multinode_and_host_networking() {
+    let wf = gantry_spec::parse(
+        "version: v1\njobs:\n  mpi:\n    image: {uri: docker://alpine}\n    multinode: {nodes: 2, implementation: openmpi}\n    network: {host: true}\nservices:\n  web:\n    image: {uri: docker://alpine}\n    network: {host: true}\n",
+    )
+    .unwrap_or_else(|d| panic!("{d:?}"));
+    assert_eq!(wf.jobs["mpi"].multinode.as_ref().map(|m| m.nodes), Some(2));
+    assert!(wf.jobs["mpi"].network.as_ref().is_some_and(|n| n.host));
+    assert!(wf.services["web"].network.host);
 }
 
 #[test]

@@ -183,6 +183,11 @@ fn node_row(r: &SqliteRow) -> Result<NodeRow> {
         metrics_addr: r.get("metrics_addr"),
         node_exporter: r.get("node_exporter"),
         seq: r.get::<Option<i64>, _>("seq").unwrap_or(0),
+        address: r.get("address"),
+        exec_addr: r.get("exec_addr"),
+        // Written only by `register_node`, from a map: anything else is a damaged row.
+        labels: serde_json::from_str(r.get("labels"))
+            .map_err(|e| StoreError::Corrupt(format!("node labels: {e}")))?,
     })
 }
 
@@ -1082,6 +1087,8 @@ impl Store for SqliteStore {
     }
 
     async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow> {
+        let labels = serde_json::to_string(&reg.labels)
+            .map_err(|e| StoreError::Corrupt(format!("node labels: {e}")))?;
         let mut tx = self.writer.begin().await?;
         let existing = sqlx::query("SELECT * FROM nodes WHERE name = ?")
             .bind(&reg.name)
@@ -1090,8 +1097,8 @@ impl Store for SqliteStore {
         let msg = match &existing {
             None => {
                 sqlx::query(
-                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at, node_exporter, seq)
-                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes))",
+                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at, node_exporter, address, exec_addr, labels, seq)
+                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes))",
                 )
                 .bind(Uuid::new_v4().to_string())
                 .bind(&reg.name)
@@ -1102,6 +1109,9 @@ impl Store for SqliteStore {
                 .bind(&reg.metrics_addr)
                 .bind(now)
                 .bind(&reg.node_exporter)
+                .bind(&reg.address)
+                .bind(&reg.exec_addr)
+                .bind(&labels)
                 .execute(&mut *tx)
                 .await?;
                 format!("registered in pool {}", reg.pool)
@@ -1111,7 +1121,8 @@ impl Store for SqliteStore {
                 // A node that was DOWN comes back as its holds say (READY without any).
                 sqlx::query(
                     "UPDATE nodes SET pool = ?, capacity = ?, connected = 1, last_seen = ?, version = ?, metrics_addr = ?,
-                     node_exporter = ?, state = CASE WHEN state = 'DOWN' THEN 'READY' ELSE state END WHERE name = ?",
+                     node_exporter = ?, address = ?, exec_addr = ?, labels = ?,
+                     state = CASE WHEN state = 'DOWN' THEN 'READY' ELSE state END WHERE name = ?",
                 )
                 .bind(&reg.pool)
                 .bind(&reg.capacity)
@@ -1119,6 +1130,9 @@ impl Store for SqliteStore {
                 .bind(&reg.version)
                 .bind(&reg.metrics_addr)
                 .bind(&reg.node_exporter)
+                .bind(&reg.address)
+                .bind(&reg.exec_addr)
+                .bind(&labels)
                 .bind(&reg.name)
                 .execute(&mut *tx)
                 .await?;

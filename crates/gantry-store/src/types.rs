@@ -191,7 +191,7 @@ pub enum TaskNext {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NodeRegistration {
     pub name: String,
     pub pool: String,
@@ -200,6 +200,12 @@ pub struct NodeRegistration {
     pub version: String,
     pub metrics_addr: Option<String>,
     pub node_exporter: Option<String>,
+    /// The node's address as other nodes reach it.
+    pub address: Option<String>,
+    /// The agent's exec service (`host:port`).
+    pub exec_addr: Option<String>,
+    /// What `resource.annotations` are matched against.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -216,6 +222,10 @@ pub struct NodeRow {
     pub node_exporter: Option<String>,
     /// 1, 2, 3... in order of first registration; never reused.
     pub seq: i64,
+    /// As the agent last said hello (see [`NodeRegistration`]).
+    pub address: Option<String>,
+    pub exec_addr: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default)]

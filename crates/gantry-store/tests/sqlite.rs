@@ -433,6 +433,7 @@ async fn everything_survives_reopening() {
                 version: "0".into(),
                 metrics_addr: None,
                 node_exporter: None,
+                ..Default::default()
             },
             3,
         )
@@ -841,4 +842,48 @@ async fn a_volume_is_not_removed_while_a_live_workflow_mounts_it() {
         s.workflow(late.id).await,
         Err(StoreError::NotFound)
     ));
+}
+
+#[tokio::test]
+async fn a_node_keeps_the_address_exec_service_and_labels_of_its_last_hello() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let hello = |address: &str, labels: &[(&str, &str)]| NodeRegistration {
+        name: "gpu1".into(),
+        pool: "default".into(),
+        capacity: "{}".into(),
+        version: "0".into(),
+        address: Some(address.into()),
+        exec_addr: Some(format!("{address}:7070")),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let first = s
+        .register_node(
+            &hello("10.0.0.5", &[("nvidia.com/gpu.model", "NVIDIA L4")]),
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.address.as_deref(), Some("10.0.0.5"));
+    assert_eq!(first.exec_addr.as_deref(), Some("10.0.0.5:7070"));
+    assert_eq!(first.labels["nvidia.com/gpu.model"], "NVIDIA L4");
+    // The next hello says what the node is now: a label it no longer reports is gone.
+    s.register_node(&hello("10.0.0.6", &[("rack", "b")]), 2)
+        .await
+        .unwrap();
+    drop(s);
+    let s = open(&dir).await;
+    let n = s.node("gpu1").await.unwrap();
+    assert_eq!(n.address.as_deref(), Some("10.0.0.6"));
+    assert_eq!(n.exec_addr.as_deref(), Some("10.0.0.6:7070"));
+    assert_eq!(
+        n.labels.into_iter().collect::<Vec<_>>(),
+        [("rack".to_string(), "b".to_string())]
+    );
+    let listed = s.nodes().await.unwrap();
+    assert_eq!(listed[0].labels.len(), 1);
 }

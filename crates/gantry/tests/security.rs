@@ -11,6 +11,8 @@ mod common;
 mod fuzz;
 #[path = "security/holes.rs"]
 mod holes;
+#[path = "security/multinode.rs"]
+mod multinode;
 #[path = "security/network.rs"]
 mod network;
 #[path = "security/paths.rs"]

@@ -564,7 +564,7 @@ fn a_running_transfer_shows_its_progress_in_describe() {
     );
     // And the web UI's page of the workflow, signed in as a person would (curl keeps the
     // cookies).
-    let page = web_page(&c, &format!("/workflows/{id}"));
+    let page = c.web_page(&format!("/workflows/{id}"));
     assert!(
         page.contains(&format!("{slow} -&#62; file://slow.bin: ")) && page.contains("195.3 KiB ("),
         "{page}"
@@ -582,38 +582,4 @@ fn a_running_transfer_shows_its_progress_in_describe() {
             && done[0].starts_with(&format!("{slow} -> file://slow.bin: 200000 bytes in ")),
         "{done:#?}"
     );
-}
-
-/// `path` of the web UI, fetched after signing in with the cluster's token through the sign-in
-/// form (its CSRF field and cookie), as a browser does.
-fn web_page(c: &Cluster, path: &str) -> String {
-    let base = format!("http://127.0.0.1:{}", c.port);
-    let jar = c.data_dir().join("web-cookies.txt");
-    let curl = |args: &[&str]| {
-        let out = std::process::Command::new("curl")
-            .args(["-sS", "--fail", "-c", jar.to_str().unwrap(), "-b"])
-            .arg(&jar)
-            .args(args)
-            .output()
-            .expect("running curl");
-        assert!(
-            out.status.success(),
-            "curl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
-    let form = curl(&[&format!("{base}/signin")]);
-    let at = form.find(r#"name="csrf" value=""#).expect("a csrf field") + 19;
-    let csrf = &form[at..at + form[at..].find('"').unwrap()];
-    curl(&[
-        "--data-urlencode",
-        &format!("token={}", c.admin_token()),
-        "--data-urlencode",
-        &format!("csrf={csrf}"),
-        "--data-urlencode",
-        &format!("next={path}"),
-        &format!("{base}/signin"),
-    ]);
-    curl(&[&format!("{base}{path}")])
 }

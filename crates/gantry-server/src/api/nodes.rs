@@ -44,6 +44,9 @@ async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
         last_seen: n.last_seen.map(ts),
         version: n.version,
         holds,
+        // Not its exec service: only agents of a gang's nodes are told where that is.
+        address: n.address,
+        labels: n.labels,
     })
 }
 

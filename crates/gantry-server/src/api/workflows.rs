@@ -107,8 +107,19 @@ pub async fn prepare(
         workflow: wf,
         plan: mut compiled,
         name,
-        warnings,
+        mut warnings,
     } = requests::submission(&req).map_err(refused)?;
+    let placement = crate::placement::PlacementSettings::read(st).await?;
+    warnings.extend(requests::annotation_warnings(
+        &wf,
+        &placement.constraint_keys,
+    ));
+    warnings.extend(host_network_warnings(st, &compiled, &placement).await?);
+    warnings.extend(crate::placement::fit_warnings(
+        &st.store.nodes().await?,
+        &compiled,
+        &placement,
+    ));
     let cap = requests::retry_cap(
         st.store
             .setting(requests::RETRY_MAX_ATTEMPTS_KEY)
@@ -144,6 +155,44 @@ pub async fn prepare(
     })
 }
 
+/// Host-network steps where an administrator forbade host networking in some pools: they
+/// wait for a node of another pool, and are told so now (a pool may gain nodes, or the
+/// setting change, later: never a refusal).
+async fn host_network_warnings(
+    st: &AppState,
+    plan: &crate::plan::WorkflowPlan,
+    placement: &crate::placement::PlacementSettings,
+) -> Result<Vec<String>, ApiError> {
+    let steps: Vec<&str> = plan
+        .jobs
+        .iter()
+        .filter(|j| j.host_network)
+        .map(|j| j.name.as_str())
+        .collect();
+    if steps.is_empty() {
+        return Ok(vec![]);
+    }
+    let (allowed, forbidden): (Vec<String>, Vec<String>) = crate::placement::pools(st)
+        .await?
+        .into_iter()
+        .partition(|p| placement.host_network_allowed(p));
+    if forbidden.is_empty() {
+        return Ok(vec![]);
+    }
+    let where_ = if allowed.is_empty() {
+        "no pool with nodes allows it now: they wait until one does".to_string()
+    } else {
+        format!("they run only in pool(s) {}", allowed.join(", "))
+    };
+    Ok(vec![format!(
+        "{}: host networking (network.host, multinode) is forbidden in pool(s) {} by an \
+         administrator ({}); {where_}",
+        steps.join(", "),
+        forbidden.join(", "),
+        gantry_intake::requests::HOST_NETWORK_FORBIDDEN_KEY
+    )])
+}
+
 /// Refuses `oci://` layouts outside the directories this server allows (`--oci-root`), by
 /// name alone: nothing on disk is looked at, so the answer says nothing of what exists. The
 /// node checks again, opening the layout beneath its own roots.
@@ -170,6 +219,10 @@ fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiErr
     )))
 }
 
+// A gang is placed whole or not at all, so the controller's snapshot must list every waiting
+// member of one: the file format caps a multinode job within the store's window.
+const _: () = assert!(gantry_spec::MAX_MULTINODE_NODES as usize <= gantry_store::PENDING_WINDOW);
+
 /// Stores a prepared workflow. `confirmed_via` says that the submitter confirmed its takeovers
 /// already (and through which channel), so they do not wait for `endpoint approve`.
 pub async fn commit(
@@ -189,9 +242,10 @@ pub async fn commit(
     crate::volumes::make_on_first_use(st, c, &mut compiled).await?;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
-        match job.task_array {
-            Some((start, end)) => {
-                for i in start..=end {
+        // A task-array member or a multinode member is one task each, by index.
+        match job.task_indexes() {
+            Some(indexes) => {
+                for i in indexes {
                     tasks.push(NewTask {
                         id: Uuid::new_v4(),
                         job: job.name.clone(),

@@ -70,6 +70,9 @@ pub struct NodeRow {
     pub running: u32,
     pub last_seen: Option<When>,
     pub holds: Vec<HoldRow>,
+    pub address: Option<String>,
+    /// `KEY=VALUE`, what `resource.annotations` constraints match.
+    pub labels: Vec<String>,
 }
 
 fn devices(used: &Capacity, total: &Capacity) -> String {
@@ -103,6 +106,8 @@ fn node_row(n: &NodeInfo) -> NodeRow {
         running: n.running,
         last_seen: n.last_seen.map(when),
         holds: n.holds.iter().map(hold_row).collect(),
+        address: n.address.clone(),
+        labels: n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
     }
 }
 

@@ -161,6 +161,16 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 if let Some(v) = &n.version {
                     println!("Version:   {v}");
                 }
+                if let Some(a) = &n.address {
+                    println!("Address:   {a}");
+                }
+                println!("\nLabels:");
+                if n.labels.is_empty() {
+                    println!("  none");
+                }
+                for (k, v) in &n.labels {
+                    println!("  {k}={v}");
+                }
                 println!("\nHolds:");
                 if d.hold_history.is_empty() {
                     println!("  none");

@@ -1,6 +1,6 @@
 //! Following a workflow: progress on a terminal, events as lines, and job output streamed.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,6 +36,15 @@ pub fn event_line(e: &Event) -> String {
 }
 
 /// Prints above the progress line, or plainly when there is no terminal to draw it on.
+/// How a task is named to people: `job`, or `job[i]` for a task-array member and for member
+/// `i` of a multinode job (whose hostname is `job-i`).
+pub fn task_label(job: &str, index: Option<u32>) -> String {
+    match index {
+        Some(i) => format!("{job}[{i}]"),
+        None => job.to_string(),
+    }
+}
+
 fn say(bar: &ProgressBar, line: String) {
     if bar.is_hidden() {
         eprintln!("{line}");
@@ -80,6 +89,9 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
     let mut after = 0i64;
     let mut following: HashSet<Uuid> = HashSet::new();
     let mut log_tasks = Vec::new();
+    // Why each job's first waiting task waits, as last printed: a change is printed once per
+    // job (an array's or a gang's waiting members share their reason).
+    let mut waiting: HashMap<String, String> = HashMap::new();
     let status = loop {
         let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
         let evs: Vec<Event> = client
@@ -104,10 +116,7 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
                 if !following.insert(a.id) {
                     continue;
                 }
-                let label = match t.index {
-                    Some(i) => format!("{}[{i}]", t.job),
-                    None => t.job.clone(),
-                };
+                let label = task_label(&t.job, t.index);
                 let c = client.clone();
                 let wid = d.summary.id.to_string();
                 let job = t.job.clone();
@@ -116,6 +125,9 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
                     let _ = print_logs(&c, &wid, &job, idx, Some(num), true, Some(&label)).await;
                 }));
             }
+        }
+        for line in waiting_changes(&d, &mut waiting) {
+            say(&bar, line);
         }
         bar.set_message(progress_line(&d));
         if d.summary.status.is_terminal() {
@@ -149,6 +161,29 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
             .unwrap_or_default()
     );
     Ok(status)
+}
+
+/// A line for each job whose first waiting task's reason changed since `seen` (which is
+/// updated); a job with no task waiting any more is forgotten, so a reason that comes back is
+/// said again.
+fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, String>) -> Vec<String> {
+    let mut now: HashMap<&str, (String, &str)> = HashMap::new();
+    for t in &d.tasks {
+        if let (TaskStatus::Pending, Some(why)) = (t.status, &t.reason) {
+            now.entry(t.job.as_str())
+                .or_insert_with(|| (task_label(&t.job, t.index), why.as_str()));
+        }
+    }
+    seen.retain(|job, _| now.contains_key(job.as_str()));
+    let mut out = vec![];
+    for (job, (label, why)) in now {
+        if seen.get(job).map(String::as_str) != Some(why) {
+            seen.insert(job.to_string(), why.to_string());
+            out.push(format!("{label} waiting: {why}"));
+        }
+    }
+    out.sort();
+    out
 }
 
 pub async fn follow_events(
@@ -313,5 +348,53 @@ fn write_out(stream: &str, data: &[u8]) {
         let mut o = std::io::stderr().lock();
         let _ = o.write_all(data);
         let _ = o.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detail(tasks: &[(&str, Option<u32>, &str, Option<&str>)]) -> WorkflowDetail {
+        let tasks: Vec<serde_json::Value> = tasks
+            .iter()
+            .map(|(job, index, status, reason)| {
+                serde_json::json!({"id": Uuid::new_v4(), "job": job, "index": index,
+                    "status": status, "reason": reason, "attempts": []})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "id": Uuid::new_v4(), "name": "w", "owner": "u", "group": "g",
+            "status": "RUNNING", "created_at": "2026-01-01T00:00:00Z", "tasks": tasks
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_waiting_reason_is_printed_once_per_job_when_it_changes() {
+        let mut seen = HashMap::new();
+        let gang = |why: &str| {
+            detail(&[
+                ("mpi", Some(0), "PENDING", Some(why)),
+                ("mpi", Some(1), "PENDING", Some(why)),
+                ("one", None, "RUNNING", None),
+            ])
+        };
+        assert_eq!(
+            waiting_changes(&gang("needs 2 nodes"), &mut seen),
+            ["mpi[0] waiting: needs 2 nodes"]
+        );
+        assert!(waiting_changes(&gang("needs 2 nodes"), &mut seen).is_empty());
+        assert_eq!(
+            waiting_changes(&gang("no node has the label x=y"), &mut seen),
+            ["mpi[0] waiting: no node has the label x=y"]
+        );
+        // Placed, then waiting again for the same reason: said again.
+        let placed = detail(&[("mpi", Some(0), "RUNNING", None)]);
+        assert!(waiting_changes(&placed, &mut seen).is_empty());
+        assert_eq!(
+            waiting_changes(&gang("no node has the label x=y"), &mut seen).len(),
+            1
+        );
     }
 }

@@ -304,10 +304,7 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 .tasks
                 .iter()
                 .map(|t| {
-                    let name = match t.index {
-                        Some(i) => format!("{}[{i}]", t.job),
-                        None => t.job.clone(),
-                    };
+                    let name = watch::task_label(&t.job, t.index);
                     // A running transfer says where it is.
                     let why = match (t.status, &t.reason, t.exit_code) {
                         _ if t.progress.is_some() => {

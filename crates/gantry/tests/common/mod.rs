@@ -583,6 +583,40 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// `path` of the web UI, fetched after signing in with the cluster's token through the sign-in
+    /// form (its CSRF field and cookie), as a browser does.
+    pub fn web_page(&self, path: &str) -> String {
+        let base = format!("http://127.0.0.1:{}", self.port);
+        let jar = self.data_dir().join("web-cookies.txt");
+        let curl = |args: &[&str]| {
+            let out = std::process::Command::new("curl")
+                .args(["-sS", "--fail", "-c", jar.to_str().unwrap(), "-b"])
+                .arg(&jar)
+                .args(args)
+                .output()
+                .expect("running curl");
+            assert!(
+                out.status.success(),
+                "curl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let form = curl(&[&format!("{base}/signin")]);
+        let at = form.find(r#"name="csrf" value=""#).expect("a csrf field") + 19;
+        let csrf = &form[at..at + form[at..].find('"').unwrap()];
+        curl(&[
+            "--data-urlencode",
+            &format!("token={}", self.admin_token()),
+            "--data-urlencode",
+            &format!("csrf={csrf}"),
+            "--data-urlencode",
+            &format!("next={path}"),
+            &format!("{base}/signin"),
+        ]);
+        curl(&[&format!("{base}{path}")])
+    }
+
     /// Creates a user in `group`; returns the token `gantry admin user create` shows once.
     pub fn user_token(&self, name: &str, group: &str) -> String {
         self.json(&["admin", "user", "create", name, "--group", group])["token"]
