@@ -298,7 +298,7 @@ fn main() {
     }
     if wanted("constrained") {
         run("constrained", constrained(), |plan| {
-            assert!(plan.placements.iter().any(|(_, ids)| ids.len() == 16));
+            assert!(plan.placements.iter().any(|p| p.members() == 16));
             assert!(plan.placements.len() > 5_000, "{}", plan.placements.len());
             assert!(plan
                 .unplaced

@@ -363,10 +363,11 @@ proptest! {
         let plan = schedule(&nodes, &reqs);
         let by_id: BTreeMap<&str, &NodeView> = nodes.iter().map(|n| (n.id.as_str(), n)).collect();
         let mut on_node: BTreeMap<&str, Vec<&TaskRequest<u64>>> = BTreeMap::new();
-        for (key, ids) in &plan.placements {
+        for p in &plan.placements {
+            let (key, ids) = (&p.key, p.nodes().collect::<Vec<&NodeId>>());
             let r = &reqs[*key as usize];
             prop_assert_eq!(ids.len(), members(r), "{} is a partial gang", key);
-            let distinct: BTreeSet<&str> = ids.iter().map(NodeId::as_str).collect();
+            let distinct: BTreeSet<&str> = ids.iter().map(|n| n.as_str()).collect();
             prop_assert_eq!(distinct.len(), ids.len(), "{} has two members on one node", key);
             let pools: BTreeSet<&str> = ids.iter().map(|id| by_id[id.as_str()].pool.as_str()).collect();
             prop_assert_eq!(pools.len(), 1, "{} spans pools {:?}", key, pools);
@@ -405,9 +406,9 @@ proptest! {
             }
         }
         // Every request is answered once, in order.
-        let mut seen: Vec<u64> = plan.placements.iter().map(|(k, _)| *k)
+        let mut seen: Vec<u64> = plan.placements.iter().map(|p| p.key)
             .chain(plan.unplaced.iter().map(|u| u.key)).collect();
-        prop_assert!(plan.placements.windows(2).all(|w| w[0].0 < w[1].0));
+        prop_assert!(plan.placements.windows(2).all(|w| w[0].key < w[1].key));
         prop_assert!(plan.unplaced.windows(2).all(|w| w[0].key < w[1].key));
         seen.sort_unstable();
         prop_assert_eq!(seen, (0..reqs.len() as u64).collect::<Vec<_>>());
@@ -424,7 +425,7 @@ proptest! {
         let got: Vec<(u64, Vec<String>)> = plan
             .placements
             .iter()
-            .map(|(k, ids)| (*k, ids.iter().map(|n| n.0.clone()).collect()))
+            .map(|p| (p.key, p.nodes().map(|n| n.0.clone()).collect()))
             .collect();
         prop_assert_eq!(got, placed);
         let got: Vec<(u64, UnplacedKind)> = plan.unplaced.iter().map(|u| (u.key, u.kind)).collect();
@@ -440,7 +441,7 @@ proptest! {
         reqs in arb_requests(),
     ) {
         let plan = schedule(&nodes, &reqs);
-        let placed: BTreeMap<u64, &Vec<NodeId>> = plan.placements.iter().map(|(k, ids)| (*k, ids)).collect();
+        let placed: BTreeMap<u64, Vec<&NodeId>> = plan.placements.iter().map(|p| (p.key, p.nodes().collect())).collect();
         let index: BTreeMap<&str, usize> = nodes.iter().enumerate().map(|(i, v)| (v.id.as_str(), i)).collect();
         let mut state: Vec<Naive> = nodes.iter().map(Naive::of).collect();
         for r in &reqs {

@@ -47,9 +47,9 @@ fn exclusive(mut r: TaskRequest<u64>) -> TaskRequest<u64> {
 fn placed(plan: &Plan<u64>) -> Vec<(u64, &str)> {
     plan.placements
         .iter()
-        .map(|(k, n)| {
-            assert_eq!(n.len(), 1, "{k} has {} members", n.len());
-            (*k, n[0].as_str())
+        .map(|p| {
+            assert_eq!(p.members(), 1, "{} has {} members", p.key, p.members());
+            (p.key, p.node.as_str())
         })
         .collect()
 }
@@ -330,7 +330,7 @@ fn plan_keeps_request_order_and_caller_keys() {
         .map(|k| TaskRequest::new(k, None, Res::new(1000, 0)))
         .collect();
     let plan = schedule(&nodes, &reqs);
-    let keys: Vec<_> = plan.placements.iter().map(|(k, _)| *k).collect();
+    let keys: Vec<_> = plan.placements.iter().map(|p| p.key).collect();
     assert_eq!(keys, ["x", "y"]);
     assert_eq!(plan.unplaced[0].key, "z");
 }
@@ -828,7 +828,7 @@ fn no_host_net(mut n: NodeView) -> NodeView {
 fn placed_all(plan: &Plan<u64>) -> Vec<(u64, Vec<&str>)> {
     plan.placements
         .iter()
-        .map(|(k, ids)| (*k, ids.iter().map(NodeId::as_str).collect()))
+        .map(|p| (p.key, p.nodes().map(NodeId::as_str).collect()))
         .collect()
 }
 
