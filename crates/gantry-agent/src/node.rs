@@ -1113,6 +1113,11 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
             .iter()
             .filter_map(|a| a.parse().ok())
             .collect(),
+        node_services: network
+            .node_services
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect(),
     };
     let started = tokio::task::spawn_blocking(move || -> anyhow::Result<std::net::Ipv4Addr> {
         // Made in the user namespace the container will run in, so that its root holds its

@@ -111,6 +111,7 @@ fn policy(workflow: &str) -> Policy {
         workflow: workflow.into(),
         egress: true,
         peers: vec![],
+        node_services: vec![],
     }
 }
 
@@ -833,6 +834,7 @@ fn workflows_are_kept_apart_across_agents(c: &Ctx) {
         workflow: "wf-a".into(),
         egress: true,
         peers: vec![web],
+        node_services: vec![],
     };
     // A's job on b, assigned with A's web among its workflow's containers: b lets it out, but
     // a has not been told of it, and a checks too.
@@ -856,6 +858,7 @@ fn workflows_are_kept_apart_across_agents(c: &Ctx) {
         workflow: "wf-b".into(),
         egress: true,
         peers: vec![],
+        node_services: vec![],
     };
     let att = attach_for(b, "t-x-other", &intruder);
     b.net.set_peers("wf-b", &[web]).unwrap();
@@ -1803,21 +1806,7 @@ fn teardown_agent(state: &Path) {
             }
         }
     }
-    if state.join("net").is_dir() {
-        let bridge = fs::read_to_string(state.join("net/bridge"))
-            .map(|b| b.trim().to_owned())
-            .unwrap_or_else(|_| "gtrnone".into());
-        if let Ok(net) = Network::new(NetConfig {
-            state_dir: state.join("net"),
-            bridge,
-            ..Default::default()
-        }) {
-            net.cleanup(&[]);
-            if let Err(e) = net.remove_bridge() {
-                eprintln!("removing a leftover bridge: {e}");
-            }
-        }
-    }
+    common::remove_agent_network(&state.join("net"));
 }
 
 /// Tears down a test process's directory.
@@ -1828,14 +1817,7 @@ fn teardown(dir: &Path) {
             teardown_agent(&e.path());
         }
     }
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for m in info.lines().filter_map(|l| l.split(' ').nth(4)) {
-        if Path::new(m).starts_with(dir) {
-            let c = std::ffi::CString::new(m).unwrap();
-            // SAFETY: valid NUL-terminated path.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
+    common::unmount_beneath(dir);
     if let Err(e) = fs::remove_dir_all(dir) {
         eprintln!("removing {}: {e}", dir.display());
     }
