@@ -1,5 +1,6 @@
-//! The firewall's door to a workflow's host-network services, under the real CNI plugins and
-//! the kernel's nftables. A `harness = false` test like `network.rs`.
+//! A node's labels as the agent reports them, and the firewall's door to a workflow's
+//! host-network services, under the real CNI plugins and the kernel's nftables. A
+//! `harness = false` test like `network.rs`.
 //!
 //! The firewall judges a container's packets by its network namespace alone, so the
 //! "containers" here are the namespaces `Network::attach` makes, connected from with the
@@ -13,15 +14,22 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use gantry_agent::image::PullConfig;
 use gantry_agent::net::{self, NetConfig, Network, Policy};
+use gantry_agent::node::{self, AgentConfig};
+use gantry_api::agent::{AgentMessage, Capacity};
+use tokio_tungstenite::tungstenite::Message;
 
 struct Ctx {
+    dir: PathBuf,
     net: Network,
     /// This node's addresses: the one its host-network services bind, and another.
     node: Ipv4Addr,
@@ -182,6 +190,76 @@ fn services_change_at_runtime(c: &Ctx) {
     restarted.detach("t-s-late").unwrap();
 }
 
+fn hello_carries_the_labels(c: &Ctx) {
+    let name = format!("labeltest-{}", std::process::id());
+    let state = c.dir.join("agent");
+    fs::create_dir_all(&state).unwrap();
+    fs::write(state.join("cgroup_parent"), format!("gantry/{name}")).unwrap();
+    let tokio = tokio::runtime::Runtime::new().unwrap();
+    let listener = tokio
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let admin = BTreeMap::from([
+        ("zone".to_string(), "a".to_string()),
+        ("rack".to_string(), "r1".to_string()),
+        // An administrator's word wins over what the agent finds.
+        ("cpu.model".to_string(), "as-the-admin-says".to_string()),
+    ]);
+    let config = AgentConfig {
+        server: format!("http://{}", listener.local_addr().unwrap()),
+        token: "test".into(),
+        pool: "default".into(),
+        name,
+        capacity: Capacity {
+            cpus: 1,
+            memory_bytes: 1 << 30,
+            devices: Default::default(),
+        },
+        storage_root: c.dir.join("storage"),
+        state_dir: state,
+        pull: PullConfig::default(),
+        metrics_listen: None,
+        node_exporter: None,
+        job_userns: None,
+        host_allow: vec![],
+        labels: admin.clone(),
+    };
+    let agent = tokio::runtime::Runtime::new().unwrap();
+    agent.spawn(node::run(config));
+    let labels = tokio.block_on(async {
+        let (sock, _) = tokio::time::timeout(Duration::from_secs(60), listener.accept())
+            .await
+            .expect("the agent did not connect")
+            .unwrap();
+        let mut ws = tokio_tungstenite::accept_async(sock).await.unwrap();
+        loop {
+            let msg = tokio::time::timeout(Duration::from_secs(60), ws.next())
+                .await
+                .expect("no Hello")
+                .expect("the agent hung up")
+                .unwrap();
+            let Message::Text(t) = msg else { continue };
+            match serde_json::from_str(t.as_str()).unwrap() {
+                AgentMessage::Hello { labels, .. } => break labels,
+                m => panic!("the first message is not Hello: {m:?}"),
+            }
+        }
+    });
+    agent.shutdown_background();
+    assert_eq!(labels, admin, "no GPU here: only the admin's and the CPU's");
+
+    // Without the admin's word, the CPU's model as /proc/cpuinfo names it.
+    let detected = gantry_agent::labels::node_labels(&BTreeMap::new());
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap();
+    if let Some(model) = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+    {
+        assert_eq!(detected["cpu.model"], model.1.trim());
+    }
+}
+
 // --- setup and cleanup ----------------------------------------------------------------------
 
 type Test = (&'static str, fn(&Ctx));
@@ -192,6 +270,7 @@ const TESTS: &[Test] = &[
         containers_reach_their_workflows_host_services,
     ),
     ("services_change_at_runtime", services_change_at_runtime),
+    ("hello_carries_the_labels", hello_carries_the_labels),
 ];
 
 fn run(args: &[&str]) {
@@ -313,6 +392,7 @@ fn main() {
     let (allowed, udp_allowed) = tcp_and_udp();
     let (other, udp_other) = tcp_and_udp();
     let ctx = Ctx {
+        dir: dir.clone(),
         net: network,
         node: node.parse().unwrap(),
         node_other: node_other.parse().unwrap(),

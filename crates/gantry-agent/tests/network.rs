@@ -1546,6 +1546,7 @@ fn whole_agent(c: &Ctx, tag: &str) -> (AgentConfig, tokio::net::TcpListener) {
         node_exporter: None,
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
         host_allow: vec![],
+        labels: Default::default(),
     };
     (config, listener)
 }
