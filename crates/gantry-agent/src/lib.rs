@@ -5,6 +5,7 @@ pub mod beneath;
 pub mod build;
 pub mod image;
 pub mod metrics;
+pub mod multinode;
 pub mod net;
 pub mod node;
 pub mod probe;

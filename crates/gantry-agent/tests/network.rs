@@ -1543,6 +1543,8 @@ fn whole_agent(c: &Ctx, tag: &str) -> (AgentConfig, tokio::net::TcpListener) {
         node_exporter: None,
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
         host_allow: vec![],
+        advertise: None,
+        exec_listen: None,
     };
     (config, listener)
 }
