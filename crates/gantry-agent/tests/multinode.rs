@@ -351,6 +351,20 @@ fn mpich_allreduce_spans_two_nodes(c: &mut Ctx) {
     mpi_allreduce(c, "mpich", "allreduce-mpich");
 }
 
+/// The benchmark's mode of the program: latency and bandwidth between the two nodes' ranks.
+fn openmpi_pingpong_reports_latency_and_bandwidth(c: &mut Ctx) {
+    let job = format!("pp{}", std::process::id() % 1000);
+    let image = c.mpi_image.clone();
+    let argv = ["allreduce-openmpi", "pingpong", "200"];
+    let members = gang(c, &image, &job, "openmpi", &argv, &[], 2);
+    start_gang(c, &members);
+    let (end, out, err) = finish_gang(c, &members);
+    println!("--- pingpong ---\n{out}---");
+    assert_eq!(end, EXIT0, "stdout: {out}\nstderr: {err}");
+    assert!(out.contains("latency 8 B: "), "{out}");
+    assert!(out.contains("bandwidth 1048576 B: "), "{out}");
+}
+
 fn openmpi_runs_mpi4py(c: &mut Ctx) {
     let job = format!("py{}", std::process::id() % 1000);
     let image = c.mpi_image.clone();
@@ -377,7 +391,8 @@ fn generic_runs_commands_in_members(c: &mut Ctx) {
          echo stdin: $(echo piped | MULTINODE_WRAPPER_FORWARD_STREAMS=1 $MULTINODE_SSH_WRAPPER {job}-1 cat); \
          $MULTINODE_SSH_WRAPPER -n -o BatchMode=yes {job}-1 exit 7; echo code: $?; \
          $MULTINODE_SSH_WRAPPER nobody-9 true; echo unknown: $?; \
-         echo list: $MULTINODE_HOSTLIST $MULTINODE_TOTAL_SLOTS $MULTINODE_NODE_IP; hostname"
+         echo list: $MULTINODE_HOSTLIST $MULTINODE_TOTAL_SLOTS $MULTINODE_NODE_IP; hostname; \
+         echo userns: $(cat /proc/self/uid_map)"
     );
     let members = gang(
         c,
@@ -396,7 +411,14 @@ fn generic_runs_commands_in_members(c: &mut Ctx) {
          list: {job}-0:1,{job}-1:1 2 {}\n{job}-0\n",
         ADDRESSES[0]
     );
+    let (out, userns) = out.split_once("userns: ").expect("the uid map");
     assert_eq!(out, want, "stderr: {err}");
+    // Still in a user namespace of its own with the node's network: root is no host root.
+    let map: Vec<u64> = userns
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(map.len() == 3 && map[0] == 0 && map[1] != 0, "{userns}");
     assert!(err.contains(&format!("[{job}-1] to-stderr\n")), "{err}");
     assert!(
         err.contains("nobody-9 is not a member of this job"),
@@ -743,6 +765,10 @@ const TESTS: &[(&str, Test)] = &[
         mpich_allreduce_spans_two_nodes,
     ),
     ("openmpi_runs_mpi4py", openmpi_runs_mpi4py),
+    (
+        "openmpi_pingpong_reports_latency_and_bandwidth",
+        openmpi_pingpong_reports_latency_and_bandwidth,
+    ),
     (
         "generic_runs_commands_in_members",
         generic_runs_commands_in_members,
