@@ -51,6 +51,9 @@ const SUBNET_WAIT: Duration = Duration::from_secs(10);
 /// Written in a service's container directory once its readiness probe has passed, so a
 /// restarted agent does not probe it again.
 const READY_MARKER: &str = "ready";
+/// Written in a host-network container's directory: the node's address it was started at (and
+/// is reported at), for a restarted agent to report it again.
+const ADDRESS_MARKER: &str = "node-address";
 /// How often (ms) a monitor looks at a running attempt: new output is shipped at this pace.
 /// Ends and readiness wake it at once.
 const MONITOR_BEAT: u64 = 200;
@@ -368,7 +371,11 @@ fn adopt(agent: &Agent) {
             .net
             .attachment(&id)
             .and_then(|a| a.address)
-            .map(|a| a.to_string());
+            .map(|a| a.to_string())
+            .or_else(|| {
+                let marker = agent.runtime.container_dir(&id).join(ADDRESS_MARKER);
+                std::fs::read_to_string(marker).ok()
+            });
         let probe = readiness_probe(&assignment)
             .filter(|_| !agent.runtime.container_dir(&id).join(READY_MARKER).exists());
         let mut t = Tracked::new(true);
@@ -1205,6 +1212,13 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
             let _ = std::fs::remove_dir_all(&files_dir);
         }
         started?;
+        let marker = agent
+            .runtime
+            .container_dir(&asg.attempt_id.to_string())
+            .join(ADDRESS_MARKER);
+        if let Err(e) = std::fs::write(&marker, ip.to_string()) {
+            tracing::warn!(attempt = %asg.attempt_id, "writing {}: {e}", marker.display());
+        }
         return Ok(Some(ip));
     }
     let Some(network) = &asg.network else {

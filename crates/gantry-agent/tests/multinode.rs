@@ -37,7 +37,9 @@ struct Node {
     statuses: HashMap<Uuid, Vec<AttemptPhase>>,
     logs: HashMap<Uuid, Vec<u8>>,
     errs: HashMap<Uuid, Vec<u8>>,
-    _agent: tokio::runtime::Runtime,
+    agent: Option<tokio::runtime::Runtime>,
+    config: AgentConfig,
+    listener: tokio::net::TcpListener,
 }
 
 struct Ctx {
@@ -165,7 +167,7 @@ fn start_agent(c_dir: &Path, registry: &str, i: usize, tokio: &tokio::runtime::R
         exec_listen: Some(format!("{}:0", ADDRESSES[i]).parse().unwrap()),
     };
     let agent = tokio::runtime::Runtime::new().unwrap();
-    agent.spawn(node::run(config));
+    agent.spawn(node::run(config.clone()));
     tokio.block_on(async {
         let (sock, _) = tokio::time::timeout(Duration::from_secs(60), listener.accept())
             .await
@@ -179,27 +181,57 @@ fn start_agent(c_dir: &Path, registry: &str, i: usize, tokio: &tokio::runtime::R
             statuses: HashMap::new(),
             logs: HashMap::new(),
             errs: HashMap::new(),
-            _agent: agent,
+            agent: Some(agent),
+            config,
+            listener,
         };
+        node.welcome(vec![]).await;
+        node
+    })
+}
+
+impl Node {
+    /// Reads the agent's Hello and welcomes it with the attempts it should run.
+    async fn welcome(&mut self, desired: Vec<Assignment>) -> Vec<Uuid> {
         let AgentMessage::Hello {
-            address, exec_addr, ..
-        } = node.recv().await
+            address,
+            exec_addr,
+            attempts,
+            ..
+        } = self.recv().await
         else {
             panic!("the first message is not Hello");
         };
-        node.address = address.expect("Hello has the node's address");
-        node.exec_addr = exec_addr.expect("Hello has the exec service's address");
-        node.send(&ServerMessage::Welcome {
+        self.address = address.expect("Hello has the node's address");
+        self.exec_addr = exec_addr.expect("Hello has the exec service's address");
+        self.send(&ServerMessage::Welcome {
             node_id: Uuid::new_v4(),
             heartbeat_interval_ms: 1000,
             subnet: None,
             transfer_events: false,
         })
         .await;
-        node.send(&ServerMessage::Desired { attempts: vec![] })
+        self.send(&ServerMessage::Desired { attempts: desired })
             .await;
-        node
-    })
+        attempts
+    }
+
+    /// Stops the agent's process (its containers go on) and starts it again; the attempts it
+    /// reports knowing.
+    async fn restart(&mut self, desired: Vec<Assignment>) -> Vec<Uuid> {
+        if let Some(old) = self.agent.take() {
+            old.shutdown_background();
+        }
+        let agent = tokio::runtime::Runtime::new().unwrap();
+        agent.spawn(node::run(self.config.clone()));
+        self.agent = Some(agent);
+        let (sock, _) = tokio::time::timeout(Duration::from_secs(60), self.listener.accept())
+            .await
+            .expect("the agent did not connect again")
+            .unwrap();
+        self.ws = tokio_tungstenite::accept_async(sock).await.unwrap();
+        self.welcome(desired).await
+    }
 }
 
 /// A gang of `n` members of job `job` (one per node, slot `slots` each), as the server's
@@ -501,6 +533,16 @@ fn host_network_service_is_at_the_node_address(c: &mut Ctx) {
             .unwrap()
             .expect("the service answers at the node's address");
         assert_eq!(body, "web\n1\n");
+        // A restarted agent re-adopts it and reports it at the same address.
+        let known = node.restart(vec![asg.clone()]).await;
+        assert_eq!(known, vec![id]);
+        let p = node.until(id, is_running).await;
+        assert_eq!(
+            p,
+            AttemptPhase::Running {
+                address: Some(ADDRESSES[1].into())
+            }
+        );
         stop(node, id).await;
     });
 }
