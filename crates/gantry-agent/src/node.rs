@@ -297,11 +297,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let net = Arc::new(net);
     let runtime = Arc::new(runtime);
     let exec_addr = match config.exec_listen {
-        Some(listen) => Some(
-            crate::multinode::exec::serve(listen, runtime.clone())
-                .await
-                .with_context(|| format!("serving multinode execs on {listen}"))?,
-        ),
+        Some(listen) => Some(serve_execs(listen, &config.state_dir, &runtime).await?),
         None => None,
     };
     let advertised = match &config.advertise {
@@ -347,6 +343,46 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
+}
+
+/// Starts the exec service. A free port (`listen` with port 0) is remembered in the state
+/// directory and taken again by a restarted agent when it can: running gangs' members know
+/// this node's exec service by its address.
+async fn serve_execs(
+    listen: std::net::SocketAddr,
+    state_dir: &Path,
+    runtime: &Arc<Runtime>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    use crate::multinode::exec::serve;
+    let remembered = state_dir.join("exec-port");
+    let before = std::fs::read_to_string(&remembered)
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .filter(|_| listen.port() == 0);
+    let mut again = None;
+    if let Some(port) = before {
+        // The previous process may take a moment to let go of it.
+        for _ in 0..20 {
+            let at = std::net::SocketAddr::new(listen.ip(), port);
+            if let Ok(b) = serve(at, runtime.clone()).await {
+                again = Some(b);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let bound = match again {
+        Some(b) => b,
+        None => serve(listen, runtime.clone())
+            .await
+            .with_context(|| format!("serving multinode execs on {listen}"))?,
+    };
+    if listen.port() == 0 {
+        if let Err(e) = std::fs::write(&remembered, bound.port().to_string()) {
+            tracing::warn!("writing {}: {e}", remembered.display());
+        }
+    }
+    Ok(bound)
 }
 
 /// Re-adopts the containers a previous run of this agent left running (or finished).

@@ -533,9 +533,12 @@ fn host_network_service_is_at_the_node_address(c: &mut Ctx) {
             .unwrap()
             .expect("the service answers at the node's address");
         assert_eq!(body, "web\n1\n");
-        // A restarted agent re-adopts it and reports it at the same address.
+        // A restarted agent re-adopts it and reports it at the same address; its exec
+        // service keeps its port (gangs' members know it by it).
+        let exec_before = node.exec_addr.clone();
         let known = node.restart(vec![asg.clone()]).await;
         assert_eq!(known, vec![id]);
+        assert_eq!(node.exec_addr, exec_before);
         let p = node.until(id, is_running).await;
         assert_eq!(
             p,
