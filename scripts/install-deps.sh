@@ -33,6 +33,11 @@ have iptables || need="$need iptables"
 [ -x /usr/bin/chromium ] || need="$need chromium"
 have node || need="$need nodejs"
 have npm || need="$need npm"
+# The multinode tests' MPI image (scripts/make-mpi-image.sh): made with mmdebstrap from Debian's
+# mirror, its allreduce program compiled here against Open MPI and MPICH.
+have mmdebstrap || need="$need mmdebstrap"
+have mpicc.openmpi || need="$need libopenmpi-dev"
+have mpicc.mpich || need="$need libmpich-dev"
 if [ -n "$need" ]; then
   echo "install-deps: installing$need"
   export DEBIAN_FRONTEND=noninteractive

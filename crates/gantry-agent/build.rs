@@ -1,9 +1,10 @@
-//! Builds the two small programs the agent embeds and writes out at start, as static
-//! executables: `confine/main.rs`, which every container starts with, and `shim/main.rs`, the
-//! per-container parent (see their headers). confine runs inside images that may have no libc
-//! and the shim starts for every container, so neither can be a normal (dynamically linked)
-//! target of this workspace, and Cargo cannot give one target its own
-//! `-C target-feature=+crt-static`: hence rustc directly. Both use only the standard library.
+//! Builds the small programs the agent embeds and writes out at start, as static
+//! executables: `confine/main.rs`, which every container starts with, `shim/main.rs`, the
+//! per-container parent, and `rsh/main.rs`, multinode members' remote launcher (see their
+//! headers). confine and rsh run inside images that may have no libc and the shim starts for
+//! every container, so none can be a normal (dynamically linked) target of this workspace, and
+//! Cargo cannot give one target its own `-C target-feature=+crt-static`: hence rustc directly.
+//! All use only the standard library.
 
 use std::env;
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ fn main() {
     let target = env::var("TARGET").expect("TARGET");
     // The shim includes the runtime's std-only container-directory module.
     println!("cargo:rerun-if-changed=src/runtime/dir.rs");
-    for name in ["confine", "shim"] {
+    for name in ["confine", "shim", "rsh"] {
         let src = format!("{name}/main.rs");
         println!("cargo:rerun-if-changed={src}");
         let status = Command::new(&rustc)

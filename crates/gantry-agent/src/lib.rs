@@ -6,6 +6,7 @@ pub mod build;
 pub mod image;
 pub mod labels;
 pub mod metrics;
+pub mod multinode;
 pub mod net;
 pub mod node;
 pub mod probe;

@@ -41,6 +41,7 @@ use crate::build::{BuildEnv, Builder, StopSignal};
 use crate::image::{ImageStore, PullConfig};
 use crate::lock;
 use crate::metrics::{self, HealthConfig, Metrics};
+use crate::multinode;
 use crate::net::{self, NetConfig, Network};
 use crate::probe;
 use crate::runtime::{self, ContainerSpec, ContainerState, Runtime, RuntimeConfig, StartOptions};
@@ -50,6 +51,9 @@ const SUBNET_WAIT: Duration = Duration::from_secs(10);
 /// Written in a service's container directory once its readiness probe has passed, so a
 /// restarted agent does not probe it again.
 const READY_MARKER: &str = "ready";
+/// Written in a host-network container's directory: the node's address it was started at (and
+/// is reported at), for a restarted agent to report it again.
+const ADDRESS_MARKER: &str = "node-address";
 /// How often (ms) a monitor looks at a running attempt: new output is shipped at this pace.
 /// Ends and readiness wake it at once.
 const MONITOR_BEAT: u64 = 200;
@@ -80,6 +84,13 @@ pub struct AgentConfig {
     pub host_allow: Vec<net::HostPort>,
     /// The administrator's labels (`--label KEY=VALUE`), over those the agent finds.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The node's address as other nodes reach it (`--advertise`); `None`: the local address
+    /// of the connection to the server.
+    pub advertise: Option<String>,
+    /// Where the exec service listens (`--exec-listen`, port 0: any free one): multinode
+    /// members start processes in each other's containers through it. `None`: no service, and
+    /// this node cannot run multinode members.
+    pub exec_listen: Option<std::net::SocketAddr>,
 }
 
 /// Detects this machine's cores and memory.
@@ -168,6 +179,11 @@ struct Agent {
     peers: std::sync::mpsc::Sender<(Uuid, Vec<String>)>,
     /// The current server records `TransferEnded` (its `Welcome` said so).
     transfer_events: Arc<AtomicBool>,
+    /// Where the exec service listens, once bound.
+    exec_addr: Option<std::net::SocketAddr>,
+    /// The node's address as other nodes reach it: `--advertise`, else learnt from the
+    /// connection to the server (what host-network containers are reached at).
+    address: Arc<Mutex<Option<std::net::IpAddr>>>,
 }
 
 impl Agent {
@@ -282,8 +298,20 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
             .count() as u64
     });
     let net = Arc::new(net);
+    let runtime = Arc::new(runtime);
+    let exec_addr = match config.exec_listen {
+        Some(listen) => Some(serve_execs(listen, &config.state_dir, &runtime).await?),
+        None => None,
+    };
+    let advertised = match &config.advertise {
+        Some(a) => Some(
+            a.parse::<std::net::IpAddr>()
+                .with_context(|| format!("--advertise {a}: not an IP address"))?,
+        ),
+        None => None,
+    };
     let builder = Builder::new(BuildEnv {
-        runtime: runtime.clone(),
+        runtime: (*runtime).clone(),
         images: images.clone(),
         net: Some(net.clone()),
         pull: config.pull.clone(),
@@ -292,7 +320,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     });
     let agent = Agent {
         config: Arc::new(config),
-        runtime: Arc::new(runtime),
+        runtime,
         peers: peers_worker(net.clone()),
         net,
         images,
@@ -303,6 +331,8 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         metrics_addr,
         starts: Arc::new(tokio::sync::Semaphore::new(start_permits())),
         transfer_events: Arc::default(),
+        exec_addr,
+        address: Arc::new(Mutex::new(advertised)),
     };
     adopt(&agent);
     let mut backoff = Duration::from_millis(200);
@@ -316,6 +346,46 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
+}
+
+/// Starts the exec service. A free port (`listen` with port 0) is remembered in the state
+/// directory and taken again by a restarted agent when it can: running gangs' members know
+/// this node's exec service by its address.
+async fn serve_execs(
+    listen: std::net::SocketAddr,
+    state_dir: &Path,
+    runtime: &Arc<Runtime>,
+) -> anyhow::Result<std::net::SocketAddr> {
+    use crate::multinode::exec::serve;
+    let remembered = state_dir.join("exec-port");
+    let before = std::fs::read_to_string(&remembered)
+        .ok()
+        .and_then(|p| p.trim().parse::<u16>().ok())
+        .filter(|_| listen.port() == 0);
+    let mut again = None;
+    if let Some(port) = before {
+        // The previous process may take a moment to let go of it.
+        for _ in 0..20 {
+            let at = std::net::SocketAddr::new(listen.ip(), port);
+            if let Ok(b) = serve(at, runtime.clone()).await {
+                again = Some(b);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let bound = match again {
+        Some(b) => b,
+        None => serve(listen, runtime.clone())
+            .await
+            .with_context(|| format!("serving multinode execs on {listen}"))?,
+    };
+    if listen.port() == 0 {
+        if let Err(e) = std::fs::write(&remembered, bound.port().to_string()) {
+            tracing::warn!("writing {}: {e}", remembered.display());
+        }
+    }
+    Ok(bound)
 }
 
 /// Re-adopts the containers a previous run of this agent left running (or finished).
@@ -340,7 +410,11 @@ fn adopt(agent: &Agent) {
             .net
             .attachment(&id)
             .and_then(|a| a.address)
-            .map(|a| a.to_string());
+            .map(|a| a.to_string())
+            .or_else(|| {
+                let marker = agent.runtime.container_dir(&id).join(ADDRESS_MARKER);
+                std::fs::read_to_string(marker).ok()
+            });
         let probe = readiness_probe(&assignment)
             .filter(|_| !agent.runtime.container_dir(&id).join(READY_MARKER).exists());
         let mut t = Tracked::new(true);
@@ -481,6 +555,19 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
     let (mut sink, mut stream) = ws.split();
     let (tx, mut rx) = mpsc::unbounded_channel::<AgentMessage>();
     let known: Vec<Uuid> = lock(&agent.tracked).keys().copied().collect();
+    let address = {
+        let mut a = lock(&agent.address);
+        if agent.config.advertise.is_none() {
+            if let Some(l) = local {
+                *a = Some(l.ip());
+            }
+        }
+        *a
+    };
+    let exec_addr = agent
+        .exec_addr
+        .zip(address)
+        .map(|(bound, ip)| std::net::SocketAddr::new(ip, bound.port()).to_string());
     tx.send(AgentMessage::Hello {
         name: agent.config.name.clone(),
         pool: agent.config.pool.clone(),
@@ -491,8 +578,8 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
             .map(|bound| metrics::advertised_addr(bound, local)),
         node_exporter: agent.config.node_exporter.clone(),
         attempts: known,
-        address: None,
-        exec_addr: None,
+        address: address.map(|a| a.to_string()),
+        exec_addr,
         labels: crate::labels::node_labels(&agent.config.labels),
     })?;
     // A new connection: everything not acknowledged is sent again.
@@ -772,6 +859,7 @@ async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
         let rt = agent.runtime.clone();
         let net = agent.net.clone();
         let cid = id.to_string();
+        let state_dir = agent.config.state_dir.clone();
         let _ = tokio::task::spawn_blocking(move || {
             if matches!(rt.status(&cid), ContainerState::Running) {
                 let _ = rt.stop(&cid, grace);
@@ -780,6 +868,7 @@ async fn forget(agent: &Agent, id: Uuid, grace: Duration) {
                 // Its network goes only with the container: a removal that failed is retried
                 // (and its network cleaned) when the agent next starts.
                 Ok(()) => {
+                    let _ = std::fs::remove_dir_all(multinode::files_dir(&state_dir, &cid));
                     if let Err(e) = net.detach(&cid) {
                         tracing::warn!(container = %cid, "removing its network: {e}");
                     }
@@ -822,6 +911,8 @@ fn start(agent: &Agent, asg: Assignment) {
             }
             Err(e) => {
                 tracing::warn!(attempt = %id, task = %asg.task, "could not start: {e:#}");
+                let dir = multinode::files_dir(&agent.config.state_dir, &id.to_string());
+                let _ = std::fs::remove_dir_all(dir);
                 start_failed(&agent, id, format!("{e:#}"));
             }
         }
@@ -1038,7 +1129,7 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     // following symlinks (a workflow's containers write there), and mounted through the
     // descriptors held in `volumes` until the container has started.
     let volumes = open_volumes(&agent.config.storage_root, &asg.mounts)?;
-    let binds = volumes
+    let mut binds: Vec<runtime::Bind> = volumes
         .iter()
         .map(|v| runtime::Bind {
             source: v.dir.mount_source(),
@@ -1067,13 +1158,53 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
             None => files.push((f.target.clone(), content)),
         }
     }
-    let process =
-        runtime::merge_image_config(&image.config, &asg.argv, &asg.env, asg.cwd.as_deref())?;
-    let hostname = format!(
-        "{}-{}",
-        asg.task.replace(['[', ']'], "-").trim_end_matches('-'),
-        asg.attempt
-    );
+    let gang = match &asg.multinode {
+        Some(mn) => {
+            multinode::validate(mn).map_err(|e| anyhow::anyhow!("multinode: {e}"))?;
+            let imp =
+                multinode::Implementation::parse(&mn.implementation).map_err(anyhow::Error::msg)?;
+            Some((mn, imp))
+        }
+        None => None,
+    };
+    // Multinode members share their node's network, as MPI under Apptainer does.
+    let node_ip = match asg.host_network || gang.is_some() {
+        true => match *lock(&agent.address) {
+            Some(std::net::IpAddr::V4(ip)) => Some(ip),
+            Some(ip) => anyhow::bail!("host networking needs an IPv4 node address, not {ip}"),
+            None => anyhow::bail!("host networking: the node's address is not known yet"),
+        },
+        false => None,
+    };
+    let mut env = asg.env.clone();
+    if let (Some((mn, imp)), Some(ip)) = (gang, node_ip) {
+        let (defaults, facts) = multinode::environment(mn, imp, &ip.to_string());
+        env = defaults.into_iter().chain(env).chain(facts).collect();
+    }
+    let mut process =
+        runtime::merge_image_config(&image.config, &asg.argv, &env, asg.cwd.as_deref())?;
+    let job = asg.task.replace(['[', ']'], "-");
+    let job = job.trim_end_matches('-');
+    let hostname = match (gang, node_ip) {
+        (Some((mn, _)), _) => multinode::hostname(mn).to_owned(),
+        (None, Some(_)) => job.to_owned(),
+        (None, None) => format!("{job}-{}", asg.attempt),
+    };
+    let files_dir = multinode::files_dir(&agent.config.state_dir, &asg.attempt_id.to_string());
+    if let Some((mn, imp)) = gang {
+        process.args = multinode::process(mn, imp, &asg.image.uri, process.args, &process.env);
+        multinode::write_files(&files_dir, mn).context("writing the multinode files")?;
+        for (source, target) in [
+            (files_dir.clone(), multinode::DIR),
+            (agent.runtime.rsh_path(), multinode::RSH),
+        ] {
+            binds.push(runtime::Bind {
+                source,
+                target: target.into(),
+                read_only: true,
+            });
+        }
+    }
     let mut spec = ContainerSpec {
         id: asg.attempt_id.to_string(),
         layers: image.layers.clone(),
@@ -1093,6 +1224,42 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     let _permit = agent.starts.acquire().await?;
     // runc mounts the volumes through these descriptors: they stay open until it has.
     let _volumes = volumes;
+    if let Some(ip) = node_ip {
+        let mut hosts = asg
+            .network
+            .as_ref()
+            .map(|n| n.hosts.clone())
+            .unwrap_or_default();
+        if let Some((mn, _)) = gang {
+            hosts.extend(multinode::hosts(mn));
+        }
+        spec.host_network = true;
+        // The task's own /etc/hosts or resolv.conf, if it injects one, wins. The node's
+        // resolvers are the container's (its loopback ones included: it shares the loopback).
+        let given = |files: &[(String, Vec<u8>)], t: &str| files.iter().any(|(f, _)| f == t);
+        if !given(&spec.files, "/etc/hosts") {
+            let hosts = net::hosts_file(&spec.hostname, ip, &hosts)?;
+            spec.files.push(("/etc/hosts".into(), hosts));
+        }
+        if !given(&spec.files, "/etc/resolv.conf") {
+            let resolv = std::fs::read("/etc/resolv.conf").unwrap_or_default();
+            spec.files.push(("/etc/resolv.conf".into(), resolv));
+        }
+        let rt = agent.runtime.clone();
+        let started = tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await?;
+        if started.is_err() {
+            let _ = std::fs::remove_dir_all(&files_dir);
+        }
+        started?;
+        let marker = agent
+            .runtime
+            .container_dir(&asg.attempt_id.to_string())
+            .join(ADDRESS_MARKER);
+        if let Err(e) = std::fs::write(&marker, ip.to_string()) {
+            tracing::warn!(attempt = %asg.attempt_id, "writing {}: {e}", marker.display());
+        }
+        return Ok(Some(ip));
+    }
     let Some(network) = &asg.network else {
         let rt = agent.runtime.clone();
         tokio::task::spawn_blocking(move || rt.start(&spec, &meta)).await??;

@@ -692,6 +692,8 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
         host_allow: vec![],
         labels: Default::default(),
+        advertise: None,
+        exec_listen: None,
     };
     let repo = repository("agent");
     let asg = assignment(c, &repo, vec![run("a1", "echo from-the-build")], json!({}));

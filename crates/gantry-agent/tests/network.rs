@@ -1548,6 +1548,8 @@ fn whole_agent(c: &Ctx, tag: &str) -> (AgentConfig, tokio::net::TcpListener) {
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
         host_allow: vec![],
         labels: Default::default(),
+        advertise: None,
+        exec_listen: None,
     };
     (config, listener)
 }

@@ -24,7 +24,11 @@ fn mpi_image() -> &'static str {
             String::from_utf8_lossy(&out.stderr)
         );
         let pushed = String::from_utf8(out.stdout).unwrap();
-        let path = pushed.trim().strip_prefix(&format!("{reg}/")).unwrap().to_string();
+        let path = pushed
+            .trim()
+            .strip_prefix(&format!("{reg}/"))
+            .unwrap()
+            .to_string();
         format!("docker://{path}")
     })
 }

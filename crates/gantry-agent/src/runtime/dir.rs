@@ -13,7 +13,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// File names inside a container's directory, and (the last three) in the agent's state
+/// File names inside a container's directory, and (the last four) in the agent's state
 /// directory.
 pub mod files {
     pub const META: &str = "meta.json";
@@ -39,6 +39,8 @@ pub mod files {
     pub const CONFINE: &str = "confine";
     pub const SECCOMP: &str = "seccomp.bpf";
     pub const SHIM: &str = "shim";
+    /// Multinode members' remote launcher (`rsh/main.rs`), bind-mounted into their containers.
+    pub const RSH: &str = "rsh";
 }
 
 /// Writes a whole file by rename, so a reader (or an agent restarted after a crash) sees the

@@ -59,9 +59,10 @@ const POLL: Duration = Duration::from_millis(50);
 /// How long runc's init may take to exec confine once runc reports the container started.
 const INIT_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `confine/main.rs` and `shim/main.rs`, linked statically by `build.rs`.
+/// `confine/main.rs`, `shim/main.rs` and `rsh/main.rs`, linked statically by `build.rs`.
 const CONFINE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/confine"));
 const SHIM_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/shim"));
+const RSH_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rsh"));
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RuntimeConfig {
@@ -495,6 +496,7 @@ impl Runtime {
         for (name, data, mode) in [
             (files::CONFINE, CONFINE_BINARY, 0o755),
             (files::SHIM, SHIM_BINARY, 0o755),
+            (files::RSH, RSH_BINARY, 0o755),
             (files::SECCOMP, &filter[..], 0o644),
         ] {
             let path = config.state_dir.join(name);
@@ -530,6 +532,12 @@ impl Runtime {
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.cfg
+    }
+
+    /// Multinode members' remote launcher on the host (`rsh/main.rs`), to bind into their
+    /// containers.
+    pub fn rsh_path(&self) -> PathBuf {
+        self.cfg.state_dir.join(files::RSH)
     }
 
     /// Whether job containers run in user namespaces here, or why not.
@@ -1136,37 +1144,8 @@ impl Runtime {
     /// `timeout` is killed. Blocks: call it from a blocking task.
     pub fn exec(&self, id: &str, argv: &[String], timeout: Duration) -> Result<ExecOutcome> {
         use std::io::Read;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        if !valid_id(id) || !self.container_dir(id).is_dir() {
-            return Err(RuntimeError::NotFound(id.to_owned()));
-        }
-        if argv.is_empty() {
-            return Err(RuntimeError::InvalidSpec("exec: no command".into()));
-        }
-        let dir = self.container_dir(id);
-        let pid_file = dir.join(format!(
-            "exec-{}-{}.pid",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        // The container's filter belongs to its processes, not its namespaces: what runc
-        // execs into it goes through confine as well (unless the container predates confine
-        // and runc applies the filter from its config.json).
-        let confine: &[&str] = if started_through_confine(&dir) {
-            &[CONFINE_PATH, SECCOMP_PATH]
-        } else {
-            &[]
-        };
-        let mut child = self
-            .runc()
-            .arg("exec")
-            .arg("--no-new-privs")
-            .arg("--pid-file")
-            .arg(&pid_file)
-            .arg(id)
-            .args(confine)
-            .args(argv)
+        let (mut cmd, pid_file) = self.exec_command(id, argv)?;
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -1238,6 +1217,45 @@ impl Runtime {
             exit_code,
             output: String::from_utf8_lossy(&output).into_owned(),
         })
+    }
+
+    /// The `runc exec` of `argv` in a running container, as [`Runtime::exec`] runs it (the
+    /// container's user, environment, working directory, capabilities; through confine and the
+    /// seccomp filter), for a caller that streams its input and output (stdin is null unless
+    /// set), and the file runc writes the host pid of the process in the container to: what
+    /// to kill, since runc exec does not pass SIGKILL on. The caller removes that file.
+    pub fn exec_command(&self, id: &str, argv: &[String]) -> Result<(Command, PathBuf)> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        if !valid_id(id) || !self.container_dir(id).is_dir() {
+            return Err(RuntimeError::NotFound(id.to_owned()));
+        }
+        if argv.is_empty() {
+            return Err(RuntimeError::InvalidSpec("exec: no command".into()));
+        }
+        let dir = self.container_dir(id);
+        let pid_file = dir.join(format!(
+            "exec-{}-{}.pid",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        // The container's filter belongs to its processes, not its namespaces: what runc
+        // execs into it goes through confine as well (unless the container predates confine
+        // and runc applies the filter from its config.json).
+        let confine: &[&str] = if started_through_confine(&dir) {
+            &[CONFINE_PATH, SECCOMP_PATH]
+        } else {
+            &[]
+        };
+        let mut cmd = self.runc();
+        cmd.arg("exec")
+            .arg("--no-new-privs")
+            .arg("--pid-file")
+            .arg(&pid_file)
+            .arg(id)
+            .args(confine)
+            .args(argv);
+        Ok((cmd, pid_file))
     }
 
     /// Records an attempt that this process runs itself (an image build) in the container

@@ -225,13 +225,26 @@ pub struct AgentArgs {
     /// Print the labels this agent would report, as JSON, and exit.
     #[arg(long)]
     print_labels: bool,
+    /// This node's address as other nodes reach it: where its host-network containers and
+    /// multinode members are (default: the local address of its connection to the server).
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<std::net::IpAddr>,
+    /// Where the exec service listens, through which a multinode job's members start
+    /// processes in each other's containers (port 0: any free port), or `off`.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:0", value_parser = parse_metrics_listen)]
+    exec_listen: MetricsListen,
     #[command(flatten)]
     confine: ConfineArgs,
     #[command(flatten)]
     registry: RegistryArgs,
 }
 
-/// `--metrics-listen`: an address, or `off`.
+/// The loopback address of local agent `i` (from 1) of several: 127.0.1.1, 127.0.1.2, ...
+fn node_address(i: u32) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(127, 0, 1, 0)) + i)
+}
+
+/// `--metrics-listen` and `--exec-listen`: an address, or `off`.
 #[derive(Clone, Copy, Debug)]
 struct MetricsListen(Option<SocketAddr>);
 
@@ -397,6 +410,19 @@ async fn embedded(
             }),
             host_allow: host_allow.clone(),
             labels: Default::default(),
+            // Each local agent is a node of its own loopback address (127.0.1.N), so that MPI
+            // launchers, which run a "local" host's ranks themselves, see N nodes; its exec
+            // service listens there only.
+            advertise: (agents > 1).then(|| node_address(i).to_string()),
+            exec_listen: Some(SocketAddr::new(
+                if agents > 1 {
+                    node_address(i)
+                } else {
+                    std::net::Ipv4Addr::LOCALHOST
+                }
+                .into(),
+                0,
+            )),
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -614,6 +640,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         job_userns: args.confine.job_userns.then_some(JOB_IDS),
         host_allow: args.host_allow,
         labels,
+        advertise: args.advertise.map(|a| a.to_string()),
+        exec_listen: args.exec_listen.0,
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,
