@@ -47,6 +47,7 @@ fn policy(workflow: &str) -> Policy {
         workflow: workflow.into(),
         egress: true,
         peers: vec!["10.235.0.9".parse().unwrap()],
+        node_services: vec![],
     }
 }
 
@@ -111,7 +112,10 @@ fn measure(net: &Network, label: &str) {
         workflow: wf.into(),
         egress: true,
     };
-    let peers: Vec<Ipv4Addr> = vec!["10.235.0.9".parse().unwrap()];
+    let peers = firewall::Reach {
+        peers: vec!["10.235.0.9".parse().unwrap()],
+        services: vec!["10.235.0.10:8000".parse().unwrap()],
+    };
     let (one, two) = (member(1, "wf-fw"), member(2, "wf-fw"));
     let figures = [
         // The first container of a workflow brings its chain and set; the last takes them.

@@ -4,6 +4,7 @@
 pub mod beneath;
 pub mod build;
 pub mod image;
+pub mod labels;
 pub mod metrics;
 pub mod net;
 pub mod node;

@@ -78,6 +78,8 @@ pub struct AgentConfig {
     /// Ports of the host that containers may reach (`--host-allow tcp/7070`); the server's
     /// own port needs none when the agent reaches the server at a host address.
     pub host_allow: Vec<net::HostPort>,
+    /// The administrator's labels (`--label KEY=VALUE`), over those the agent finds.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Detects this machine's cores and memory.
@@ -207,6 +209,7 @@ pub fn release_if_idle(config: &AgentConfig) -> anyhow::Result<bool> {
 }
 
 pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
+    crate::labels::check(&config.labels).map_err(anyhow::Error::msg)?;
     for (dir, keep) in [
         (&config.state_dir, crate::PASS_THROUGH),
         // Volumes are bind-mounted by path: nothing needs to list the root they live in.
@@ -490,7 +493,7 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
         attempts: known,
         address: None,
         exec_addr: None,
-        labels: Default::default(),
+        labels: crate::labels::node_labels(&agent.config.labels),
     })?;
     // A new connection: everything not acknowledged is sent again.
     for t in lock(&agent.tracked).values_mut() {
@@ -1110,6 +1113,11 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
         egress: network.egress,
         peers: network
             .peers
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect(),
+        node_services: network
+            .node_services
             .iter()
             .filter_map(|a| a.parse().ok())
             .collect(),

@@ -691,6 +691,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
         node_exporter: None,
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
         host_allow: vec![],
+        labels: Default::default(),
     };
     let repo = repository("agent");
     let asg = assignment(c, &repo, vec![run("a1", "echo from-the-build")], json!({}));
@@ -876,34 +877,9 @@ fn teardown(dir: &Path) {
                 }
             }
         }
-        if net.is_dir() {
-            let bridge = fs::read_to_string(net.join("bridge"))
-                .map(|b| b.trim().to_owned())
-                .unwrap_or_else(|_| "gtrnone".into());
-            if let Ok(n) = Network::new(NetConfig {
-                state_dir: net,
-                bridge,
-                ..Default::default()
-            }) {
-                n.cleanup(&[]);
-                if let Err(e) = n.remove_bridge() {
-                    eprintln!("removing a leftover bridge: {e}");
-                }
-            }
-        }
+        common::remove_agent_network(&net);
     }
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut mounts: Vec<&str> = info
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|m| Path::new(m).starts_with(dir))
-        .collect();
-    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
-    for m in mounts {
-        let c = CString::new(m).unwrap();
-        // SAFETY: valid NUL-terminated path.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
+    common::unmount_beneath(dir);
     if let Err(e) = fs::remove_dir_all(dir) {
         if e.kind() != std::io::ErrorKind::NotFound {
             eprintln!("removing {}: {e}", dir.display());

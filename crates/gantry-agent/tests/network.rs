@@ -51,6 +51,7 @@ struct Ctx {
     /// Subnets for the agents run whole.
     agent_subnet: String,
     restart_subnet: String,
+    services_subnet: String,
     tokio: tokio::runtime::Runtime,
     /// Listeners on every host address: node a's containers may reach `allowed`
     /// (`--host-allow`), nobody's may reach `denied`.
@@ -111,6 +112,7 @@ fn policy(workflow: &str) -> Policy {
         workflow: workflow.into(),
         egress: true,
         peers: vec![],
+        node_services: vec![],
     }
 }
 
@@ -833,6 +835,7 @@ fn workflows_are_kept_apart_across_agents(c: &Ctx) {
         workflow: "wf-a".into(),
         egress: true,
         peers: vec![web],
+        node_services: vec![],
     };
     // A's job on b, assigned with A's web among its workflow's containers: b lets it out, but
     // a has not been told of it, and a checks too.
@@ -856,6 +859,7 @@ fn workflows_are_kept_apart_across_agents(c: &Ctx) {
         workflow: "wf-b".into(),
         egress: true,
         peers: vec![],
+        node_services: vec![],
     };
     let att = attach_for(b, "t-x-other", &intruder);
     b.net.set_peers("wf-b", &[web]).unwrap();
@@ -1543,6 +1547,7 @@ fn whole_agent(c: &Ctx, tag: &str) -> (AgentConfig, tokio::net::TcpListener) {
         node_exporter: None,
         job_userns: Some(gantry_agent::runtime::JOB_IDS),
         host_allow: vec![],
+        labels: Default::default(),
     };
     (config, listener)
 }
@@ -1554,6 +1559,16 @@ fn members(table: &str, set: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (reading on) until the agent run whole with state `state` has removed every
+/// container network.
+async fn networks_gone(ws: &mut Ws, seen: &mut Seen, state: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fs::read_dir(state.join("net/attachments")).map_or(0, |d| d.count()) > 0 {
+        assert!(Instant::now() < deadline, "networks left");
+        let _ = tokio::time::timeout(Duration::from_millis(200), recv(ws, seen)).await;
+    }
 }
 
 /// Runs a job assignment to its end; its exit code and output.
@@ -1693,12 +1708,7 @@ fn an_agent_restart_keeps_the_rules(c: &Ctx) {
             },
         )
         .await;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while fs::read_dir(state.join("net/attachments")).map_or(0, |d| d.count()) > 0 {
-            assert!(Instant::now() < deadline, "networks left");
-            let _ =
-                tokio::time::timeout(Duration::from_millis(200), recv(&mut ws, &mut seen)).await;
-        }
+        networks_gone(&mut ws, &mut seen, &state).await;
     });
     agent2.shutdown_background();
     let node = Node {
@@ -1710,6 +1720,53 @@ fn an_agent_restart_keeps_the_rules(c: &Ctx) {
     assert!(!members().contains(&web_ip.to_string()));
     assert_clean(&node, &[&web.attempt_id.to_string()]);
     assert!(node.net.peers(&wf.to_string()).is_empty());
+}
+
+/// The assignment's `node_services` reach the firewall: its job, with no egress, reaches the
+/// workflow's host-network service (here a port of the outside host, standing for another
+/// node's address) and nothing else there; another workflow's job reaches none of it.
+fn assigned_node_services_are_reachable(c: &Ctx) {
+    let (config, listener) = whole_agent(c, "services");
+    let state = config.state_dir.clone();
+    let o = &c.outside;
+    let targets = [
+        ("service", o.other, o.port),
+        ("other-port", o.other, o.server_port),
+        ("other-address", o.server, o.port),
+    ];
+    let script = connect_script(&targets);
+    let job = |wf: Uuid, task: &str, services: &[String]| {
+        let mut a = assignment(&c.registry, wf, task, &script, &[], None);
+        let n = a.network.as_mut().unwrap();
+        n.egress = false;
+        n.node_services = services.to_vec();
+        a
+    };
+    let service = format!("{}:{}", o.other, o.port);
+    let own = job(Uuid::new_v4(), "own", &[service, "not an address".into()]);
+    let intruder = job(Uuid::new_v4(), "intruder", &[]);
+    let agent = tokio::runtime::Runtime::new().unwrap();
+    agent.spawn(node::run(config));
+    c.tokio.block_on(async {
+        let (mut ws, _) = welcome(&listener, &c.services_subnet, vec![]).await;
+        let mut seen = Seen::default();
+        let (code, out) = run_job(&mut ws, &mut seen, &own).await;
+        let want = [
+            ("service", true),
+            ("other-port", false),
+            ("other-address", false),
+        ];
+        assert_eq!((code, out), (0, expect_lines(&want)));
+        let (code, out) = run_job(&mut ws, &mut seen, &intruder).await;
+        let none = [
+            ("service", false),
+            ("other-port", false),
+            ("other-address", false),
+        ];
+        assert_eq!((code, out), (0, expect_lines(&none)));
+        networks_gone(&mut ws, &mut seen, &state).await;
+    });
+    agent.shutdown_background();
 }
 
 /// The network of the agent run whole, seen from outside it.
@@ -1778,6 +1835,10 @@ const TESTS: &[Test] = &[
         "an_agent_restart_keeps_the_rules",
         an_agent_restart_keeps_the_rules,
     ),
+    (
+        "assigned_node_services_are_reachable",
+        assigned_node_services_are_reachable,
+    ),
 ];
 
 /// Subnets of 10.231.0.0/16 that the host routes nowhere yet.
@@ -1803,21 +1864,7 @@ fn teardown_agent(state: &Path) {
             }
         }
     }
-    if state.join("net").is_dir() {
-        let bridge = fs::read_to_string(state.join("net/bridge"))
-            .map(|b| b.trim().to_owned())
-            .unwrap_or_else(|_| "gtrnone".into());
-        if let Ok(net) = Network::new(NetConfig {
-            state_dir: state.join("net"),
-            bridge,
-            ..Default::default()
-        }) {
-            net.cleanup(&[]);
-            if let Err(e) = net.remove_bridge() {
-                eprintln!("removing a leftover bridge: {e}");
-            }
-        }
-    }
+    common::remove_agent_network(&state.join("net"));
 }
 
 /// Tears down a test process's directory.
@@ -1828,14 +1875,7 @@ fn teardown(dir: &Path) {
             teardown_agent(&e.path());
         }
     }
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for m in info.lines().filter_map(|l| l.split(' ').nth(4)) {
-        if Path::new(m).starts_with(dir) {
-            let c = std::ffi::CString::new(m).unwrap();
-            // SAFETY: valid NUL-terminated path.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
-    }
+    common::unmount_beneath(dir);
     if let Err(e) = fs::remove_dir_all(dir) {
         eprintln!("removing {}: {e}", dir.display());
     }
@@ -1994,8 +2034,8 @@ fn main() {
     // The bridge plugin turns IPv4 forwarding on (isGateway); put it back if nothing else
     // on this host needs it when we are done.
     let forwarding = common::forwarding();
-    let subnets = free_subnets(4);
-    assert_eq!(subnets.len(), 4, "no free subnets in 10.231.0.0/16");
+    let subnets = free_subnets(5);
+    assert_eq!(subnets.len(), 5, "no free subnets in 10.231.0.0/16");
     let outside = make_outside(&dir);
     let host_ports = HostPorts {
         allowed: host_listener(),
@@ -2040,6 +2080,7 @@ fn main() {
         registry: env.registry.clone(),
         agent_subnet: subnets[2].clone(),
         restart_subnet: subnets[3].clone(),
+        services_subnet: subnets[4].clone(),
         tokio,
         host_ports,
         outside,

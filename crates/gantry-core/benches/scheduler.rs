@@ -2,6 +2,9 @@
 //! case. A plain binary rather than criterion: one call places 100,000 requests, which is long
 //! enough to time with a clock, and it keeps the build small on a 2-core machine.
 //!
+//! `constrained` is the one case on the slower path (gangs, labels, host ports); the others
+//! are plain requests only.
+//!
 //! Each case times whole `schedule` calls (index build, placement, reasons), reports the median
 //! of several runs, and fails loudly if the plan is not the expected size, so a fast wrong
 //! answer cannot pass for a fast right one.
@@ -44,25 +47,17 @@ impl Rng {
 }
 
 fn node(i: usize, pool: &str, cores: u64, gib: u64) -> NodeView {
-    NodeView {
-        id: NodeId(format!("node-{i:05}")),
-        pool: pool.to_owned(),
-        total: Res::new(cores * 1000, gib * GIB),
-        used: Res::default(),
-        schedulable: true,
-        unschedulable_reason: None,
-        exclusive_taken: false,
-        running: 0,
-    }
+    NodeView::new(
+        NodeId(format!("node-{i:05}")),
+        pool,
+        Res::new(cores * 1000, gib * GIB),
+    )
 }
 
 fn request(key: u64, pool: Option<&str>, need: Res, exclusive: bool) -> TaskRequest<u64> {
-    TaskRequest {
-        key,
-        pool: pool.map(str::to_owned),
-        need,
-        exclusive,
-    }
+    let mut r = TaskRequest::new(key, pool.map(str::to_owned), need);
+    r.exclusive = exclusive;
+    r
 }
 
 /// 100,000 single-core jobs onto 10,000 identical 32-core nodes: all fit.
@@ -189,6 +184,60 @@ fn oversubscribed() -> (Vec<NodeView>, Vec<TaskRequest<u64>>) {
     (nodes, reqs)
 }
 
+/// The slower path: 10,000 nodes in three pools with GPU-model labels, some forbidding host
+/// networking and some with host ports already taken, and 20,000 requests that are gangs of 2
+/// to 16 members, label constraints, host-port services or plain (a quarter each), some of
+/// which cannot fit.
+fn constrained() -> (Vec<NodeView>, Vec<TaskRequest<u64>>) {
+    const MODEL: &str = "nvidia.com/gpu.model";
+    let mut rng = Rng(7);
+    let nodes: Vec<NodeView> = (0..10_000)
+        .map(|i| {
+            let pool = rng.pick(&["cpu", "gpu", "secure"]);
+            let mut n = node(i, pool, rng.pick(&[16, 32, 64]), 256);
+            if pool == "gpu" {
+                n.total.devices.insert(GPU.into(), 8);
+                n.labels
+                    .insert(MODEL.into(), rng.pick(&["T4", "A100", "H100"]).into());
+            }
+            n.host_network = pool != "secure";
+            if rng.chance(10) {
+                n.host_ports.insert(rng.pick(&[8080, 8443]));
+            }
+            if rng.chance(30) {
+                n.used.millicpus = n.total.millicpus * rng.below(8) / 8;
+                n.running = 1;
+            }
+            n
+        })
+        .collect();
+    let reqs = (0..20_000u64)
+        .map(|k| {
+            let cores = rng.pick(&[1000, 4000, 8000]);
+            let mut r = request(k, None, Res::new(cores, GIB), false);
+            match rng.below(4) {
+                0 => {
+                    r.members = rng.pick(&[2, 4, 8, 16]) as u32;
+                    r.host_network = true;
+                    r.pool = rng.pick(&[Some("cpu"), None]).map(str::to_owned);
+                }
+                1 => {
+                    let model = rng.pick(&["T4", "A100", "H100", "L4"]);
+                    r.labels.insert(MODEL.into(), model.into());
+                    r.need.devices.insert(GPU.into(), rng.pick(&[1, 2]));
+                }
+                2 => {
+                    r.host_network = true;
+                    r.host_ports = vec![rng.pick(&[8080, 8443, 9000])];
+                }
+                _ => {}
+            }
+            r
+        })
+        .collect();
+    (nodes, reqs)
+}
+
 fn run(
     name: &str,
     (nodes, reqs): (Vec<NodeView>, Vec<TaskRequest<u64>>),
@@ -244,6 +293,17 @@ fn main() {
                 .unplaced
                 .iter()
                 .any(|u| u.kind == UnplacedKind::NoNodes));
+            assert!(plan.unplaced.iter().any(|u| u.kind == UnplacedKind::Wait));
+        });
+    }
+    if wanted("constrained") {
+        run("constrained", constrained(), |plan| {
+            assert!(plan.placements.iter().any(|p| p.members() == 16));
+            assert!(plan.placements.len() > 5_000, "{}", plan.placements.len());
+            assert!(plan
+                .unplaced
+                .iter()
+                .any(|u| u.kind == UnplacedKind::TooLarge));
             assert!(plan.unplaced.iter().any(|u| u.kind == UnplacedKind::Wait));
         });
     }

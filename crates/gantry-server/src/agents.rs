@@ -435,8 +435,9 @@ async fn end_read_attempt(
     // One time for the end and the backoff it starts, so the next attempt waits the whole
     // backoff after the end the store records.
     let now = now_ms();
-    let outcome = gantry_core::engine::attempt_outcome(
+    let outcome = gantry_core::engine::member_outcome(
         &job,
+        task.index,
         task.attempts,
         exit_code,
         cause,

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gantry_api::agent::{
-    Assignment, BuildSpec, Capacity, ChoreKind, HostEntry, ImageSource, NetworkSpec, Resources,
-    ServerMessage, ServiceSpec, TransferSpec, VolumeMount,
+    Assignment, BuildSpec, Capacity, ChoreKind, GangMember, HostEntry, ImageSource, MultinodeSpec,
+    NetworkSpec, Resources, ServerMessage, ServiceSpec, TransferSpec, VolumeMount,
 };
 use gantry_api::{EndCause, NodeState, TaskStatus};
 use gantry_core::engine::{
@@ -137,6 +137,7 @@ pub fn job_view_of(j: &JobPlan) -> JobView {
         tasks: vec![],
         ended: Default::default(),
         pending_unlisted: 0,
+        gang: j.multinode.as_ref().map(|m| m.nodes),
     }
 }
 
@@ -173,6 +174,8 @@ pub(crate) fn task_view_of(t: &TaskRow, live: Option<&AttemptRow>) -> TaskView {
     TaskView {
         id: t.id,
         status: t.status,
+        index: t.index,
+        reason: t.reason.clone(),
         attempts_made: t.attempts,
         not_before: t.not_before,
         live: live.map(|a| LiveAttempt {
@@ -261,6 +264,86 @@ struct Placing<'a> {
     aw: &'a ActiveWorkflow,
     plan: &'a WorkflowPlan,
     task: &'a TaskRow,
+    /// A gang's members after the head (`task`), in index order.
+    others: Vec<&'a TaskRow>,
+}
+
+/// What the scheduler is asked for one of `jp`'s containers (each member of a gang).
+fn request_of(
+    key: usize,
+    plan: &WorkflowPlan,
+    jp: &JobPlan,
+    members: u32,
+    settings: &crate::placement::PlacementSettings,
+) -> TaskRequest<usize> {
+    // A volume on a storage only one pool sees holds its jobs to that pool.
+    let pool = jp
+        .mounts
+        .iter()
+        .find_map(|(_, vol)| plan.persistent.get(vol)?.resolved.as_ref()?.pool.clone());
+    TaskRequest {
+        exclusive: jp.exclusive,
+        members,
+        labels: settings
+            .constraints(&jp.annotations)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        host_ports: jp.host_ports.clone(),
+        host_network: jp.host_network,
+        ..TaskRequest::new(
+            key,
+            pool,
+            Res {
+                millicpus: jp.cores as u64 * 1000,
+                memory_bytes: jp.memory_bytes.unwrap_or(0),
+                devices: jp.devices.clone(),
+            },
+        )
+    }
+}
+
+/// What every member of a gang is told of the others (its own `index` is filled in per
+/// member): hostnames `<job>-<i>`, their nodes' addresses and exec services, their attempts.
+fn gang_spec(
+    p: &Placing,
+    tasks: &[&TaskRow],
+    nodes: &[&NodeId],
+    ids: &[Uuid],
+    rows: &HashMap<&str, &gantry_store::NodeRow>,
+) -> MultinodeSpec {
+    let jp = p.plan.job(&p.task.job);
+    let m = jp.and_then(|j| j.multinode.as_ref());
+    let cores = jp.map_or(1, |j| j.cores).max(1);
+    MultinodeSpec {
+        implementation: m.map_or("generic".into(), |m| m.implementation.clone()),
+        index: 0,
+        slots: m.and_then(|m| m.procs_per_node).unwrap_or(cores).max(1),
+        members: tasks
+            .iter()
+            .zip(nodes)
+            .zip(ids)
+            .map(|((t, n), id)| {
+                let row = rows.get(n.as_str());
+                GangMember {
+                    hostname: format!("{}-{}", t.job, t.index.unwrap_or(0)),
+                    address: row.and_then(|r| r.address.clone()).unwrap_or_default(),
+                    exec_addr: row.and_then(|r| r.exec_addr.clone()).unwrap_or_default(),
+                    attempt_id: *id,
+                }
+            })
+            .collect(),
+        token: gang_token(),
+    }
+}
+
+/// A gang's shared secret for one run: 32 random bytes, hex.
+fn gang_token() -> String {
+    let mut b = [0u8; 32];
+    // Without randomness there is no safe token: an empty one is refused by every agent.
+    if getrandom::fill(&mut b).is_err() {
+        return String::new();
+    }
+    hex::encode(b)
 }
 
 pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
@@ -289,6 +372,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     let grace = st.config.stop_grace.as_millis() as u64;
     // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
     // while every node is READY there is no hold to read.
+    let settings = crate::placement::PlacementSettings::read(st).await?;
     let held = if nodes.iter().all(|n| n.state == NodeState::Ready.as_str()) {
         Default::default()
     } else {
@@ -316,21 +400,31 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 Action::Place { task } => {
                     let Some(t) = tasks.get(&task) else { continue };
                     let Some(jp) = plan.job(&t.job) else { continue };
-                    // A volume on a storage only one pool sees holds its jobs to that pool.
-                    let pool = jp.mounts.iter().find_map(|(_, vol)| {
-                        plan.persistent.get(vol)?.resolved.as_ref()?.pool.clone()
+                    requests.push(request_of(placing.len(), plan, jp, 1, &settings));
+                    placing.push(Placing {
+                        aw,
+                        plan,
+                        task: t,
+                        others: vec![],
                     });
-                    requests.push(TaskRequest {
-                        key: placing.len(),
-                        pool,
-                        need: Res {
-                            millicpus: jp.cores as u64 * 1000,
-                            memory_bytes: jp.memory_bytes.unwrap_or(0),
-                            devices: jp.devices.clone(),
-                        },
-                        exclusive: jp.exclusive,
+                }
+                Action::PlaceGang { tasks: members } => {
+                    let rows: Option<Vec<&TaskRow>> =
+                        members.iter().map(|id| tasks.get(id).copied()).collect();
+                    let Some(rows) = rows.filter(|r| !r.is_empty()) else {
+                        continue;
+                    };
+                    let Some(jp) = plan.job(&rows[0].job) else {
+                        continue;
+                    };
+                    let n = rows.len() as u32;
+                    requests.push(request_of(placing.len(), plan, jp, n, &settings));
+                    placing.push(Placing {
+                        aw,
+                        plan,
+                        task: rows[0],
+                        others: rows[1..].to_vec(),
                     });
-                    placing.push(Placing { aw, plan, task: t });
                 }
                 Action::EndTask {
                     task,
@@ -422,6 +516,21 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 e.1 += 1;
             }
         }
+        // Host ports are a node's: those its host-network containers bind now.
+        let mut ports: HashMap<&str, std::collections::BTreeSet<u16>> = HashMap::new();
+        for (aw, plan) in active.iter().zip(&plans) {
+            for a in &aw.live {
+                let Some(t) = aw.tasks.iter().find(|t| t.id == a.task_id) else {
+                    continue;
+                };
+                if let Some(jp) = plan.job(&t.job) {
+                    ports
+                        .entry(a.node.as_str())
+                        .or_default()
+                        .extend(jp.host_ports.iter().copied());
+                }
+            }
+        }
         let views: Vec<NodeView> = nodes
             .iter()
             .map(|n| {
@@ -430,9 +539,6 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 let connected = st.hub.is_connected(&n.name);
                 let ready = n.state == NodeState::Ready.as_str();
                 NodeView {
-                    id: NodeId(n.name.clone()),
-                    pool: n.pool.clone(),
-                    total: capacity_res(&cap),
                     used: u,
                     schedulable: connected && ready,
                     unschedulable_reason: if !connected {
@@ -449,34 +555,66 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     },
                     exclusive_taken: excl,
                     running,
+                    labels: n.labels.clone(),
+                    host_ports: ports.remove(n.name.as_str()).unwrap_or_default(),
+                    // An agent that says no address or exec service (an older one) cannot
+                    // run host-network containers or multinode members.
+                    host_network: settings.host_network_allowed(&n.pool)
+                        && n.address.is_some()
+                        && n.exec_addr.is_some(),
+                    ..NodeView::new(n.name.clone(), n.pool.clone(), capacity_res(&cap))
                 }
             })
             .collect();
-        let pools: HashMap<&str, &str> = nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n.pool.as_str()))
-            .collect();
+        let rows: HashMap<&str, &gantry_store::NodeRow> =
+            nodes.iter().map(|n| (n.name.as_str(), n)).collect();
         let plan = scheduler::schedule(&views, &requests);
-        for (key, node) in plan.placements {
-            let p = &placing[key];
+        for placed in plan.placements {
+            let p = &placing[placed.key];
             if let Some(left) = windowed.get_mut(&(p.aw.workflow.id, p.task.job.as_str())) {
                 *left = left.saturating_sub(1);
                 if *left == 0 {
                     window_placed = true;
                 }
             }
-            let pool = pools.get(node.as_str()).copied().unwrap_or("default");
-            let attempt_id = Uuid::new_v4();
-            let asg = assignment(st, p, attempt_id, pool);
-            changes.push(Change::CreateAttempt {
-                attempt_id,
-                task_id: p.task.id,
-                workflow_id: p.aw.workflow.id,
-                node: node.0.clone(),
-                assignment: serde_json::to_string(&asg)?,
-            });
-            let wf = &p.aw.workflow;
-            assigns.push((node.0, asg, wf.owner.clone(), wf.group.clone()));
+            // One attempt per member (a single container is a gang of one without a spec).
+            let tasks: Vec<&TaskRow> = std::iter::once(p.task)
+                .chain(p.others.iter().copied())
+                .collect();
+            let nodes: Vec<&NodeId> = placed.nodes().collect();
+            let ids: Vec<Uuid> = tasks.iter().map(|_| Uuid::new_v4()).collect();
+            let gang = (!p.others.is_empty()
+                || p.plan
+                    .job(&p.task.job)
+                    .is_some_and(|j| j.multinode.is_some()))
+            .then(|| gang_spec(p, &tasks, &nodes, &ids, &rows));
+            for (i, ((task, node), attempt_id)) in tasks.iter().zip(&nodes).zip(&ids).enumerate() {
+                let member = Placing {
+                    aw: p.aw,
+                    plan: p.plan,
+                    task,
+                    others: vec![],
+                };
+                let pool = rows
+                    .get(node.as_str())
+                    .map_or("default", |n| n.pool.as_str());
+                let mut asg = assignment(st, &member, *attempt_id, pool);
+                if let Some(spec) = &gang {
+                    asg.multinode = Some(MultinodeSpec {
+                        index: i as u32,
+                        ..spec.clone()
+                    });
+                }
+                changes.push(Change::CreateAttempt {
+                    attempt_id: *attempt_id,
+                    task_id: task.id,
+                    workflow_id: p.aw.workflow.id,
+                    node: node.0.clone(),
+                    assignment: serde_json::to_string(&asg)?,
+                });
+                let wf = &p.aw.workflow;
+                assigns.push((node.0.clone(), asg, wf.owner.clone(), wf.group.clone()));
+            }
         }
         for u in plan.unplaced {
             let t = placing[u.key].task;

@@ -80,25 +80,24 @@ pub fn never_fits(
             ));
         }
     }
-    let view = |n: &gantry_store::NodeRow| NodeView {
-        id: NodeId(n.name.clone()),
-        pool: n.pool.clone(),
-        total: Res::from(&serde_json::from_str(&n.capacity).unwrap_or_default()),
-        used: Res::default(),
-        schedulable: true,
-        unschedulable_reason: None,
-        exclusive_taken: false,
-        running: 0,
+    let view = |n: &gantry_store::NodeRow| {
+        NodeView::new(
+            NodeId(n.name.clone()),
+            n.pool.clone(),
+            Res::from(&serde_json::from_str(&n.capacity).unwrap_or_default()),
+        )
     };
     let request = [TaskRequest {
-        key: (),
-        pool: None,
-        need: Res {
-            millicpus: u64::from(jp.cores) * 1000,
-            memory_bytes: jp.memory_bytes.unwrap_or(0),
-            devices: jp.devices.clone(),
-        },
         exclusive: jp.exclusive,
+        ..TaskRequest::new(
+            (),
+            None,
+            Res {
+                millicpus: u64::from(jp.cores) * 1000,
+                memory_bytes: jp.memory_bytes.unwrap_or(0),
+                devices: jp.devices.clone(),
+            },
+        )
     }];
     let big_enough = fit
         .iter()

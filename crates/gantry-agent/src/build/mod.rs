@@ -905,6 +905,7 @@ impl PreparedBuild {
             workflow: self.asg.workflow_id.to_string(),
             egress: true,
             peers: vec![],
+            node_services: vec![],
         };
         let att = tokio::task::spawn_blocking(move || net.attach(&id, &policy, None))
             .await

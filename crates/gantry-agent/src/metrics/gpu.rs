@@ -15,6 +15,7 @@ use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, RetirementCause, TemperatureSensor,
 };
+use nvml_wrapper::enums::device::DeviceArchitecture;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, EventSet, Nvml};
@@ -238,4 +239,112 @@ fn remapped_rows(nvml: &Nvml, device: &Device<'_>) -> Option<RemappedRows> {
         pending: pending != 0,
         failed: failed != 0,
     })
+}
+
+/// One GPU as the node's labels describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuModel {
+    /// NVML's device name, e.g. `NVIDIA H200`.
+    pub name: String,
+    /// Its architecture, lowercase ([`arch_name`]).
+    pub arch: Option<&'static str>,
+}
+
+/// Every GPU NVML lists, in its order; none without NVML.
+pub fn models() -> Vec<GpuModel> {
+    nvml_source();
+    let Some(nvml) = NVML.get().and_then(Option::as_ref) else {
+        return vec![];
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    (0..count)
+        .filter_map(|i| {
+            let d = nvml.device_by_index(i).ok()?;
+            let cc = d.cuda_compute_capability().ok().map(|c| (c.major, c.minor));
+            Some(GpuModel {
+                name: d.name().ok()?,
+                arch: arch_name(d.architecture().ok(), cc),
+            })
+        })
+        .collect()
+}
+
+/// The architecture's name as Kubernetes' GPU feature discovery writes it: NVML's when it
+/// knows it, else told by the compute capability (a driver older than the GPU answers
+/// `Unknown` or nothing).
+pub fn arch_name(arch: Option<DeviceArchitecture>, cc: Option<(i32, i32)>) -> Option<&'static str> {
+    use DeviceArchitecture as A;
+    Some(match arch {
+        Some(A::Kepler) => "kepler",
+        Some(A::Maxwell) => "maxwell",
+        Some(A::Pascal) => "pascal",
+        Some(A::Volta) => "volta",
+        Some(A::Turing) => "turing",
+        Some(A::Ampere) => "ampere",
+        Some(A::Ada) => "ada",
+        Some(A::Hopper) => "hopper",
+        Some(A::Blackwell) => "blackwell",
+        Some(A::Unknown) | None => return arch_of_capability(cc?),
+    })
+}
+
+fn arch_of_capability((major, minor): (i32, i32)) -> Option<&'static str> {
+    Some(match (major, minor) {
+        (3, _) => "kepler",
+        (5, _) => "maxwell",
+        (6, _) => "pascal",
+        (7, m) if m < 5 => "volta",
+        (7, _) => "turing",
+        (8, 9) => "ada",
+        (8, _) => "ampere",
+        (9, _) => "hopper",
+        (10..=12, _) => "blackwell",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // No GPU can run here: these are the mappings from what NVML answers; the lead's
+    // `scripts/gpu-labels-check.sh` shows the whole path on a GPU machine.
+    #[test]
+    fn architectures_are_named_as_gpu_feature_discovery_does() {
+        assert_eq!(
+            arch_name(Some(DeviceArchitecture::Hopper), None),
+            Some("hopper")
+        );
+        assert_eq!(
+            arch_name(Some(DeviceArchitecture::Ada), Some((8, 9))),
+            Some("ada")
+        );
+        // A driver that does not know the GPU: the compute capability tells.
+        for (cc, want) in [
+            ((3, 7), "kepler"),
+            ((5, 2), "maxwell"),
+            ((6, 0), "pascal"),
+            ((7, 0), "volta"),
+            ((7, 2), "volta"),
+            ((7, 5), "turing"),
+            ((8, 0), "ampere"),
+            ((8, 6), "ampere"),
+            ((8, 9), "ada"),
+            ((9, 0), "hopper"),
+            ((10, 0), "blackwell"),
+            ((12, 0), "blackwell"),
+        ] {
+            assert_eq!(
+                arch_name(Some(DeviceArchitecture::Unknown), Some(cc)),
+                Some(want),
+                "{cc:?}"
+            );
+            assert_eq!(arch_name(None, Some(cc)), Some(want), "{cc:?}");
+        }
+        assert_eq!(
+            arch_name(Some(DeviceArchitecture::Unknown), Some((42, 0))),
+            None
+        );
+        assert_eq!(arch_name(None, None), None);
+    }
 }

@@ -11,15 +11,17 @@
 //!   ports, which the bridge switches without routing (and without `br_netfilter`, nothing else
 //!   sees it): only within one workflow.
 //! - `inet NAME` sees routed traffic. `input`: containers reach no host service except the
-//!   site's `--host-allow` ports and the Gantry server's. `forward`: out of a container, to its
-//!   own workflow's containers (here or on other nodes), to the server's endpoint proxy, and
+//!   site's `--host-allow` ports, the Gantry server's, and their own workflow's host-network
+//!   services on this node. `forward`: out of a container, to its own workflow's containers
+//!   and host-network services (here or on other nodes), to the server's endpoint proxy, and
 //!   to the outside world when egress is allowed; into a container from elsewhere, only from
 //!   its workflow's containers on other nodes and from the server. Replies pass by conntrack.
 //!
 //! A packet is judged by a fixed number of lookups whatever the number of workflows: a map
-//! from a container's address to its workflow's chain, and one set of members per workflow
-//! (`m_TAG`, with `TAG` a hash of the workflow's id). Local members come from the agent's
-//! attachment records; members on other nodes come from the server (`Peers`).
+//! from a container's address to its workflow's chain, one set of members per workflow
+//! (`m_TAG`, with `TAG` a hash of the workflow's id) and one set of its host-network services
+//! (`s_TAG`, address . protocol . port). Local members come from the agent's attachment
+//! records; members on other nodes and the services come from the server.
 //!
 //! Every change is one `nft -f -` batch, which the kernel applies atomically.
 
@@ -88,6 +90,15 @@ pub struct Member {
     pub egress: bool,
 }
 
+/// What the server says a workflow's containers here may reach beyond themselves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Its containers on other nodes.
+    pub peers: Vec<Ipv4Addr>,
+    /// Its host-network services (a node's address and a port), TCP and UDP alike.
+    pub services: Vec<SocketAddrV4>,
+}
+
 /// An agent's two tables.
 #[derive(Debug, Clone, Copy)]
 pub struct Tables<'a> {
@@ -99,6 +110,9 @@ pub struct Tables<'a> {
 }
 
 const FAMILIES: [&str; 2] = ["bridge", "inet"];
+
+/// The type of a workflow's set of host-network services.
+const SERVICES: &str = "type ipv4_addr . inet_proto . inet_service";
 
 /// A short, fixed name for a workflow's chain and set: `w` and 16 hex digits of a hash of its
 /// id (any string the agent was given), so nothing from outside is ever spliced into a script.
@@ -173,6 +187,7 @@ table inet {n} {{
     ct state established,related accept
     meta l4proto . th dport @host_allow accept
     ip daddr . tcp dport @server accept
+    ip saddr vmap @wf
     counter drop
   }}
   chain outbound {{
@@ -227,12 +242,19 @@ table inet {n} {{
                 "create set {f} {n} m_{t} {{ type ipv4_addr; }}\ncreate chain {f} {n} {t}"
             );
         }
+        let _ = writeln!(out, "create set inet {n} s_{t} {{ {SERVICES}; }}");
         // Within the bridge, the source is the member the map jumped for: only the destination
         // is left to check. Routed packets jump here by either end, so both are checked.
         let _ = writeln!(out, "add rule bridge {n} {t} ip daddr @m_{t} accept");
         let _ = writeln!(
             out,
             "add rule inet {n} {t} ip saddr @m_{t} ip daddr @m_{t} accept"
+        );
+        // A host-network service listens on a node's own address: reached through `input` on
+        // this node and `forward` to the others, never through the bridge.
+        let _ = writeln!(
+            out,
+            "add rule inet {n} {t} ip saddr @m_{t} ip daddr . meta l4proto . th dport @s_{t} accept"
         );
     }
 
@@ -271,27 +293,44 @@ table inet {n} {{
     }
 
     fn peers(&self, out: &mut String, workflow: &str, peers: &[Ipv4Addr], delete: bool) {
-        if peers.is_empty() {
+        self.set_elements(out, &format!("m_{}", tag(workflow)), list(peers), delete);
+    }
+
+    fn services(&self, out: &mut String, workflow: &str, services: &[SocketAddrV4], delete: bool) {
+        let items = services.iter().flat_map(|s| {
+            [Proto::Tcp, Proto::Udp].map(|p| format!("{} . {} . {}", s.ip(), p.as_str(), s.port()))
+        });
+        self.set_elements(out, &format!("s_{}", tag(workflow)), list(items), delete);
+    }
+
+    /// Adds `items` (a list as nft writes it) to the inet table's `set`, or deletes them.
+    fn set_elements(&self, out: &mut String, set: &str, items: String, delete: bool) {
+        if items.is_empty() {
             return;
         }
-        let (n, t) = (self.name, tag(workflow));
-        let _ = writeln!(out, "add element inet {n} m_{t} {{ {} }}", list(peers));
+        let n = self.name;
+        let _ = writeln!(out, "add element inet {n} {set} {{ {items} }}");
         if delete {
-            let _ = writeln!(out, "delete element inet {n} m_{t} {{ {} }}", list(peers));
+            let _ = writeln!(out, "delete element inet {n} {set} {{ {items} }}");
         }
+    }
+
+    fn reach(&self, out: &mut String, workflow: &str, reach: &Reach) {
+        self.peers(out, workflow, &reach.peers, false);
+        self.services(out, workflow, &reach.services, false);
     }
 
     /// The whole ruleset from scratch: what an agent starts with, and the way back from any
     /// surprise (a table someone flushed, an element that was not where it should be).
-    pub fn full(&self, members: &[Member], peers: &BTreeMap<String, Vec<Ipv4Addr>>) -> String {
+    pub fn full(&self, members: &[Member], reach: &BTreeMap<String, Reach>) -> String {
         let mut out = String::new();
         self.base(&mut out);
         let workflows: std::collections::BTreeSet<&str> =
             members.iter().map(|m| m.workflow.as_str()).collect();
         for w in &workflows {
             self.workflow(&mut out, w);
-            if let Some(p) = peers.get(*w) {
-                self.peers(&mut out, w, p, false);
+            if let Some(r) = reach.get(*w) {
+                self.reach(&mut out, w, r);
             }
         }
         for m in members {
@@ -301,13 +340,13 @@ table inet {n} {{
     }
 
     /// Admits one container. The first of its workflow here (`first`) brings the workflow's
-    /// chain and set, with `peers`, its members on other nodes; the others only add
+    /// chain and sets, with `reach`, what it may reach elsewhere; the others only add
     /// themselves (rewriting what is there would cost the kernel a grace period).
-    pub fn add(&self, m: &Member, peers: &[Ipv4Addr], first: bool) -> String {
+    pub fn add(&self, m: &Member, reach: &Reach, first: bool) -> String {
         let mut out = String::new();
         if first {
             self.workflow(&mut out, &m.workflow);
-            self.peers(&mut out, &m.workflow, peers, false);
+            self.reach(&mut out, &m.workflow, reach);
         }
         self.elements(&mut out, m, false);
         out
@@ -323,6 +362,7 @@ table inet {n} {{
                 "add set {f} {n} m_{t} {{ type ipv4_addr; }}\nadd chain {f} {n} {t}"
             );
         }
+        let _ = writeln!(out, "add set inet {n} s_{t} {{ {SERVICES}; }}");
         self.elements(&mut out, m, true);
         if last {
             for f in FAMILIES {
@@ -331,6 +371,7 @@ table inet {n} {{
                     "flush chain {f} {n} {t}\ndelete chain {f} {n} {t}\ndelete set {f} {n} m_{t}"
                 );
             }
+            let _ = writeln!(out, "delete set inet {n} s_{t}");
         }
         out
     }
@@ -341,6 +382,20 @@ table inet {n} {{
         let mut out = String::new();
         self.peers(&mut out, workflow, old, true);
         self.peers(&mut out, workflow, new, false);
+        out
+    }
+
+    /// Replaces a workflow's host-network services (its chain and sets exist: it has local
+    /// members).
+    pub fn replace_services(
+        &self,
+        workflow: &str,
+        old: &[SocketAddrV4],
+        new: &[SocketAddrV4],
+    ) -> String {
+        let mut out = String::new();
+        self.services(&mut out, workflow, old, true);
+        self.services(&mut out, workflow, new, false);
         out
     }
 
@@ -455,8 +510,14 @@ mod tests {
         };
         let a = member("10.9.0.5", "wf-a", true);
         let b = member("10.9.0.6", "wf-b", false);
-        let peers = BTreeMap::from([("wf-a".to_string(), vec!["10.9.1.7".parse().unwrap()])]);
-        let full = t.full(&[a.clone(), b.clone()], &peers);
+        let reach = Reach {
+            peers: vec!["10.9.1.7".parse().unwrap()],
+            services: vec!["192.0.2.21:8000".parse().unwrap()],
+        };
+        let full = t.full(
+            &[a.clone(), b.clone()],
+            &BTreeMap::from([("wf-a".to_string(), reach.clone())]),
+        );
         assert!(full.starts_with("add table bridge gtr0abc1234\ndelete table bridge gtr0abc1234\n"));
         assert!(full.contains("add element inet gtr0abc1234 host_allow { tcp . 7070 }"));
         assert!(full.contains("add element inet gtr0abc1234 server { 192.0.2.10 . 7070 }"));
@@ -465,6 +526,14 @@ mod tests {
             "add element inet gtr0abc1234 m_{ta} {{ 10.9.1.7 }}"
         )));
         assert!(!full.contains(&format!("m_{tb} {{ 10.9.1.7 }}")));
+        // A host-network service is reachable over TCP and UDP, by its workflow only.
+        assert!(full.contains(&format!(
+            "add element inet gtr0abc1234 s_{ta} {{ 192.0.2.21 . tcp . 8000, 192.0.2.21 . udp . 8000 }}"
+        )));
+        assert!(!full.contains(&format!("s_{tb} {{ 192.0.2.21")));
+        assert!(full.contains(&format!(
+            "add rule inet gtr0abc1234 {ta} ip saddr @m_{ta} ip daddr . meta l4proto . th dport @s_{ta} accept"
+        )));
         assert!(full.contains("add element inet gtr0abc1234 egress { 10.9.0.5 }"));
         assert!(!full.contains("egress { 10.9.0.6 }"));
         assert!(full.contains(
@@ -478,14 +547,28 @@ mod tests {
             "add element inet gtr0abc1234 wf {{ 10.9.0.5 : jump {ta} }}\ndelete element inet gtr0abc1234 wf {{ 10.9.0.5 }}"
         )));
         assert!(r.contains(&format!("delete chain inet gtr0abc1234 {ta}")));
+        assert!(r.contains(&format!("delete set inet gtr0abc1234 s_{ta}")));
+        let moved = t.replace_services(
+            "wf-a",
+            &reach.services,
+            &["192.0.2.22:8000".parse().unwrap()],
+        );
+        assert!(moved.contains(&format!(
+            "delete element inet gtr0abc1234 s_{ta} {{ 192.0.2.21 . tcp . 8000, 192.0.2.21 . udp . 8000 }}\nadd element inet gtr0abc1234 s_{ta} {{ 192.0.2.22 . tcp . 8000"
+        )));
         assert!(!t.remove(&a, false).contains("delete chain"));
 
         // A port whose name or MAC is not what the kernel would have is left out, not spliced.
         let mut evil = a.clone();
         evil.port = Some(("x\" } ; flush ruleset".into(), "0a:58:0a:00:00:05".into()));
-        assert!(!t.add(&evil, &[], true).contains("flush ruleset"));
-        // Only the first of a workflow brings its chain, set and peers.
-        let p = ["10.9.1.7".parse().unwrap()];
+        assert!(!t
+            .add(&evil, &Reach::default(), true)
+            .contains("flush ruleset"));
+        // Only the first of a workflow brings its chain, sets and peers.
+        let p = Reach {
+            peers: vec!["10.9.1.7".parse().unwrap()],
+            services: vec![],
+        };
         assert!(t
             .add(&a, &p, true)
             .contains(&format!("create chain inet gtr0abc1234 {ta}")));

@@ -13,6 +13,7 @@
 //!                     address; written before the plugins run, so a crash leaves a record
 //! ipam/               host-local's data directory
 //! peers/<workflow>    the workflow's containers on other nodes, as the server last said
+//! services/<workflow> the workflow's host-network services, as the server last said
 //! bridge              the bridge's name, once one may have been made
 //! ```
 //!
@@ -21,8 +22,8 @@
 //! every container's namespace and address where it left them.
 //!
 //! Every container belongs to a workflow, and the node's firewall ([`firewall`]) lets it reach
-//! only its own workflow's containers, the Gantry server, the host ports the site allows, and
-//! the outside world when its egress is allowed. The firewall's tables are made with the
+//! only its own workflow's containers and host-network services, the Gantry server, the host
+//! ports the site allows, and the outside world when its egress is allowed. The firewall's tables are made with the
 //! first attachment, changed by one batch per attach and detach, removed with the bridge, and
 //! rebuilt from the records when the agent starts (containers outlive the agent).
 
@@ -40,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use gantry_api::agent::HostEntry;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 
@@ -196,6 +198,26 @@ pub struct Policy {
     /// Its workflow's containers on other nodes, as the server knew them when it assigned this
     /// one; the server's `Peers` messages keep them current.
     pub peers: Vec<Ipv4Addr>,
+    /// Its workflow's host-network services (`NetworkSpec::node_services`): on a node's own
+    /// address, so only these pairs of all the nodes' addresses and ports are open to it.
+    pub node_services: Vec<SocketAddrV4>,
+}
+
+/// What the server says of a workflow beyond its containers here, each kept in a directory
+/// of its own (a file per workflow).
+#[derive(Debug, Clone, Copy)]
+enum Known {
+    Peers,
+    Services,
+}
+
+impl Known {
+    fn dir(self) -> &'static str {
+        match self {
+            Known::Peers => "peers",
+            Known::Services => "services",
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -271,7 +293,13 @@ impl Network {
                 ),
             });
         }
-        for d in ["netns", "attachments", "ipam", "peers"] {
+        for d in [
+            "netns",
+            "attachments",
+            "ipam",
+            Known::Peers.dir(),
+            Known::Services.dir(),
+        ] {
             let p = cfg.state_dir.join(d);
             fs::create_dir_all(&p).map_err(io_err(format!("creating {}", p.display())))?;
         }
@@ -464,7 +492,7 @@ impl Network {
                 record.address = Some(address);
                 self.write_record(&record)
             })
-            .and_then(|()| self.admit(&record, &policy.peers));
+            .and_then(|()| self.admit(&record, policy));
         match added {
             Ok(()) => Ok(record),
             Err(e) => {
@@ -608,10 +636,13 @@ impl Network {
             }
         }
         self.release_addresses(|owner| !recorded.iter().any(|r| r == owner));
-        // Peers of workflows with no container here any more.
+        // What the server said of workflows with no container here any more.
         let mut fw = lock(&self.firewall);
         let workflows = self.local_workflows(&fw);
-        if let Ok(rd) = fs::read_dir(self.peers_dir()) {
+        for k in [Known::Peers, Known::Services] {
+            let Ok(rd) = fs::read_dir(self.known_dir(k)) else {
+                continue;
+            };
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if !workflows.contains(&name) {
@@ -649,8 +680,8 @@ impl Network {
         Path::new("/sys/class/net").join(&self.cfg.bridge).exists()
     }
 
-    fn peers_dir(&self) -> PathBuf {
-        self.cfg.state_dir.join("peers")
+    fn known_dir(&self, k: Known) -> PathBuf {
+        self.cfg.state_dir.join(k.dir())
     }
 
     /// Every record of a container in the firewall (or to be).
@@ -687,32 +718,61 @@ impl Network {
         })
     }
 
-    /// Addresses on other nodes, sorted: those in this node's subnet are known from the
-    /// records alone, so a stale word from the server never grants one.
-    fn remote_only(&self, addrs: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+    /// The items whose address is not in this node's subnet, sorted. Those in it are this
+    /// node's containers, known from the records alone, so a stale word from the server
+    /// never grants one (and no container passes for a host-network service).
+    fn off_bridge<T: Copy + Ord>(&self, items: &[T], ip: impl Fn(&T) -> Ipv4Addr) -> Vec<T> {
         let own = self.own_subnet();
-        let mut v: Vec<Ipv4Addr> = addrs
+        let mut v: Vec<T> = items
             .iter()
             .copied()
-            .filter(|a| !own.is_some_and(|s| s.contains(*a)))
+            .filter(|a| !own.is_some_and(|s| s.contains(ip(a))))
             .collect();
         v.sort();
         v.dedup();
         v
     }
 
-    fn read_peers(&self, workflow: &str) -> Option<Vec<Ipv4Addr>> {
-        let bytes = fs::read(self.peers_dir().join(workflow)).ok()?;
+    fn read_known<T: DeserializeOwned>(&self, k: Known, workflow: &str) -> Option<Vec<T>> {
+        let bytes = fs::read(self.known_dir(k).join(workflow)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
 
-    fn write_peers(&self, workflow: &str, peers: &[Ipv4Addr]) -> Result<(), NetError> {
-        let p = self.peers_dir().join(workflow);
-        let tmp = self.peers_dir().join(format!(".{workflow}.tmp"));
-        let json = serde_json::to_vec(peers).map_err(|e| io_err("peers")(e.into()))?;
+    fn write_known<T: Serialize>(
+        &self,
+        k: Known,
+        workflow: &str,
+        items: &[T],
+    ) -> Result<(), NetError> {
+        let p = self.known_dir(k).join(workflow);
+        let tmp = self.known_dir(k).join(format!(".{workflow}.tmp"));
+        let json = serde_json::to_vec(items).map_err(|e| io_err(k.dir())(e.into()))?;
         fs::write(&tmp, json)
             .and_then(|()| fs::rename(&tmp, &p))
             .map_err(io_err(format!("writing {}", p.display())))
+    }
+
+    /// What the server last said a workflow may reach.
+    fn reach(&self, workflow: &str) -> firewall::Reach {
+        firewall::Reach {
+            peers: self.read_known(Known::Peers, workflow).unwrap_or_default(),
+            services: self
+                .read_known(Known::Services, workflow)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The server's word at assignment, for what it has not said more of since.
+    fn seed<T: Serialize + DeserializeOwned>(
+        &self,
+        k: Known,
+        workflow: &str,
+        given: impl FnOnce() -> Vec<T>,
+    ) -> Result<(), NetError> {
+        if self.read_known::<T>(k, workflow).is_none() {
+            self.write_known(k, workflow, &given())?;
+        }
+        Ok(())
     }
 
     /// Builds both tables whole from the records and the stored peers.
@@ -722,11 +782,11 @@ impl Network {
             .iter()
             .filter_map(|a| a.member(&self.cfg.bridge))
             .collect();
-        let peers: BTreeMap<String, Vec<Ipv4Addr>> = members
+        let reach: BTreeMap<String, firewall::Reach> = members
             .iter()
-            .filter_map(|m| Some((m.workflow.clone(), self.read_peers(&m.workflow)?)))
+            .map(|m| (m.workflow.clone(), self.reach(&m.workflow)))
             .collect();
-        firewall::apply(&self.tables().full(&members, &peers)).map_err(NetError::Firewall)?;
+        firewall::apply(&self.tables().full(&members, &reach)).map_err(NetError::Firewall)?;
         fw.ready = true;
         fw.members.clear();
         for a in self.records(fw) {
@@ -749,24 +809,24 @@ impl Network {
         self.rebuild(fw)
     }
 
-    /// Lets a newly attached container into the firewall. `peers` (the server's word at
-    /// assignment) seed its workflow's members elsewhere unless the server has said more since.
-    fn admit(&self, rec: &Attachment, peers: &[Ipv4Addr]) -> Result<(), NetError> {
+    /// Lets a newly attached container into the firewall. The policy's peers and services
+    /// (the server's word at assignment) seed its workflow's unless the server has said more
+    /// since.
+    fn admit(&self, rec: &Attachment, policy: &Policy) -> Result<(), NetError> {
         let Some(m) = rec.member(&self.cfg.bridge) else {
             return Err(NetError::NoAddress(rec.result.to_string()));
         };
         let mut fw = lock(&self.firewall);
         fw.withdrawn.remove(&rec.id);
         let first = fw.members.get(&m.workflow).is_none_or(|ids| ids.is_empty());
-        let peers = match self.read_peers(&m.workflow) {
-            Some(p) => p,
-            None => {
-                let p = self.remote_only(peers);
-                self.write_peers(&m.workflow, &p)?;
-                p
-            }
-        };
-        self.change(&mut fw, &self.tables().add(&m, &peers, first))?;
+        self.seed(Known::Peers, &m.workflow, || {
+            self.off_bridge(&policy.peers, |a| *a)
+        })?;
+        self.seed(Known::Services, &m.workflow, || {
+            self.off_bridge(&policy.node_services, |s| *s.ip())
+        })?;
+        let reach = self.reach(&m.workflow);
+        self.change(&mut fw, &self.tables().add(&m, &reach, first))?;
         fw.members
             .entry(m.workflow)
             .or_default()
@@ -791,7 +851,9 @@ impl Network {
         let done = self.change(&mut fw, &self.tables().remove(&m, last));
         // Known again after a rebuild, if it came to that.
         if done.is_ok() && !fw.members.contains_key(&m.workflow) {
-            let _ = fs::remove_file(self.peers_dir().join(&m.workflow));
+            for k in [Known::Peers, Known::Services] {
+                let _ = fs::remove_file(self.known_dir(k).join(&m.workflow));
+            }
         }
         done
     }
@@ -800,31 +862,57 @@ impl Network {
     /// subnet are ignored: the records know those). Kept for containers of the workflow that
     /// attach later; the firewall changes at once for those already here.
     pub fn set_peers(&self, workflow: &str, addrs: &[Ipv4Addr]) -> Result<(), NetError> {
+        let new = self.off_bridge(addrs, |a| *a);
+        self.set_known(Known::Peers, workflow, new, |t, old, new| {
+            t.replace_peers(workflow, old, new)
+        })
+    }
+
+    /// The server's word on a workflow's host-network services, whole (addresses in this
+    /// node's subnet are ignored: those are containers). Kept for containers of the workflow
+    /// that attach later; the firewall changes at once for those already here.
+    pub fn set_node_services(
+        &self,
+        workflow: &str,
+        services: &[SocketAddrV4],
+    ) -> Result<(), NetError> {
+        let new = self.off_bridge(services, |s| *s.ip());
+        self.set_known(Known::Services, workflow, new, |t, old, new| {
+            t.replace_services(workflow, old, new)
+        })
+    }
+
+    /// Stores `new` as what the server said of `workflow`, and changes the tables by
+    /// `script(tables, old, new)` if they hold the workflow.
+    fn set_known<T: Serialize + DeserializeOwned + PartialEq>(
+        &self,
+        k: Known,
+        workflow: &str,
+        new: Vec<T>,
+        script: impl FnOnce(&firewall::Tables<'_>, &[T], &[T]) -> String,
+    ) -> Result<(), NetError> {
         if !valid_id(workflow) {
             return Err(NetError::BadWorkflow(workflow.to_owned()));
         }
-        let new = self.remote_only(addrs);
         let mut fw = lock(&self.firewall);
-        let old = self.read_peers(workflow);
+        let old = self.read_known::<T>(k, workflow);
         if old.as_ref() == Some(&new) {
             return Ok(());
         }
-        // Whether the tables hold the workflow's set; before they are built, the records say.
+        // Whether the tables hold the workflow's sets; before they are built, the records say.
         let here = match fw.ready {
             true => fw.members.contains_key(workflow),
             false => self.local_workflows(&fw).contains(workflow),
         };
         if !here && new.is_empty() {
-            let _ = fs::remove_file(self.peers_dir().join(workflow));
+            let _ = fs::remove_file(self.known_dir(k).join(workflow));
             return Ok(());
         }
-        self.write_peers(workflow, &new)?;
+        self.write_known(k, workflow, &new)?;
         if !here {
             return Ok(());
         }
-        let script = self
-            .tables()
-            .replace_peers(workflow, &old.unwrap_or_default(), &new);
+        let script = script(&self.tables(), &old.unwrap_or_default(), &new);
         self.change(&mut fw, &script)
     }
 
@@ -834,7 +922,16 @@ impl Network {
         if !valid_id(workflow) {
             return vec![];
         }
-        self.read_peers(workflow).unwrap_or_default()
+        self.reach(workflow).peers
+    }
+
+    /// The workflow's host-network services that the firewall lets its containers here
+    /// reach, as last stored.
+    pub fn node_services(&self, workflow: &str) -> Vec<SocketAddrV4> {
+        if !valid_id(workflow) {
+            return vec![];
+        }
+        self.reach(workflow).services
     }
 
     /// Deletes the bridge, if any was made, and the firewall's tables with it. Only sensible

@@ -104,17 +104,48 @@ fn clean_dead_scratch(base: &Path) {
             }
             let path = e.path();
             // Overlays a killed test left mounted: never recurse into them.
-            let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-            for m in info.lines().filter_map(|l| l.split(' ').nth(4)) {
-                if Path::new(m).starts_with(&path) {
-                    let c = std::ffi::CString::new(m).unwrap();
-                    // SAFETY: valid NUL-terminated path.
-                    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-                }
-            }
+            unmount_beneath(&path);
             let _ = std::fs::remove_dir_all(&path);
         }
     });
+}
+
+/// Detaches every mount beneath `dir`, the deepest first (overlays, network namespaces).
+pub fn unmount_beneath(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let c = std::ffi::CString::new(m).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Detaches every container network an agent recorded under `net_dir` (its `<state>/net`)
+/// and removes its bridge and firewall tables.
+pub fn remove_agent_network(net_dir: &Path) {
+    use gantry_agent::net::{NetConfig, Network};
+    if !net_dir.is_dir() {
+        return;
+    }
+    let bridge = std::fs::read_to_string(net_dir.join("bridge"))
+        .map(|b| b.trim().to_owned())
+        .unwrap_or_else(|_| "gtrnone".into());
+    if let Ok(n) = Network::new(NetConfig {
+        state_dir: net_dir.to_owned(),
+        bridge,
+        ..Default::default()
+    }) {
+        n.cleanup(&[]);
+        if let Err(e) = n.remove_bridge() {
+            eprintln!("removing a leftover bridge: {e}");
+        }
+    }
 }
 
 pub fn pid_alive(pid: i32) -> bool {

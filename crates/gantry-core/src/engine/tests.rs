@@ -11,6 +11,8 @@ fn task(n: u128, status: TaskStatus) -> TaskView {
         attempts_made: 0,
         live: None,
         not_before: None,
+        index: None,
+        reason: None,
     }
 }
 
@@ -26,6 +28,8 @@ fn live(n: u128, a: u128, status: TaskStatus, since: Option<Millis>) -> TaskView
             stop_sent: None,
         }),
         not_before: None,
+        index: None,
+        reason: None,
     }
 }
 
@@ -43,6 +47,7 @@ fn job(name: &str, deps: &[&str], tasks: Vec<TaskView>) -> JobView {
         timeout_ms: None,
         tasks,
         ended: Ended::default(),
+        gang: None,
         pending_unlisted: 0,
     }
 }
@@ -525,6 +530,8 @@ mod counted {
                     attempts_made: 1,
                     live,
                     not_before: None,
+                    index: None,
+                    reason: None,
                 };
                 if status.is_terminal() && fold {
                     c.ended.add(status, 1);
@@ -725,5 +732,651 @@ mod backoff_props {
             let placed = reconcile(&w, now).contains(&Action::Place { task: id(1) });
             prop_assert_eq!(placed, now >= not_before);
         }
+    }
+}
+
+/// Gang member `index` of the job.
+pub(super) fn member_mut(j: &mut JobView, index: u32) -> &mut TaskView {
+    j.tasks.iter_mut().find(|t| t.index == Some(index)).unwrap()
+}
+
+/// Records an attempt's end on its task, as the store does: no longer live, and as the outcome
+/// says (back to PENDING until `not_before`, or ended), with its reason.
+pub(super) fn record_end(t: &mut TaskView, outcome: Outcome) {
+    t.live = None;
+    match outcome {
+        Outcome::Retry { reason, not_before } => {
+            t.status = TaskStatus::Pending;
+            t.reason = Some(reason);
+            t.not_before = Some(not_before);
+        }
+        Outcome::Final { status, reason } => {
+            t.status = status;
+            t.reason = reason;
+        }
+    }
+}
+
+mod gang {
+    //! The rules of a multinode job's members: placed all together, one fate per run.
+
+    use super::*;
+
+    const JOB: &str = "run-lammps";
+
+    /// Member `i` of the gang: task `i + 1`, its attempt `101 + i` when live.
+    fn member(i: u32, status: TaskStatus) -> TaskView {
+        let mut t = task(i as u128 + 1, status);
+        t.index = Some(i);
+        if matches!(status, TaskStatus::Started | TaskStatus::Running) {
+            t.live = Some(LiveAttempt {
+                id: attempt(i),
+                status,
+                running_since: (status == TaskStatus::Running).then_some(0),
+                stop_sent: None,
+            });
+        }
+        t.attempts_made = u32::from(status != TaskStatus::Pending);
+        t
+    }
+
+    fn attempt(i: u32) -> TaskId {
+        id(101 + i as u128)
+    }
+
+    fn gang_job(members: Vec<TaskView>, attempts: u32, retry_on: RetryOn) -> JobView {
+        let mut j = job(JOB, &[], members);
+        j.gang = Some(j.tasks.len() as u32);
+        j.attempts = attempts;
+        j.retry_on = retry_on;
+        j
+    }
+
+    fn running(n: u32) -> Vec<TaskView> {
+        (0..n).map(|i| member(i, TaskStatus::Running)).collect()
+    }
+
+    const NO_RETRY: RetryOn = RetryOn {
+        failure: false,
+        node: false,
+    };
+    const ON_NODE: RetryOn = RetryOn {
+        failure: false,
+        node: true,
+    };
+
+    /// Records member `i`'s end as the server does: its task takes the outcome.
+    fn apply(j: &mut JobView, i: u32, outcome: Outcome) {
+        record_end(member_mut(j, i), outcome);
+    }
+
+    fn end(j: &JobView, i: u32, exit_code: Option<i32>, cause: EndCause, now: Millis) -> Outcome {
+        let node = format!("n{i}");
+        member_outcome(j, Some(i), 1, exit_code, cause, &node, now)
+    }
+
+    fn gang_stops(acts: &[Action]) -> Vec<TaskId> {
+        acts.iter()
+            .filter_map(|a| match a {
+                Action::StopAttempt {
+                    attempt,
+                    cause: EndCause::Gang,
+                } => Some(*attempt),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn running_wf(j: JobView) -> WorkflowView {
+        wf(WorkflowStatus::Running, vec![j])
+    }
+
+    #[test]
+    fn a_gang_is_placed_whole_head_first_never_member_by_member() {
+        // Listed in any order, placed in member order.
+        let members = vec![
+            member(2, TaskStatus::Pending),
+            member(0, TaskStatus::Pending),
+            member(1, TaskStatus::Pending),
+        ];
+        let mut j = gang_job(members, 1, NO_RETRY);
+        // A member limit of task arrays does not apply: the gang needs all its nodes at once.
+        j.concurrency = Some(1);
+        assert_eq!(
+            reconcile(&wf(WorkflowStatus::Pending, vec![j]), 0),
+            vec![Action::PlaceGang {
+                tasks: vec![id(1), id(2), id(3)]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_gang_waits_for_every_member_its_dependencies_and_its_backoff() {
+        let pending = || (0..3).map(|i| member(i, TaskStatus::Pending)).collect();
+        let placed = |j: JobView, now| {
+            reconcile(&running_wf(j), now)
+                .iter()
+                .any(|a| matches!(a, Action::PlaceGang { .. } | Action::Place { .. }))
+        };
+        assert!(placed(gang_job(pending(), 1, NO_RETRY), 0));
+
+        // A member not listed (counted as waiting) keeps the gang back: never partly placed.
+        let mut j = gang_job(pending(), 1, NO_RETRY);
+        j.tasks.pop();
+        j.pending_unlisted = 1;
+        j.gang = Some(3);
+        assert!(!placed(j, 0));
+        let mut j = gang_job(pending(), 1, NO_RETRY);
+        j.tasks.pop();
+        j.gang = Some(3);
+        assert!(!placed(j, 0), "a member missing from the view");
+
+        // One member still backing off holds back all of them, until its wait is over.
+        let mut j = gang_job(pending(), 2, ON_NODE);
+        for t in &mut j.tasks {
+            t.attempts_made = 1;
+            t.not_before = Some(5_000);
+        }
+        j.tasks[2].not_before = Some(7_000);
+        assert!(!placed(j.clone(), 6_999));
+        assert!(placed(j, 7_000));
+
+        // A dependency not done yet.
+        let mut j = gang_job(pending(), 1, NO_RETRY);
+        j.depends_on = vec![Dependency::finished("mesh")];
+        let w = wf(
+            WorkflowStatus::Running,
+            vec![
+                job("mesh", &[], vec![live(9, 19, TaskStatus::Running, Some(0))]),
+                j,
+            ],
+        );
+        assert!(reconcile(&w, 0).is_empty());
+    }
+
+    #[test]
+    fn a_failed_dependency_ends_every_waiting_member() {
+        let mut j = gang_job(
+            (0..2).map(|i| member(i, TaskStatus::Pending)).collect(),
+            1,
+            NO_RETRY,
+        );
+        j.depends_on = vec![Dependency::finished("mesh")];
+        let w = wf(
+            WorkflowStatus::Running,
+            vec![job("mesh", &[], vec![task(9, TaskStatus::Failed)]), j],
+        );
+        let acts = reconcile(&w, 0);
+        for t in [id(1), id(2)] {
+            assert!(acts.contains(&Action::EndTask {
+                task: t,
+                status: TaskStatus::Failed,
+                reason: "dependency mesh ended FAILED".into()
+            }));
+        }
+        assert_eq!(
+            acts.last(),
+            Some(&Action::SetWorkflow {
+                status: WorkflowStatus::Failed,
+                reason: Some(format!("failed: mesh, {JOB}"))
+            })
+        );
+    }
+
+    #[test]
+    fn the_head_finishing_finishes_the_job_and_its_members() {
+        let mut j = gang_job(running(3), 3, ON_NODE);
+        let head = end(&j, 0, Some(0), EndCause::Exit, 10);
+        assert_eq!(
+            head,
+            Outcome::Final {
+                status: TaskStatus::Finished,
+                reason: None
+            }
+        );
+        apply(&mut j, 0, head);
+        let acts = reconcile(&running_wf(j.clone()), 10);
+        assert_eq!(gang_stops(&acts), vec![attempt(1), attempt(2)]);
+        assert_eq!(acts.len(), 2, "{acts:?}");
+        for i in [1, 2] {
+            let o = end(&j, i, Some(143), EndCause::Gang, 11);
+            assert_eq!(
+                o,
+                Outcome::Final {
+                    status: TaskStatus::Finished,
+                    reason: Some(format!("its head {JOB}-0 finished"))
+                }
+            );
+            apply(&mut j, i, o);
+        }
+        assert_eq!(job_status(&j), TaskStatus::Finished);
+        assert_eq!(
+            reconcile(&running_wf(j), 12),
+            vec![Action::SetWorkflow {
+                status: WorkflowStatus::Finished,
+                reason: None
+            }]
+        );
+    }
+
+    #[test]
+    fn a_member_ending_after_its_head_finished_still_finishes() {
+        // The head is done; a peer's node going before its stop arrives changes nothing.
+        let mut j = gang_job(running(2), 1, NO_RETRY);
+        let head = end(&j, 0, Some(0), EndCause::Exit, 10);
+        apply(&mut j, 0, head);
+        let o = end(&j, 1, None, EndCause::NodeLost, 11);
+        assert_eq!(
+            o,
+            Outcome::Final {
+                status: TaskStatus::Finished,
+                reason: Some(format!("its head {JOB}-0 finished"))
+            }
+        );
+    }
+
+    #[test]
+    fn a_lost_member_without_retry_on_node_fails_the_gang() {
+        let mut j = gang_job(
+            running(3),
+            3,
+            RetryOn {
+                failure: true,
+                node: false,
+            },
+        );
+        let lost = end(&j, 1, None, EndCause::NodeLost, 10);
+        let own = format!("member {JOB}-1 on node n1 was lost");
+        assert_eq!(
+            lost,
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(own.clone())
+            }
+        );
+        apply(&mut j, 1, lost);
+        let acts = reconcile(&running_wf(j.clone()), 10);
+        assert_eq!(gang_stops(&acts), vec![attempt(0), attempt(2)]);
+        // Asked once: the next pass, with the stops sent, asks nothing more.
+        let mut sent = j.clone();
+        for t in &mut sent.tasks {
+            if let Some(a) = &mut t.live {
+                a.stop_sent = Some(EndCause::Gang);
+            }
+        }
+        assert!(reconcile(&running_wf(sent), 11).is_empty());
+
+        for i in [0, 2] {
+            let o = end(&j, i, Some(137), EndCause::Gang, 12);
+            assert_eq!(
+                o,
+                Outcome::Final {
+                    status: TaskStatus::Failed,
+                    reason: Some(format!("the gang failed: {own}"))
+                }
+            );
+            apply(&mut j, i, o);
+        }
+        // Quoted from the member whose end decided it, not from a member that mirrored it.
+        assert_eq!(
+            j.tasks[2].reason.as_deref(),
+            Some(format!("the gang failed: {own}").as_str())
+        );
+        assert_eq!(job_status(&j), TaskStatus::Failed);
+        assert_eq!(
+            reconcile(&running_wf(j), 13),
+            vec![Action::SetWorkflow {
+                status: WorkflowStatus::Failed,
+                reason: Some(format!("failed: {JOB}"))
+            }]
+        );
+    }
+
+    #[test]
+    fn a_lost_member_with_retry_on_node_reruns_the_whole_gang_in_lockstep() {
+        let mut j = gang_job(running(3), 3, ON_NODE);
+        let lost = end(&j, 1, None, EndCause::NodeLost, 10_000);
+        let own = format!(
+            "member {JOB}-1 on node n1 was lost; the gang restarts: attempt 2 of 3 starts after a 1s backoff"
+        );
+        assert_eq!(
+            lost,
+            Outcome::Retry {
+                reason: own.clone(),
+                not_before: 11_000
+            }
+        );
+        apply(&mut j, 1, lost);
+        // Not placed again while the others still run: they are stopped first.
+        let acts = reconcile(&running_wf(j.clone()), 20_000);
+        assert_eq!(gang_stops(&acts), vec![attempt(0), attempt(2)]);
+        assert_eq!(acts.len(), 2, "{acts:?}");
+
+        for (i, at) in [(2, 10_400), (0, 10_500)] {
+            let o = end(&j, i, Some(143), EndCause::Gang, at);
+            assert_eq!(
+                o,
+                Outcome::Retry {
+                    reason: format!("stopped: {own}"),
+                    not_before: 11_000
+                },
+                "member {i}"
+            );
+            apply(&mut j, i, o);
+        }
+        assert!(j.tasks.iter().all(|t| t.attempts_made == 1));
+        assert!(reconcile(&running_wf(j.clone()), 10_999).is_empty());
+        assert_eq!(
+            reconcile(&running_wf(j), 11_000),
+            vec![Action::PlaceGang {
+                tasks: vec![id(1), id(2), id(3)]
+            }]
+        );
+    }
+
+    #[test]
+    fn a_mirror_names_the_member_even_when_its_reason_is_not_known() {
+        let mut j = gang_job(running(3), 1, NO_RETRY);
+        let failed_2 = Outcome::Final {
+            status: TaskStatus::Failed,
+            reason: None,
+        };
+        apply(&mut j, 2, failed_2);
+        assert_eq!(
+            end(&j, 0, Some(143), EndCause::Gang, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("the gang failed: member {JOB}-2 ended FAILED"))
+            }
+        );
+        // With two failed, the one whose own end is on record tells the story, not a mirror.
+        let own = format!("member {JOB}-2 on node n2 exited with code 4");
+        j.tasks[2].reason = Some(own.clone());
+        j.tasks[1].live = None;
+        j.tasks[1].status = TaskStatus::Failed;
+        j.tasks[1].reason = Some("the gang failed: something else".into());
+        assert_eq!(
+            end(&j, 0, Some(143), EndCause::Gang, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("the gang failed: {own}"))
+            }
+        );
+    }
+
+    #[test]
+    fn an_evicted_member_names_its_node() {
+        let j = gang_job(running(2), 1, ON_NODE);
+        assert_eq!(
+            end(&j, 1, None, EndCause::Evicted, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("member {JOB}-1 was evicted from node n1"))
+            }
+        );
+        assert_eq!(
+            end(&j, 1, None, EndCause::StartError, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("member {JOB}-1 could not start on node n1"))
+            }
+        );
+    }
+
+    #[test]
+    fn a_member_exiting_on_its_own_fails_the_gang_whatever_its_code() {
+        let j = gang_job(running(2), 2, NO_RETRY);
+        assert_eq!(
+            end(&j, 1, Some(0), EndCause::Exit, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!(
+                    "member {JOB}-1 on node n1 exited with code 0 before its head finished"
+                ))
+            }
+        );
+        assert_eq!(
+            end(&j, 1, Some(3), EndCause::Exit, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("member {JOB}-1 on node n1 exited with code 3"))
+            }
+        );
+        // The head's failure too; `retry.on: failure` reruns the gang.
+        let retried = gang_job(
+            running(2),
+            2,
+            RetryOn {
+                failure: true,
+                node: false,
+            },
+        );
+        assert_eq!(
+            end(&retried, 0, Some(2), EndCause::Exit, 0),
+            Outcome::Retry {
+                reason: format!(
+                    "member {JOB}-0 on node n0 exited with code 2; the gang restarts: attempt 2 of 2 starts after a 1s backoff"
+                ),
+                not_before: 1_000
+            }
+        );
+        assert!(matches!(
+            end(&retried, 1, Some(0), EndCause::Exit, 0),
+            Outcome::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn a_gang_times_out_by_its_head_and_the_others_follow() {
+        let mut j = gang_job(running(3), 1, NO_RETRY);
+        j.timeout_ms = Some(5_000);
+        // A member that started running earlier does not start the job's clock.
+        j.tasks[2].live.as_mut().unwrap().running_since = Some(-10_000);
+        j.tasks[0].live.as_mut().unwrap().running_since = Some(1_000);
+        assert!(reconcile(&running_wf(j.clone()), 5_999).is_empty());
+        assert_eq!(
+            reconcile(&running_wf(j.clone()), 6_000),
+            vec![Action::StopAttempt {
+                attempt: attempt(0),
+                cause: EndCause::Timeout
+            }]
+        );
+        let o = end(&j, 0, Some(143), EndCause::Timeout, 6_100);
+        let own = format!("member {JOB}-0 on node n0 timed out");
+        assert_eq!(
+            o,
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(own.clone())
+            }
+        );
+        apply(&mut j, 0, o);
+        assert_eq!(
+            gang_stops(&reconcile(&running_wf(j.clone()), 6_100)),
+            vec![attempt(1), attempt(2)]
+        );
+        assert_eq!(
+            end(&j, 2, Some(143), EndCause::Gang, 6_200),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("the gang failed: {own}"))
+            }
+        );
+    }
+
+    #[test]
+    fn members_ending_at_once_with_mixed_outcomes_settle_on_one_fate() {
+        // Member 1 was retried and member 2 failed, each decided before the other's end was
+        // recorded: the gang fails, and the head still running is stopped.
+        let mut j = gang_job(
+            running(3),
+            3,
+            RetryOn {
+                failure: true,
+                node: true,
+            },
+        );
+        let failed_2 = format!("member {JOB}-2 on node n2 exited with code 9");
+        apply(
+            &mut j,
+            1,
+            Outcome::Retry {
+                reason: "retried".into(),
+                not_before: 5_000,
+            },
+        );
+        apply(
+            &mut j,
+            2,
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(failed_2.clone()),
+            },
+        );
+        let acts = reconcile(&running_wf(j.clone()), 6_000);
+        assert_eq!(
+            acts,
+            vec![
+                Action::StopAttempt {
+                    attempt: attempt(0),
+                    cause: EndCause::Gang
+                },
+                Action::EndTask {
+                    task: id(2),
+                    status: TaskStatus::Failed,
+                    reason: format!("the gang failed: {failed_2}")
+                },
+            ]
+        );
+        // A member retried beside a failure is not: it fails with its own reason.
+        let mut later = gang_job(running(3), 3, ON_NODE);
+        apply(
+            &mut later,
+            2,
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(failed_2.clone()),
+            },
+        );
+        assert_eq!(
+            end(&later, 1, None, EndCause::NodeLost, 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some(format!("member {JOB}-1 on node n1 was lost"))
+            }
+        );
+
+        // The head finished while a member was sent back: the job is done, the member too.
+        let mut done = gang_job(running(2), 3, ON_NODE);
+        let head = end(&done, 0, Some(0), EndCause::Exit, 0);
+        apply(&mut done, 0, head);
+        apply(
+            &mut done,
+            1,
+            Outcome::Retry {
+                reason: "retried".into(),
+                not_before: 5_000,
+            },
+        );
+        assert_eq!(
+            reconcile(&running_wf(done), 6_000),
+            vec![
+                Action::EndTask {
+                    task: id(2),
+                    status: TaskStatus::Finished,
+                    reason: format!("its head {JOB}-0 finished")
+                },
+                Action::SetWorkflow {
+                    status: WorkflowStatus::Finished,
+                    reason: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn stopping_the_workflow_stops_every_member() {
+        let mut j = gang_job(running(3), 3, ON_NODE);
+        apply(
+            &mut j,
+            1,
+            Outcome::Retry {
+                reason: "retried".into(),
+                not_before: 5_000,
+            },
+        );
+        j.tasks[2].live.as_mut().unwrap().stop_sent = Some(EndCause::Gang);
+        let mut w = running_wf(j);
+        w.stop_requested = true;
+        assert_eq!(
+            reconcile(&w, 0),
+            vec![
+                Action::StopAttempt {
+                    attempt: attempt(0),
+                    cause: EndCause::Stopped
+                },
+                Action::EndTask {
+                    task: id(2),
+                    status: TaskStatus::Stopped,
+                    reason: "workflow stopped before it ran".into()
+                },
+            ]
+        );
+        let j = &mut w.jobs[0];
+        let o = end(j, 0, Some(143), EndCause::Stopped, 1);
+        assert_eq!(o, stopped());
+        apply(j, 0, o);
+        apply(j, 1, stopped());
+        // The member stopped for its gang before the workflow's stop ends with the gang.
+        let o = end(j, 2, Some(143), EndCause::Gang, 2);
+        assert_eq!(
+            o,
+            Outcome::Final {
+                status: TaskStatus::Stopped,
+                reason: Some(format!("stopped: member {JOB}-0 ended STOPPED"))
+            }
+        );
+        apply(j, 2, o);
+        assert_eq!(
+            reconcile(&w, 3),
+            vec![Action::SetWorkflow {
+                status: WorkflowStatus::Stopped,
+                reason: Some("stopped by request".into())
+            }]
+        );
+    }
+
+    #[test]
+    fn a_task_that_is_no_member_decides_as_before() {
+        let causes = [
+            (Some(0), EndCause::Exit),
+            (Some(3), EndCause::Exit),
+            (None, EndCause::Timeout),
+            (None, EndCause::StartError),
+            (None, EndCause::NodeLost),
+            (None, EndCause::Evicted),
+            (None, EndCause::Stopped),
+            (None, EndCause::DependencyFailed),
+            (None, EndCause::Gang),
+        ];
+        let plain = retry_job(3, true, false);
+        for (code, cause) in causes {
+            let before = attempt_outcome(&plain, 1, code, cause, "n1", 0);
+            assert_eq!(
+                member_outcome(&plain, Some(4), 1, code, cause, "n1", 0),
+                before
+            );
+            assert_eq!(
+                member_outcome(&plain, None, 1, code, cause, "n1", 0),
+                before
+            );
+        }
+        assert_eq!(
+            attempt_outcome(&plain, 1, None, EndCause::Gang, "n1", 0),
+            Outcome::Final {
+                status: TaskStatus::Failed,
+                reason: Some("another member of its multinode job ended".into())
+            }
+        );
     }
 }

@@ -119,26 +119,38 @@ impl Tier {
         }
     }
 
-    /// Best node for a request without devices, among nodes without devices or among nodes
-    /// with them. Returns (free cores, free memory, rank).
-    pub(super) fn find_plain(&self, need: &Need, with_devices: bool) -> Option<(u64, u64, u32)> {
+    /// Best node for a request without devices that `ok` accepts, among nodes without devices
+    /// or among nodes with them. Returns (free cores, free memory, rank). `ok` sees the nodes
+    /// with enough capacity in rank order, so a caller that wants several nodes can collect
+    /// them and accept the last.
+    pub(super) fn find_plain(
+        &self,
+        need: &Need,
+        with_devices: bool,
+        ok: impl FnMut(u32) -> bool,
+    ) -> Option<(u64, u64, u32)> {
         let set = if with_devices {
             &self.with_devices
         } else {
             &self.plain
         };
-        set.find(need.cpu, need.mem, |_| true)
+        set.find(need.cpu, need.mem, ok)
     }
 
-    /// Best node for a request with devices. Returns (free count of the request's first
-    /// device, free cores, free memory, rank).
-    pub(super) fn find_devices(&self, need: &Need, nodes: &[Node]) -> Option<(u32, u64, u64, u32)> {
+    /// Best node for a request with devices that `ok` accepts, walked as in `find_plain`.
+    /// Returns (free count of the request's first device, free cores, free memory, rank).
+    pub(super) fn find_devices(
+        &self,
+        need: &Need,
+        nodes: &[Node],
+        mut ok: impl FnMut(u32) -> bool,
+    ) -> Option<(u32, u64, u64, u32)> {
         let (&(first, count), rest) = need.dev.split_first()?;
         let levels = self.by_device.get(&first)?;
         for (&free, set) in levels.range(count..) {
             let found = set.find(need.cpu, need.mem, |rank| {
                 let n = &nodes[rank as usize];
-                rest.iter().all(|&(d, k)| n.free_of(d) >= k)
+                rest.iter().all(|&(d, k)| n.free_of(d) >= k) && ok(rank)
             });
             if let Some((c, m, rank)) = found {
                 return Some((free, c, m, rank));

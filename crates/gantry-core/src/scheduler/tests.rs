@@ -6,16 +6,7 @@ const DISKFULL: &str = "cordoned: hold by monitoring (DiskFull)";
 
 /// An empty, schedulable node with `cores` cores and `gib` GiB.
 fn node(id: &str, pool: &str, cores: u64, gib: u64) -> NodeView {
-    NodeView {
-        id: id.into(),
-        pool: pool.into(),
-        total: Res::new(cores * 1000, gib * GIB),
-        used: Res::default(),
-        schedulable: true,
-        unschedulable_reason: None,
-        exclusive_taken: false,
-        running: 0,
-    }
+    NodeView::new(id, pool, Res::new(cores * 1000, gib * GIB))
 }
 
 fn gpus(mut n: NodeView, count: u32) -> NodeView {
@@ -38,12 +29,7 @@ fn held(mut n: NodeView, reason: Option<&str>) -> NodeView {
 }
 
 fn req(key: u64, pool: Option<&str>, millis: u64, gib: u64) -> TaskRequest<u64> {
-    TaskRequest {
-        key,
-        pool: pool.map(str::to_owned),
-        need: Res::new(millis, gib * GIB),
-        exclusive: false,
-    }
+    TaskRequest::new(key, pool.map(str::to_owned), Res::new(millis, gib * GIB))
 }
 
 fn gpu_req(key: u64, pool: Option<&str>, millis: u64, count: u32) -> TaskRequest<u64> {
@@ -57,11 +43,14 @@ fn exclusive(mut r: TaskRequest<u64>) -> TaskRequest<u64> {
     r
 }
 
-/// (key, node name) of each placement.
+/// (key, node name) of each placement of one member.
 fn placed(plan: &Plan<u64>) -> Vec<(u64, &str)> {
     plan.placements
         .iter()
-        .map(|(k, n)| (*k, n.as_str()))
+        .map(|p| {
+            assert_eq!(p.members(), 1, "{} has {} members", p.key, p.members());
+            (p.key, p.node.as_str())
+        })
         .collect()
 }
 
@@ -338,15 +327,10 @@ fn plan_keeps_request_order_and_caller_keys() {
     let nodes = [node("a", "cpu", 2, 8)];
     let reqs: Vec<TaskRequest<&str>> = ["x", "y", "z"]
         .into_iter()
-        .map(|k| TaskRequest {
-            key: k,
-            pool: None,
-            need: Res::new(1000, 0),
-            exclusive: false,
-        })
+        .map(|k| TaskRequest::new(k, None, Res::new(1000, 0)))
         .collect();
     let plan = schedule(&nodes, &reqs);
-    let keys: Vec<_> = plan.placements.iter().map(|(k, _)| *k).collect();
+    let keys: Vec<_> = plan.placements.iter().map(|p| p.key).collect();
     assert_eq!(keys, ["x", "y"]);
     assert_eq!(plan.unplaced[0].key, "z");
 }
@@ -802,4 +786,520 @@ fn indexes_hold_exactly_the_nodes_that_can_take_work() {
     // 1 went to c (fewest free cores), 2 took a whole: open is c and b, idle only b.
     assert_eq!(state.pools[0].open.entries(), 3);
     assert_eq!(state.pools[0].idle.entries(), 2);
+}
+
+// ---- gangs ----------------------------------------------------------------------------------
+
+const MODEL: &str = "nvidia.com/gpu.model";
+
+fn gang(mut r: TaskRequest<u64>, members: u32) -> TaskRequest<u64> {
+    r.members = members;
+    r
+}
+
+fn with_label(mut n: NodeView, k: &str, v: &str) -> NodeView {
+    n.labels.insert(k.into(), v.into());
+    n
+}
+
+fn wants_label(mut r: TaskRequest<u64>, k: &str, v: &str) -> TaskRequest<u64> {
+    r.labels.insert(k.into(), v.into());
+    r
+}
+
+/// A host-network request binding `ports`.
+fn host_net(mut r: TaskRequest<u64>, ports: &[u16]) -> TaskRequest<u64> {
+    r.host_network = true;
+    r.host_ports = ports.to_vec();
+    r
+}
+
+fn ports_taken(mut n: NodeView, ports: &[u16]) -> NodeView {
+    n.host_ports.extend(ports);
+    n
+}
+
+fn no_host_net(mut n: NodeView) -> NodeView {
+    n.host_network = false;
+    n
+}
+
+/// (key, node names) of each placement.
+fn placed_all(plan: &Plan<u64>) -> Vec<(u64, Vec<&str>)> {
+    plan.placements
+        .iter()
+        .map(|p| (p.key, p.nodes().map(NodeId::as_str).collect()))
+        .collect()
+}
+
+#[test]
+fn a_gang_goes_on_distinct_nodes_fullest_first() {
+    let nodes = [
+        node("a", "cpu", 8, 32),
+        busy(node("b", "cpu", 8, 32), 4000, 0, 1),
+        busy(node("c", "cpu", 8, 32), 6000, 0, 1),
+        busy(node("d", "cpu", 8, 32), 7000, 0, 1),
+    ];
+    // d has 1 core free: too few. c, b, a in bin-packing order, each once although c and b
+    // would have room for two members.
+    let plan = schedule(&nodes, &[gang(req(1, None, 2000, 0), 3)]);
+    assert_eq!(placed_all(&plan), [(1, vec!["c", "b", "a"])]);
+    assert!(plan.unplaced.is_empty());
+}
+
+#[test]
+fn members_zero_is_one() {
+    let nodes = [node("a", "cpu", 4, 8)];
+    let plan = schedule(&nodes, &[gang(req(1, None, 1000, 0), 0)]);
+    assert_eq!(placed(&plan), [(1, "a")]);
+}
+
+#[test]
+fn a_gang_is_placed_whole_or_not_at_all_and_later_requests_backfill() {
+    let nodes = [node("a", "cpu", 4, 8), node("b", "cpu", 4, 8)];
+    let plan = schedule(
+        &nodes,
+        &[gang(req(1, None, 1000, 0), 3), req(2, None, 4000, 0)],
+    );
+    // Two nodes could take a member each, but a partial gang is never placed: both stay
+    // free for request 2.
+    assert_eq!(placed(&plan), [(2, "a")]);
+    assert_eq!(plan.unplaced.len(), 1);
+    assert_eq!(plan.unplaced[0].key, 1);
+}
+
+#[test]
+fn two_gangs_that_fit_alone_but_not_together() {
+    let nodes: Vec<NodeView> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|id| node(id, "cpu", 4, 8))
+        .collect();
+    let reqs = [
+        gang(req(1, None, 4000, 0), 3),
+        gang(req(2, None, 4000, 0), 3),
+        req(3, None, 4000, 0),
+    ];
+    let plan = schedule(&nodes, &reqs);
+    assert_eq!(
+        placed_all(&plan),
+        [(1, vec!["a", "b", "c"]), (3, vec!["d"])]
+    );
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "not all members fit now: needs 3 nodes with 4 cores each of one pool, and 0 have \
+             room (at most, in pool \"cpu\"); of 4 nodes in pool \"cpu\", 4 have too few free \
+             cores (need 4, most free 0)"
+        )
+    );
+}
+
+#[test]
+fn a_gang_with_any_pool_stays_in_one_pool() {
+    let nodes = [
+        node("a1", "a", 4, 8),
+        node("a2", "a", 4, 8),
+        node("b1", "b", 4, 8),
+        node("b2", "b", 4, 8),
+        node("b3", "b", 4, 8),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, None, 1000, 0), 3)]);
+    assert_eq!(placed_all(&plan), [(1, vec!["b1", "b2", "b3"])]);
+}
+
+#[test]
+fn of_pools_that_can_take_a_gang_the_one_whose_last_pick_is_fullest_wins() {
+    let nodes = [
+        // Pool "a": its second-best node has 8 cores free.
+        busy(node("a1", "a", 8, 8), 7000, 0, 1),
+        node("a2", "a", 8, 8),
+        // Pool "b": its second-best node has 4 free, fewer than a2: b packs tighter.
+        busy(node("b1", "b", 8, 8), 6000, 0, 1),
+        busy(node("b2", "b", 8, 8), 4000, 0, 1),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, None, 1000, 0), 2)]);
+    assert_eq!(placed_all(&plan), [(1, vec!["b1", "b2"])]);
+}
+
+#[test]
+fn exclusive_gang_members_take_whole_idle_nodes() {
+    let nodes = [
+        busy(node("a", "cpu", 8, 8), 1000, 0, 1),
+        node("b", "cpu", 8, 8),
+        node("c", "cpu", 8, 8),
+    ];
+    let plan = schedule(
+        &nodes,
+        &[
+            exclusive(gang(req(1, None, 1000, 0), 2)),
+            exclusive(gang(req(2, None, 1000, 0), 2)),
+        ],
+    );
+    assert_eq!(placed_all(&plan), [(1, vec!["b", "c"])]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "not all members fit now: needs 2 whole nodes with 1 core each of one pool, and 0 \
+             have room (at most, in pool \"cpu\"); of 3 nodes in pool \"cpu\", 2 run an \
+             exclusive job, 1 is busy (an exclusive request needs an idle node)"
+        )
+    );
+}
+
+#[test]
+fn a_gang_larger_than_its_pool_never_fits() {
+    let nodes = [
+        node("a", "cpu", 4, 8),
+        node("b", "cpu", 4, 8),
+        node("c", "cpu", 1, 8),
+        held(node("d", "cpu", 1, 8), Some(DISKFULL)),
+        node("e", "cpu", 1, 8),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, Some("cpu"), 2000, 1), 3)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs 3 nodes with 2 cores and 1 GiB memory each, and only 2 of the 5 \
+             nodes in pool \"cpu\" could ever take one"
+        )
+    );
+}
+
+#[test]
+fn a_gang_of_absurd_size_is_refused_not_allocated() {
+    let nodes = [node("a", "cpu", 4, 8), node("b", "cpu", 4, 8)];
+    let plan = schedule(&nodes, &[gang(req(1, Some("cpu"), 1000, 0), u32::MAX)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs 4294967295 nodes with 1 core each, and only 2 of the 2 nodes in \
+             pool \"cpu\" could ever take one"
+        )
+    );
+}
+
+#[test]
+fn a_gang_larger_than_every_pool_names_the_largest() {
+    let nodes = [
+        node("a1", "a", 4, 8),
+        node("b1", "b", 4, 8),
+        node("b2", "b", 4, 8),
+        node("b3", "b", 1, 8),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, None, 2000, 0), 3)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs 3 nodes with 2 cores each of one pool, and no pool has more than \
+             2 that could ever take one (pool \"b\": 2 of its 3 nodes)"
+        )
+    );
+}
+
+#[test]
+fn a_gang_whose_members_fit_no_node_says_what_is_too_large() {
+    let nodes = [node("a", "cpu", 4, 8), node("b", "cpu", 4, 8)];
+    let plan = schedule(&nodes, &[gang(req(1, None, 8000, 0), 2)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs more than any node has: 8 cores (most: 4)"
+        )
+    );
+}
+
+#[test]
+fn a_gang_waiting_for_room_counts_nodes_with_room() {
+    let nodes = [
+        node("a", "cpu", 8, 32),
+        busy(node("b", "cpu", 8, 32), 3000, 0, 1),
+        busy(node("c", "cpu", 8, 32), 6000, 0, 1),
+        busy(node("d", "cpu", 8, 32), 7000, 0, 1),
+        held(node("e", "cpu", 8, 32), Some(DISKFULL)),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, Some("cpu"), 4000, 0), 3)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "not all members fit now: needs 3 nodes with 4 cores each, and 2 have room; of 5 \
+             nodes in pool \"cpu\", 1 unavailable (cordoned: hold by monitoring (DiskFull)), 2 \
+             have too few free cores (need 4, most free 2)"
+        )
+    );
+}
+
+#[test]
+fn a_gang_waiting_in_any_pool_names_the_pool_with_most_room() {
+    let nodes = [
+        node("a1", "a", 4, 8),
+        busy(node("a2", "a", 4, 8), 4000, 0, 1),
+        node("b1", "b", 4, 8),
+        node("b2", "b", 4, 8),
+        busy(node("b3", "b", 4, 8), 4000, 0, 1),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, None, 2000, 0), 3)]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "not all members fit now: needs 3 nodes with 2 cores each of one pool, and 2 have \
+             room (at most, in pool \"b\"); of 3 nodes in pool \"b\", 1 has too few free cores \
+             (need 2, most free 0)"
+        )
+    );
+}
+
+// ---- labels ---------------------------------------------------------------------------------
+
+#[test]
+fn labels_must_all_match_exactly() {
+    let nodes = [
+        with_label(node("a", "gpu", 8, 8), MODEL, "H100"),
+        with_label(node("b", "gpu", 8, 8), MODEL, "T4"),
+        with_label(with_label(node("c", "gpu", 8, 8), MODEL, "T4"), "zone", "x"),
+    ];
+    let plan = schedule(
+        &nodes,
+        &[
+            wants_label(req(1, None, 1000, 0), MODEL, "T4"),
+            wants_label(wants_label(req(2, None, 1000, 0), MODEL, "T4"), "zone", "x"),
+            wants_label(req(3, None, 1000, 0), MODEL, "t4"),
+        ],
+    );
+    // 1 goes to b, the first of the two T4 nodes by name; 2 needs c's zone too.
+    assert_eq!(placed(&plan), [(1, "b"), (2, "c")]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: no node has label nvidia.com/gpu.model=t4"
+        )
+    );
+}
+
+#[test]
+fn a_label_no_node_in_the_pool_has() {
+    let nodes = [
+        with_label(node("a", "cpu", 8, 8), MODEL, "T4"),
+        node("b", "gpu", 8, 8),
+    ];
+    let plan = schedule(
+        &nodes,
+        &[wants_label(req(1, Some("gpu"), 1000, 0), MODEL, "T4")],
+    );
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: no node in pool \"gpu\" has label nvidia.com/gpu.model=T4"
+        )
+    );
+}
+
+#[test]
+fn labels_each_present_but_never_together() {
+    let nodes = [
+        with_label(node("a", "gpu", 8, 8), MODEL, "T4"),
+        with_label(node("b", "gpu", 8, 8), "zone", "x"),
+    ];
+    let r = wants_label(wants_label(req(1, None, 1000, 0), MODEL, "T4"), "zone", "x");
+    let plan = schedule(&nodes, &[r]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: no node has labels nvidia.com/gpu.model=T4 and zone=x at once"
+        )
+    );
+}
+
+#[test]
+fn matching_nodes_too_small_never_fit() {
+    let nodes = [
+        with_label(node("a", "gpu", 4, 8), MODEL, "T4"),
+        node("b", "gpu", 64, 8),
+    ];
+    let plan = schedule(&nodes, &[wants_label(req(1, None, 8000, 0), MODEL, "T4")]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs more than any node with nvidia.com/gpu.model=T4 has: 8 cores \
+             (most: 4)"
+        )
+    );
+}
+
+#[test]
+fn matching_nodes_that_are_full_are_counted_like_other_shortfalls() {
+    let nodes = [
+        busy(with_label(node("a", "gpu", 4, 8), MODEL, "T4"), 4000, 0, 1),
+        node("b", "gpu", 4, 8),
+        with_label(node("c", "gpu", 4, 8), MODEL, "H100"),
+    ];
+    let plan = schedule(&nodes, &[wants_label(req(1, None, 1000, 0), MODEL, "T4")]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "no node fits now: of 3 nodes, 2 lack nvidia.com/gpu.model=T4, 1 has too few free \
+             cores (need 1, most free 0)"
+        )
+    );
+}
+
+#[test]
+fn a_gang_with_labels_counts_only_matching_nodes() {
+    let nodes = [
+        with_label(node("a", "gpu", 4, 8), MODEL, "T4"),
+        with_label(node("b", "gpu", 4, 8), MODEL, "T4"),
+        node("c", "gpu", 4, 8),
+    ];
+    let r = gang(wants_label(req(1, Some("gpu"), 1000, 0), MODEL, "T4"), 3);
+    let plan = schedule(&nodes, std::slice::from_ref(&r));
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: needs 3 nodes with nvidia.com/gpu.model=T4 and 1 core each, and only 2 \
+             of the 3 nodes in pool \"gpu\" could ever take one"
+        )
+    );
+    let plan = schedule(&nodes, &[gang(r, 2)]);
+    assert_eq!(placed_all(&plan), [(1, vec!["a", "b"])]);
+}
+
+// ---- host ports and host networking --------------------------------------------------------
+
+#[test]
+fn two_services_on_one_host_port_never_share_a_node() {
+    let nodes = [node("a", "cpu", 8, 8), node("b", "cpu", 8, 8)];
+    let reqs = [
+        host_net(req(1, None, 1000, 0), &[8080]),
+        host_net(req(2, None, 1000, 0), &[8080, 9090]),
+        host_net(req(3, None, 1000, 0), &[8080]),
+        // Another port, or no host network at all: the first node is fine.
+        host_net(req(4, None, 1000, 0), &[9091]),
+        req(5, None, 1000, 0),
+    ];
+    let plan = schedule(&nodes, &reqs);
+    assert_eq!(placed(&plan), [(1, "a"), (2, "b"), (4, "a"), (5, "a")]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "no node fits now: of 2 nodes, 2 have host port 8080 taken"
+        )
+    );
+}
+
+#[test]
+fn a_port_taken_in_the_snapshot_is_taken() {
+    let nodes = [
+        ports_taken(node("a", "cpu", 8, 8), &[8080]),
+        busy(node("b", "cpu", 8, 8), 8000, 0, 1),
+    ];
+    let plan = schedule(&nodes, &[host_net(req(1, None, 1000, 0), &[8080])]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "no node fits now: of 2 nodes, 1 has too few free cores (need 1, most free 0), 1 \
+             has host port 8080 taken"
+        )
+    );
+    // Without host networking the port is the container's own.
+    let plan = schedule(&nodes, &[req(1, None, 1000, 0)]);
+    assert_eq!(placed(&plan), [(1, "a")]);
+}
+
+#[test]
+fn gang_members_take_their_host_ports_on_each_node() {
+    let nodes = [node("a", "cpu", 8, 8), node("b", "cpu", 8, 8)];
+    let reqs = [
+        gang(host_net(req(1, None, 1000, 0), &[5000]), 2),
+        host_net(req(2, None, 1000, 0), &[5000]),
+    ];
+    let plan = schedule(&nodes, &reqs);
+    assert_eq!(placed_all(&plan), [(1, vec!["a", "b"])]);
+    assert_eq!(only_unplaced(&plan).0, UnplacedKind::Wait);
+}
+
+#[test]
+fn a_pool_that_forbids_host_networking() {
+    let nodes = [
+        no_host_net(node("s1", "secure", 8, 8)),
+        no_host_net(node("s2", "secure", 8, 8)),
+        busy(node("o", "open", 8, 8), 8000, 0, 1),
+    ];
+    let plan = schedule(&nodes, &[host_net(req(1, Some("secure"), 1000, 0), &[])]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: pool \"secure\" does not allow host networking"
+        )
+    );
+    // Any pool: only "open" could, and it is full.
+    let plan = schedule(&nodes, &[host_net(req(1, None, 1000, 0), &[])]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::Wait,
+            "no node fits now: of 3 nodes, pool \"secure\" does not allow host networking (2 \
+             nodes), 1 has too few free cores (need 1, most free 0)"
+        )
+    );
+    // Without host networking "secure" is fine.
+    let plan = schedule(&nodes, &[req(1, None, 1000, 0)]);
+    assert_eq!(placed(&plan), [(1, "s1")]);
+}
+
+#[test]
+fn no_pool_allows_host_networking() {
+    let nodes = [
+        no_host_net(node("a", "x", 8, 8)),
+        no_host_net(node("b", "x", 8, 8)),
+        no_host_net(node("c", "y", 8, 8)),
+    ];
+    let plan = schedule(&nodes, &[gang(req(1, None, 1000, 0), 2)]);
+    assert_eq!(placed_all(&plan), [(1, vec!["a", "b"])]);
+    let plan = schedule(&nodes, &[host_net(gang(req(1, None, 1000, 0), 2), &[])]);
+    assert_eq!(
+        only_unplaced(&plan),
+        (
+            UnplacedKind::TooLarge,
+            "never fits: no pool allows host networking"
+        )
+    );
+}
+
+#[test]
+fn constrained_reasons_are_shared_by_equal_asks_and_deterministic() {
+    let nodes = [
+        with_label(node("a", "gpu", 2, 8), MODEL, "T4"),
+        node("b", "gpu", 2, 8),
+    ];
+    let reqs: Vec<_> = (0..5)
+        .map(|k| wants_label(req(k, None, 1000, 0), MODEL, "T4"))
+        .collect();
+    let plan = schedule(&nodes, &reqs);
+    assert_eq!(placed(&plan), [(0, "a"), (1, "a")]);
+    let mut shuffled = nodes.to_vec();
+    shuffled.reverse();
+    assert_eq!(schedule(&shuffled, &reqs), plan);
+    for u in &plan.unplaced {
+        assert_eq!(
+            u.reason,
+            "no node fits now: of 2 nodes, 1 lacks nvidia.com/gpu.model=T4, 1 has too few free \
+             cores (need 1, most free 0)"
+        );
+    }
 }

@@ -177,11 +177,16 @@ pub struct ServerArgs {
 #[derive(Args, Debug)]
 pub struct AgentArgs {
     /// The server's URL, e.g. http://10.0.0.1:7070.
-    #[arg(long, env = "GANTRY_URL")]
-    server: String,
+    #[arg(long, env = "GANTRY_URL", required_unless_present = "print_labels")]
+    server: Option<String>,
     /// An agent (or admin) token.
-    #[arg(long, env = "GANTRY_AGENT_TOKEN", hide_env_values = true)]
-    token: String,
+    #[arg(
+        long,
+        env = "GANTRY_AGENT_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "print_labels"
+    )]
+    token: Option<String>,
     #[arg(long, default_value = "default")]
     pool: String,
     /// This node's name (default: the host name). It is the node's identity across restarts.
@@ -212,6 +217,14 @@ pub struct AgentArgs {
     /// --server needs none unless it is reached at a loopback address.
     #[arg(long = "host-allow", value_name = "PROTO/PORT")]
     host_allow: Vec<gantry_agent::net::HostPort>,
+    /// A label of this node for placement, e.g. zone=a (repeatable). Keys are
+    /// `[prefix/]name` as in Kubernetes; these win over the labels the agent finds
+    /// (nvidia.com/gpu.model, nvidia.com/gpu.arch, nvidia.com/gpu.count, cpu.model).
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = gantry_agent::labels::parse_label)]
+    labels: Vec<(String, String)>,
+    /// Print the labels this agent would report, as JSON, and exit.
+    #[arg(long)]
+    print_labels: bool,
     #[command(flatten)]
     confine: ConfineArgs,
     #[command(flatten)]
@@ -383,6 +396,7 @@ async fn embedded(
                 }
             }),
             host_allow: host_allow.clone(),
+            labels: Default::default(),
         };
         configs.push(config.clone());
         tokio::spawn(async move {
@@ -565,6 +579,16 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    let labels = gantry_agent::labels::admin_labels(&args.labels).map_err(anyhow::Error::msg)?;
+    if args.print_labels {
+        let found = gantry_agent::labels::node_labels(&labels);
+        println!("{}", serde_json::to_string_pretty(&found)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    // clap requires both unless --print-labels.
+    let (Some(server), Some(token)) = (args.server, args.token) else {
+        anyhow::bail!("--server and --token are required");
+    };
     let mut capacity = detect_capacity();
     if let Some(c) = args.cpus {
         capacity.cpus = c;
@@ -577,8 +601,8 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         .state_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/gantry/agent").join(&name));
     let config = AgentConfig {
-        server: args.server,
-        token: args.token,
+        server,
+        token,
         pool: args.pool,
         name,
         capacity,
@@ -589,6 +613,7 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
         metrics_listen: args.metrics_listen.0,
         job_userns: args.confine.job_userns.then_some(JOB_IDS),
         host_allow: args.host_allow,
+        labels,
     };
     tokio::select! {
         r = gantry_agent::node::run(config.clone()) => r?,
