@@ -23,6 +23,7 @@ use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
 use gantry_store::{ActiveWorkflow, AttemptRow, Change, ChoreRow, NewEvent, TaskRow, WorkflowRow};
 use uuid::Uuid;
 
+use crate::placement::request_of;
 use crate::plan::{JobPlan, WorkflowPlan};
 use crate::state::{now_ms, AppState};
 
@@ -266,40 +267,6 @@ struct Placing<'a> {
     task: &'a TaskRow,
     /// A gang's members after the head (`task`), in index order.
     others: Vec<&'a TaskRow>,
-}
-
-/// What the scheduler is asked for one of `jp`'s containers (each member of a gang).
-fn request_of(
-    key: usize,
-    plan: &WorkflowPlan,
-    jp: &JobPlan,
-    members: u32,
-    settings: &crate::placement::PlacementSettings,
-) -> TaskRequest<usize> {
-    // A volume on a storage only one pool sees holds its jobs to that pool.
-    let pool = jp
-        .mounts
-        .iter()
-        .find_map(|(_, vol)| plan.persistent.get(vol)?.resolved.as_ref()?.pool.clone());
-    TaskRequest {
-        exclusive: jp.exclusive,
-        members,
-        labels: settings
-            .constraints(&jp.annotations)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-        host_ports: jp.host_ports.clone(),
-        host_network: jp.host_network,
-        ..TaskRequest::new(
-            key,
-            pool,
-            Res {
-                millicpus: jp.cores as u64 * 1000,
-                memory_bytes: jp.memory_bytes.unwrap_or(0),
-                devices: jp.devices.clone(),
-            },
-        )
-    }
 }
 
 /// What every member of a gang is told of the others (its own `index` is filled in per

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use gantry_core::scheduler::{Res, TaskRequest};
 use gantry_intake::requests::{self, CONSTRAINT_ANNOTATIONS_KEY, HOST_NETWORK_FORBIDDEN_KEY};
 
 use crate::state::AppState;
@@ -51,78 +52,75 @@ pub async fn pools(st: &AppState) -> Result<BTreeSet<String>, gantry_store::Stor
         .collect())
 }
 
-/// Why a step could never start on the cluster's nodes as they are, were every one of them
-/// empty and ready: `None` when it could. Nodes may join and settings change, so this is a
-/// warning at submit, never a refusal; the scheduler's own reasons say the rest.
-pub fn never_fits(
-    nodes: &[gantry_store::NodeRow],
+/// What the scheduler is asked for one of `jp`'s containers (each member of a gang).
+pub fn request_of<K>(
+    key: K,
+    plan: &crate::plan::WorkflowPlan,
     jp: &crate::plan::JobPlan,
+    members: u32,
     settings: &PlacementSettings,
-) -> Option<String> {
-    use gantry_core::scheduler::{schedule, NodeId, NodeView, Res, TaskRequest, UnplacedKind};
-    if nodes.is_empty() {
-        return Some("the cluster has no nodes".into());
-    }
-    let mut fit: Vec<&gantry_store::NodeRow> = nodes.iter().collect();
-    if jp.host_network {
-        fit.retain(|n| settings.host_network_allowed(&n.pool));
-        if fit.is_empty() {
-            return Some(format!(
-                "host networking is forbidden in every pool with nodes ({HOST_NETWORK_FORBIDDEN_KEY})"
-            ));
-        }
-    }
-    for (k, v) in settings.constraints(&jp.annotations) {
-        fit.retain(|n| n.labels.get(k) == Some(v));
-        if fit.is_empty() {
-            return Some(format!(
-                "no node has the label {k}={v} (resource.annotations; see `gantry node show`)"
-            ));
-        }
-    }
-    let view = |n: &gantry_store::NodeRow| {
-        NodeView::new(
-            NodeId(n.name.clone()),
-            n.pool.clone(),
-            Res::from(&serde_json::from_str(&n.capacity).unwrap_or_default()),
-        )
-    };
-    let request = [TaskRequest {
+) -> TaskRequest<K> {
+    // A volume on a storage only one pool sees holds its jobs to that pool.
+    let pool = jp
+        .mounts
+        .iter()
+        .find_map(|(_, vol)| plan.persistent.get(vol)?.resolved.as_ref()?.pool.clone());
+    TaskRequest {
         exclusive: jp.exclusive,
+        members,
+        labels: settings
+            .constraints(&jp.annotations)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        host_ports: jp.host_ports.clone(),
+        host_network: jp.host_network,
         ..TaskRequest::new(
-            (),
-            None,
+            key,
+            pool,
             Res {
-                millicpus: u64::from(jp.cores) * 1000,
+                millicpus: jp.cores as u64 * 1000,
                 memory_bytes: jp.memory_bytes.unwrap_or(0),
                 devices: jp.devices.clone(),
             },
         )
-    }];
-    let big_enough = fit
-        .iter()
-        .filter(|n| schedule(&[view(n)], &request).unplaced.is_empty())
-        .count();
-    if big_enough == 0 {
-        let views: Vec<NodeView> = fit.iter().map(|n| view(n)).collect();
-        return schedule(&views, &request)
-            .unplaced
-            .into_iter()
-            .find(|u| matches!(u.kind, UnplacedKind::TooLarge | UnplacedKind::NoNodes))
-            .map(|u| u.reason);
     }
-    let nodes_needed = jp.multinode.as_ref().map_or(1, |m| m.nodes) as usize;
-    (big_enough < nodes_needed).then(|| {
-        format!(
-            "needs {nodes_needed} nodes that each fit one member ({} cores{}); {big_enough} of the \
-             cluster's {} nodes do",
-            jp.cores,
-            jp.memory_bytes
-                .map(|m| format!(", {}", gantry_api::v1::iec_bytes(m)))
-                .unwrap_or_default(),
-            nodes.len()
-        )
-    })
+}
+
+/// Why a step could never start on the cluster's nodes as they are, were every one of them
+/// empty and ready: the scheduler's own reason when it is larger than every node (or every
+/// pool's nodes, for a gang) that could take it, or there are none; `None` when it could
+/// start. Nodes may join and settings change, so this is a warning at submit, never a refusal.
+pub fn never_fits(
+    nodes: &[gantry_store::NodeRow],
+    plan: &crate::plan::WorkflowPlan,
+    jp: &crate::plan::JobPlan,
+    settings: &PlacementSettings,
+) -> Option<String> {
+    use gantry_core::scheduler::{schedule, NodeId, NodeView, UnplacedKind};
+    let views: Vec<NodeView> = nodes
+        .iter()
+        .map(|n| NodeView {
+            labels: n.labels.clone(),
+            host_network: settings.host_network_allowed(&n.pool),
+            ..NodeView::new(
+                NodeId(n.name.clone()),
+                n.pool.clone(),
+                Res::from(&serde_json::from_str(&n.capacity).unwrap_or_default()),
+            )
+        })
+        .collect();
+    let request = [request_of(
+        (),
+        plan,
+        jp,
+        jp.multinode.as_ref().map_or(1, |m| m.nodes),
+        settings,
+    )];
+    schedule(&views, &request)
+        .unplaced
+        .into_iter()
+        .find(|u| matches!(u.kind, UnplacedKind::TooLarge | UnplacedKind::NoNodes))
+        .map(|u| u.reason)
 }
 
 /// [`never_fits`] for each step of a plan, as submit warnings.
@@ -136,15 +134,15 @@ pub fn fit_warnings(
         // Builds and transfers are Gantry's own one-core steps.
         .filter(|j| j.build.is_none() && j.transfer.is_none())
         .filter_map(|j| {
-            let why = never_fits(nodes, j, settings)?;
+            let why = never_fits(nodes, plan, j, settings)?;
             let kind = if j.service.is_some() {
                 "services"
             } else {
                 "jobs"
             };
             Some(format!(
-                "{kind}.{}: cannot start on any of today's nodes: {why}; it waits until one that \
-                 can joins",
+                "{kind}.{}: cannot start on any of today's nodes ({why}); it waits until one \
+                 that can joins",
                 j.name
             ))
         })
@@ -202,45 +200,54 @@ mod tests {
     fn a_step_that_can_never_start_today_says_why() {
         let nodes = [
             node("a", "cpu", 4, &[("nvidia.com/gpu.model", "T4")]),
-            node("b", "cpu", 2, &[]),
+            node("b", "cpu", 4, &[]),
             node("c", "login", 8, &[]),
         ];
         let s = settings(None);
-        assert_eq!(never_fits(&nodes, &job(4, None), &s), None);
-        let big = never_fits(&nodes, &job(16, None), &s).unwrap();
-        assert!(big.contains("16"), "{big}");
-        // Two nodes have 4 cores; a gang of 3 such members cannot start.
-        assert_eq!(never_fits(&nodes, &job(4, Some(2)), &s), None);
-        let gang = never_fits(&nodes, &job(4, Some(3)), &s).unwrap();
+        let plan = crate::plan::WorkflowPlan {
+            jobs: vec![],
+            builds: vec![],
+            persistent: Default::default(),
+        };
+        let say = |j: &JobPlan, s: &PlacementSettings| never_fits(&nodes, &plan, j, s);
+        assert_eq!(say(&job(4, None), &s), None);
         assert_eq!(
-            gang,
-            "needs 3 nodes that each fit one member (4 cores); 2 of the cluster's 3 nodes do"
+            say(&job(16, None), &s).as_deref(),
+            Some("never fits: needs more than any node has: 16 cores (most: 8)")
         );
+        // Three members of 4 cores need three such nodes of one pool.
+        assert_eq!(
+            say(&job(4, Some(3)), &s).as_deref(),
+            Some("never fits: needs 3 nodes with 4 cores each of one pool, and no pool has more than 2 that could ever take one (pool \"cpu\": 2 of its 2 nodes)")
+        );
+        assert_eq!(say(&job(4, Some(2)), &s), None, "a and b, one pool");
         let mut t4 = job(1, None);
         t4.annotations
             .insert("nvidia.com/gpu.model".into(), "T4".into());
-        assert_eq!(never_fits(&nodes, &t4, &s), None);
+        assert_eq!(say(&t4, &s), None);
         t4.annotations
             .insert("nvidia.com/gpu.model".into(), "NVIDIA L4".into());
         assert_eq!(
-            never_fits(&nodes, &t4, &s).unwrap(),
-            "no node has the label nvidia.com/gpu.model=NVIDIA L4 (resource.annotations; see `gantry node show`)"
+            say(&t4, &s).as_deref(),
+            Some("never fits: no node has label nvidia.com/gpu.model=NVIDIA L4")
         );
         // A key the cluster does not place by constrains nothing.
         let mut team = job(1, None);
         team.annotations.insert("team".into(), "x".into());
-        assert_eq!(never_fits(&nodes, &team, &s), None);
-        // Host networking forbidden where the room is.
-        let forbid = settings(Some("login"));
-        assert_eq!(never_fits(&nodes, &job(8, Some(1)), &s), None);
-        assert!(never_fits(&nodes, &job(8, Some(1)), &forbid).is_some());
-        let all = settings(Some("cpu,login"));
-        assert!(never_fits(&nodes, &job(1, Some(1)), &all)
-            .unwrap()
-            .starts_with("host networking is forbidden in every pool"));
+        assert_eq!(say(&team, &s), None);
+        // Host networking forbidden where the room is, then everywhere.
+        assert_eq!(say(&job(8, Some(1)), &s), None);
         assert_eq!(
-            never_fits(&[], &job(1, None), &s).as_deref(),
-            Some("the cluster has no nodes")
+            say(&job(8, Some(1)), &settings(Some("login"))).as_deref(),
+            Some("never fits: needs more than any node that allows host networking has: 8 cores (most: 4)")
+        );
+        assert_eq!(
+            say(&job(1, Some(1)), &settings(Some("cpu,login"))).as_deref(),
+            Some("never fits: no pool allows host networking")
+        );
+        assert_eq!(
+            never_fits(&[], &plan, &job(1, None), &s).as_deref(),
+            Some("never fits: there are no nodes")
         );
     }
 }

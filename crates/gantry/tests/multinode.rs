@@ -119,16 +119,20 @@ jobs:
     );
     said(
         &warned,
-        "warning: jobs.big: cannot start on any of today's nodes:",
+        "warning: jobs.big: cannot start on any of today's nodes (never fits: needs more than any node has: 100000 cores",
     );
-    said(&warned, "warning: jobs.wide: cannot start on any of today's nodes: needs 3 nodes that each fit one member (1 cores); 2 of the cluster's 2 nodes do");
-    let d = c.wait_for(&id, "the members to wait with a reason", |d| {
+    said(&warned, "warning: jobs.wide: cannot start on any of today's nodes (never fits: needs 3 nodes with 1 core each of one pool");
+    let d = c.wait_for(&id, "the members to say why they wait", |d| {
         d["tasks"]
             .as_array()
             .unwrap()
             .iter()
             .filter(|t| t["job"] == "big")
-            .all(|t| t["reason"].is_string())
+            .all(|t| {
+                t["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("never fits"))
+            })
     });
     let big: Vec<_> = tasks(&d).into_iter().filter(|t| t.0 == "big").collect();
     assert_eq!(
@@ -160,7 +164,7 @@ jobs:
       annotations: {nvidia.com/gpu.model: NoSuchGPU, team: physics}
 "#;
     let (id, warned) = start(&c, "gpu.yaml", annotated);
-    said(&warned, "jobs.gpu: cannot start on any of today's nodes: no node has the label nvidia.com/gpu.model=NoSuchGPU");
+    said(&warned, "jobs.gpu: cannot start on any of today's nodes (never fits: no node has label nvidia.com/gpu.model=NoSuchGPU)");
     said(&warned, "jobs.gpu.resource.annotations: team not acted on");
     stop(&c, &id);
 
@@ -181,7 +185,7 @@ jobs:
     ]);
     assert_eq!(got[0]["value"], "team", "{got}");
     let (id, warned) = start(&c, "gpu2.yaml", annotated);
-    said(&warned, "no node has the label team=physics");
+    said(&warned, "no node has label team=physics");
     said(
         &warned,
         "jobs.gpu.resource.annotations: nvidia.com/gpu.model not acted on",
@@ -209,7 +213,7 @@ services:
 "#,
     );
     said(&warned, "web: host networking (network.host, multinode) is forbidden in pool(s) default by an administrator (network.host.forbidden_pools)");
-    said(&warned, "services.web: cannot start on any of today's nodes: host networking is forbidden in every pool with nodes");
+    said(&warned, "services.web: cannot start on any of today's nodes (never fits: pool \"default\" does not allow host networking)");
     stop(&c, &id);
     said(
         &refused(&c, "network.host.forbidden_pools=../x"),
@@ -285,7 +289,6 @@ fn node_show_lists_labels_and_address_and_annotations_match_them() {
         page.contains("<code>nvidia.com/gpu.model=NVIDIA L4</code>") && page.contains("192.0.2.7"),
         "{page}"
     );
-    // The real agent reports no labels: it says so.
     let real = c.json(&["node", "list"]);
     let other = real
         .as_array()
@@ -296,7 +299,25 @@ fn node_show_lists_labels_and_address_and_annotations_match_them() {
         .as_str()
         .unwrap()
         .to_string();
-    assert!(c.ok(&["node", "show", &other]).contains("Labels:\n  none"));
+    // A real agent reports what it finds itself: the CPU model of /proc/cpuinfo.
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            Some(
+                l.strip_prefix("model name")?
+                    .split_once(':')?
+                    .1
+                    .trim()
+                    .to_string(),
+            )
+        })
+        .expect("a model name in /proc/cpuinfo");
+    let shown = c.json(&["node", "show", &other]);
+    assert_eq!(shown["labels"]["cpu.model"], cpu.as_str(), "{shown:#}");
+    assert!(c
+        .ok(&["node", "show", &other])
+        .contains(&format!("cpu.model={cpu}")));
 
     // A job asking for the label the node has is not warned about; one asking for another
     // model is.
@@ -309,6 +330,6 @@ fn node_show_lists_labels_and_address_and_annotations_match_them() {
     assert!(!warned.contains("cannot start"), "{warned}");
     stop(&c, &id);
     let (id, warned) = start(&c, "t4.yaml", &job("T4"));
-    said(&warned, "no node has the label nvidia.com/gpu.model=T4");
+    said(&warned, "no node has label nvidia.com/gpu.model=T4");
     stop(&c, &id);
 }

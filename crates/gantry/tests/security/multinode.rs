@@ -85,6 +85,16 @@ fn another_group_cannot_set_placement_settings_or_see_a_gangs_members() {
             err(&out)
         );
     }
+    // Nodes show every user their pool, address and labels, as `node show` does; never the
+    // exec service through which a gang's agents start processes in each other's containers.
+    let nodes = c.as_user(&mallory, &["node", "list", "-o", "json"]);
+    assert!(nodes.status.success(), "{}", err(&nodes));
+    let nodes: serde_json::Value = serde_json::from_slice(&nodes.stdout).unwrap();
+    let node = &nodes[0];
+    assert!(
+        node["labels"].is_object() && node.get("exec_addr").is_none(),
+        "{node:#}"
+    );
     let listed = c.as_user(&mallory, &["workflow", "list", "-o", "json"]);
     assert!(!String::from_utf8_lossy(&listed.stdout).contains(&id));
     // Still Alice's, still waiting.
