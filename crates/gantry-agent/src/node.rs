@@ -1274,7 +1274,14 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     }
     let cid = spec.id.clone();
     let (rt, nw) = (agent.runtime.clone(), agent.net.clone());
-    let hosts = network.hosts.clone();
+    // A host-network service's name leads to its node's address, which for a node on a
+    // loopback address is this host's, seen from here at the bridge's gateway.
+    let mut hosts = network.hosts.clone();
+    for h in &mut hosts {
+        if let Ok(ip) = h.address.parse::<std::net::Ipv4Addr>() {
+            h.address = agent.net.as_seen_from_bridge(ip).to_string();
+        }
+    }
     let policy = net::Policy {
         workflow: asg.workflow_id.to_string(),
         egress: network.egress,

@@ -155,7 +155,7 @@ jobs:
       #!/bin/sh
       echo "hosts $MULTINODE_HOSTLIST total $MULTINODE_TOTAL_SLOTS"
       echo "quiet: $($MULTINODE_SSH_WRAPPER g-1 hostname)"
-      $MULTINODE_SSH_WRAPPER g-1 sh -c 'exit 7'; echo "remote exit $?"
+      $MULTINODE_SSH_WRAPPER g-1 'exit 7'; echo "remote exit $?"
       MULTINODE_WRAPPER_FORWARD_STREAMS=1 $MULTINODE_SSH_WRAPPER g-1 echo forwarded from peer
 "#
         .replace("IMAGE", mpi_image()),
@@ -300,6 +300,7 @@ services:
       host: true
       ports: [ {{ name: http, port: {port}, protocol: tcp }} ]
       endpoints: [ {{ name: site, port-name: http, protocol: http, attach: site }} ]
+    persist: true
     script: |
       #!/bin/sh
       mkdir -p /www && echo "served from $(hostname)" > /www/index.html

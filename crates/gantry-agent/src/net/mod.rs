@@ -113,6 +113,12 @@ pub struct Subnet {
 }
 
 impl Subnet {
+    /// The bridge's own address (host-local's default gateway: the subnet's first address),
+    /// where the node is seen from its containers.
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.network).wrapping_add(1))
+    }
+
     pub fn contains(&self, ip: Ipv4Addr) -> bool {
         let mask = u32::MAX << (32 - u32::from(self.prefix));
         u32::from(ip) & mask == u32::from(self.network)
@@ -733,6 +739,30 @@ impl Network {
         v
     }
 
+    /// Where a container on the bridge reaches a host-network service at `address`: a
+    /// loopback address (a node of `gantry up`, which advertises 127.x) is this host's, which
+    /// the container reaches at its bridge's gateway; anything else as it is.
+    pub fn as_seen_from_bridge(&self, address: Ipv4Addr) -> Ipv4Addr {
+        match self.own_subnet() {
+            Some(s) if address.is_loopback() => s.gateway(),
+            _ => address,
+        }
+    }
+
+    /// A workflow's host-network services as the firewall takes them: seen from the bridge,
+    /// without addresses of the bridge's containers (the gateway is the node, not one).
+    fn services_on_bridge(&self, services: &[SocketAddrV4]) -> Vec<SocketAddrV4> {
+        let own = self.own_subnet();
+        let mut v: Vec<SocketAddrV4> = services
+            .iter()
+            .map(|s| SocketAddrV4::new(self.as_seen_from_bridge(*s.ip()), s.port()))
+            .filter(|s| !own.is_some_and(|o| o.contains(*s.ip()) && *s.ip() != o.gateway()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     fn read_known<T: DeserializeOwned>(&self, k: Known, workflow: &str) -> Option<Vec<T>> {
         let bytes = fs::read(self.known_dir(k).join(workflow)).ok()?;
         serde_json::from_slice(&bytes).ok()
@@ -823,7 +853,7 @@ impl Network {
             self.off_bridge(&policy.peers, |a| *a)
         })?;
         self.seed(Known::Services, &m.workflow, || {
-            self.off_bridge(&policy.node_services, |s| *s.ip())
+            self.services_on_bridge(&policy.node_services)
         })?;
         let reach = self.reach(&m.workflow);
         self.change(&mut fw, &self.tables().add(&m, &reach, first))?;
@@ -868,15 +898,15 @@ impl Network {
         })
     }
 
-    /// The server's word on a workflow's host-network services, whole (addresses in this
-    /// node's subnet are ignored: those are containers). Kept for containers of the workflow
+    /// The server's word on a workflow's host-network services, whole (addresses of this
+    /// node's containers are ignored; loopback ones are the host's, at the gateway). Kept for containers of the workflow
     /// that attach later; the firewall changes at once for those already here.
     pub fn set_node_services(
         &self,
         workflow: &str,
         services: &[SocketAddrV4],
     ) -> Result<(), NetError> {
-        let new = self.off_bridge(services, |s| *s.ip());
+        let new = self.services_on_bridge(services);
         self.set_known(Known::Services, workflow, new, |t, old, new| {
             t.replace_services(workflow, old, new)
         })
