@@ -41,11 +41,15 @@ bare() { # MODE...
 
 # --- Gantry: one server, two agents (two nodes of this host) ----------------------------------
 gantry_server_start
+# Each agent is a node of its own loopback address, as `gantry up --agents 2` makes them:
+# launchers run a "local" host's ranks themselves, so two nodes need two addresses.
 AGENTS=()
+i=0
 for n in a b; do
+  i=$((i + 1))
   GANTRY_AGENT_TOKEN=$GAGENT_TOKEN GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" agent \
     --server "$GURL" --pool default --name "bench-$$-$n" --cpus 1 \
-    --metrics-listen off --exec-listen 127.0.0.1:0 --advertise 127.0.0.1 \
+    --metrics-listen off --exec-listen "127.0.1.$i:0" --advertise "127.0.1.$i" \
     --storage-root "$GDATA/storage" --state-dir "$GDATA/agent-$n" \
     --registry-mirror "docker.io=http://$GANTRY_TEST_REGISTRY" \
     --insecure-registry "$GANTRY_TEST_REGISTRY" >> "$GDATA/agent-$n.log" 2>&1 &

@@ -6,6 +6,8 @@
  *                        every rank and "sum S (expected E)". Each rank also prints its own
  *                        line ("hello from rank R on HOST"), which reaches the job's log only
  *                        through the launcher's output forwarding.
+ *   allreduce startup    every rank passes MPI_Init and a barrier; rank 0 prints "ranks up at
+ *                        MS" (Unix milliseconds), for bench/mpi.sh's start-up figure.
  *   allreduce pingpong [ITERS]
  *                        ranks 0 and 1 bounce messages: the mean one-way latency of 8-byte
  *                        messages (us) and the bandwidth of 1 MiB ones (MB/s), osu-style.
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 static void pingpong(int rank, int iters) {
   static char buf[1 << 20];
@@ -47,6 +50,17 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   memset(host, 0, sizeof host);
   MPI_Get_processor_name(host, &len);
+  if (argc > 1 && strcmp(argv[1], "startup") == 0) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      struct timeval tv;
+      gettimeofday(&tv, NULL);
+      printf("ranks up at %lld\n", (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000);
+      fflush(stdout);
+    }
+    MPI_Finalize();
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "pingpong") == 0) {
     if (size < 2) { if (rank == 0) fprintf(stderr, "pingpong needs 2 ranks\n"); MPI_Abort(MPI_COMM_WORLD, 2); }
     pingpong(rank, argc > 2 ? atoi(argv[2]) : 1000);

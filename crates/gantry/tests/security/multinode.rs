@@ -101,3 +101,87 @@ fn another_group_cannot_set_placement_settings_or_see_a_gangs_members() {
     let out = c.as_user(&alice, &["workflow", "stop", &id]);
     assert!(out.status.success(), "{}", err(&out));
 }
+
+/// Alice's host-network service listens on the node's own address. Her workflow's bridged
+/// job reaches it as `web.svc` (the firewall opens exactly that address and port to her
+/// workflow); bob's bridged job on the same node, aiming at the same port of the host (at
+/// its bridge's gateway and at her service's address), is refused by the node's firewall.
+#[test]
+fn another_groups_bridged_containers_cannot_reach_a_host_network_service() {
+    // Room for both workflows' steps at once on the one node.
+    let c = Cluster::up_with(1, vec!["--cpus".into(), "4".into()]);
+    let alice = c.user_token("alice", "ga");
+    let bob = c.user_token("bob", "gb");
+    let port = crate::common::free_port();
+    let serve = format!(
+        r#"version: v4
+services:
+  web:
+    image: {{ uri: docker://busybox:1 }}
+    persist: true
+    network:
+      host: true
+      ports: [ {{ name: http, port: {port}, protocol: tcp }} ]
+    script: |
+      #!/bin/sh
+      mkdir -p /www && echo alice-secret > /www/index.html
+      exec httpd -f -p {port} -h /www
+    readiness-probe:
+      http-get: {{ path: /, port: {port} }}
+      period-seconds: 1
+jobs:
+  mine:
+    image: {{ uri: docker://busybox:1 }}
+    depends-on: [ {{ name: web, status: RUNNING }} ]
+    command: [ wget, -q, -O, "-", "http://web.svc:{port}/" ]
+"#
+    );
+    let a = c.start_as(&alice, &c.write("alice.yaml", &serve));
+    let d = c.wait_for(&a, "alice's job ended", |d| {
+        let s = &Cluster::task(d, "mine")["status"];
+        s == "FINISHED" || s == "FAILED"
+    });
+    let mine = c.ok(&["workflow", "log", &a, "mine"]);
+    assert_eq!(
+        Cluster::task(&d, "mine")["status"],
+        "FINISHED",
+        "{d:#}\n{mine}"
+    );
+    assert_eq!(mine.trim(), "alice-secret");
+
+    // Bob's workflow is networked (it has a service), so his job is on the same bridge.
+    let attack = format!(
+        r#"version: v4
+services:
+  idle:
+    image: {{ uri: docker://busybox:1 }}
+    command: [ sleep, "600" ]
+jobs:
+  probe:
+    image: {{ uri: docker://busybox:1 }}
+    script: |
+      #!/bin/sh
+      gw=$(ip route | awk '/^default/ {{print $3}}')
+      for a in $gw 127.0.0.1; do
+        out=$(timeout 8 wget -q -O - http://$a:{port}/ 2>&1) || out="refused"
+        echo "$a: $out"
+      done
+"#
+    );
+    let b = c.start_as(&bob, &c.write("bob.yaml", &attack));
+    let d = c.wait_for(&b, "bob's probe ended", |d| {
+        let s = &Cluster::task(d, "probe")["status"];
+        s == "FINISHED" || s == "FAILED"
+    });
+    let out = String::from_utf8_lossy(&c.as_user(&bob, &["workflow", "log", &b, "probe"]).stdout)
+        .into_owned();
+    assert_eq!(
+        Cluster::task(&d, "probe")["status"],
+        "FINISHED",
+        "{d:#}\n{out}"
+    );
+    assert!(!out.contains("alice-secret"), "{out}");
+    assert_eq!(out.matches("refused").count(), 2, "{out}");
+    // Bob's workflow ended with its job (its service does not persist); alice's runs on.
+    c.ok(&["workflow", "stop", &a]);
+}
