@@ -21,6 +21,9 @@ set -euo pipefail
 
 REPS=${REPS:-5}
 ITERS=${ITERS:-2000}
+# Cores per member: as many as the bare ranks may use (the machine's), so that the CFS quota
+# Gantry sets from `resource.cpu.cores` is not what is measured.
+CORES=${CORES:-$(nproc)}
 
 bench_setup mpi
 bench_install curl jq runc docker-registry openmpi-bin libopenmpi-dev mpich libmpich-dev mmdebstrap skopeo
@@ -48,7 +51,7 @@ i=0
 for n in a b; do
   i=$((i + 1))
   GANTRY_AGENT_TOKEN=$GAGENT_TOKEN GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" agent \
-    --server "$GURL" --pool default --name "bench-$$-$n" --cpus 1 \
+    --server "$GURL" --pool default --name "bench-$$-$n" --cpus "$CORES" \
     --metrics-listen off --exec-listen "127.0.1.$i:0" --advertise "127.0.1.$i" \
     --storage-root "$GDATA/storage" --state-dir "$GDATA/agent-$n" \
     --registry-mirror "docker.io=http://$GANTRY_TEST_REGISTRY" \
@@ -67,8 +70,8 @@ version: v4
 jobs:
   pp:
     image: { uri: "$IMAGE" }
-    multinode: { nodes: 2, implementation: openmpi }
-    resource: { cpu: { cores: 1 } }
+    resource: { cpu: { cores: $CORES } }
+    multinode: { nodes: 2, implementation: openmpi, procs-per-node: 1 }
     env:
       - OMPI_MCA_btl=tcp,self
       - OMPI_MCA_btl_tcp_if_include=lo
@@ -76,9 +79,9 @@ jobs:
     command: [ /usr/local/bin/allreduce-openmpi, MODE, "$ITERS" ]
 YAML
 
-gantry() { # MODE -> the head's log on stdout; the submit time (ms) in $SUBMITTED
+gantry() { # MODE -> the head's log on stdout; the submit time (ms) in $WORK/submitted
   sed "s/MODE/$1/" "$WORK/job.yaml" > "$WORK/run.yaml"
-  SUBMITTED=$(now_ms)
+  now_ms > "$WORK/submitted" # (called in a subshell: a variable would not come back)
   local id st
   id=$(gantry_submit "$WORK/run.yaml" "mpi-$1")
   st=$(gantry_wait "$id" 0.2 300)
@@ -106,7 +109,7 @@ for r in $(seq "$REPS"); do
   echo $((up - t0)) >> "$WORK/bare.start"
   out=$(gantry startup)
   up=$(echo "$out" | sed -n 's/^ranks up at \([0-9]*\).*/\1/p')
-  echo $((up - SUBMITTED)) >> "$WORK/gantry.start"
+  echo $((up - $(cat "$WORK/submitted"))) >> "$WORK/gantry.start"
 done
 
 BL=$(best_min < "$WORK/bare.lat"); GL=$(best_min < "$WORK/gantry.lat")
