@@ -223,6 +223,8 @@ fn hello_carries_the_labels(c: &Ctx) {
         job_userns: None,
         host_allow: vec![],
         labels: admin.clone(),
+        advertise: None,
+        exec_listen: None,
     };
     let agent = tokio::runtime::Runtime::new().unwrap();
     agent.spawn(node::run(config));

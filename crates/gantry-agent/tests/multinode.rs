@@ -163,6 +163,7 @@ fn start_agent(c_dir: &Path, registry: &str, i: usize, tokio: &tokio::runtime::R
             slots: 64,
         }),
         host_allow: vec![],
+        labels: Default::default(),
         advertise: Some(ADDRESSES[i].into()),
         exec_listen: Some(format!("{}:0", ADDRESSES[i]).parse().unwrap()),
     };
