@@ -209,17 +209,11 @@ jobs:
     c.wait_status(&id, "STOPPED");
 }
 
-/// A member taken off its node by an evict hold stops the whole gang; with `retry.on: node`
-/// the gang reruns from the start on nodes without the hold, otherwise the job fails naming
-/// the member and the node.
-#[test]
-fn an_evicted_member_restarts_the_gang_elsewhere_or_fails_it() {
-    // Three nodes of two cores (more than this machine has: nothing here is CPU-bound), so
-    // that four one-core members of two gangs share a node.
-    let c = Cluster::up_with(3, vec!["--cpus".into(), "2".into()]);
-    let file = c.write(
-        "evict.yaml",
-        &r#"version: v4
+/// Two gangs of two one-core members: `again` (retried on node trouble) records its first run
+/// in a shared volume and then sleeps, so that its second run finishes at once; `once` has no
+/// retry.
+fn two_gangs() -> String {
+    r#"version: v4
 jobs:
   again:
     image: { uri: IMAGE }
@@ -239,29 +233,13 @@ jobs:
 volumes:
   v: {}
 "#
-        .replace("IMAGE", mpi_image()),
-    );
-    let id = c.start_workflow(&file);
-    let d = c.wait_for(&id, "both gangs running", |d| {
-        members(d, "again")
-            .iter()
-            .chain(members(d, "once").iter())
-            .all(|t| t["status"] == "RUNNING")
-    });
-    // A node that runs a member of each gang (three nodes, four members).
-    let again: Vec<String> = members(&d, "again").iter().map(|t| node_of(t)).collect();
-    let once: Vec<String> = members(&d, "once").iter().map(|t| node_of(t)).collect();
-    let shared = again.iter().find(|n| once.contains(n)).unwrap().clone();
-    c.ok(&[
-        "node",
-        "hold",
-        &shared,
-        "--type",
-        "evict",
-        "--reason",
-        "test eviction",
-    ]);
-    let d = c.wait_for(&id, "both gangs decided", |d| {
+    .replace("IMAGE", mpi_image())
+}
+
+/// Kills (or evicts from) the node in `shared` and checks the gangs' fates: `once` FAILED with
+/// the node in its reason, `again` rerun whole, from the start, elsewhere.
+fn both_gangs_decided(c: &Cluster, id: &str, shared: &str, why: &str) {
+    let d = c.wait_for(id, "both gangs decided", |d| {
         let once_failed = members(d, "once").iter().all(|t| t["status"] == "FAILED");
         let again_done = members(d, "again")
             .iter()
@@ -272,14 +250,104 @@ volumes:
         .as_str()
         .unwrap()
         .to_string();
-    assert!(failed.contains(&shared), "{failed}");
+    assert!(failed.contains(shared) && failed.contains(why), "{failed}");
     for t in members(&d, "again") {
         let a = t["attempts"].as_array().unwrap();
         assert_eq!(a.len(), 2, "whole gang reran: {t:#}");
         assert_ne!(node_of(t), shared, "{t:#}");
     }
-    let log = c.ok(&["workflow", "log", &id, "again", "--task", "0"]);
+    let log = c.ok(&["workflow", "log", id, "again", "--task", "0"]);
     assert!(log.contains("second run on again-0"), "{log}");
+}
+
+/// A node running a member of each gang, once both run.
+fn shared_node(c: &Cluster, id: &str) -> String {
+    let d = c.wait_for(id, "both gangs running", |d| {
+        members(d, "again")
+            .iter()
+            .chain(members(d, "once").iter())
+            .all(|t| t["status"] == "RUNNING")
+    });
+    let again: Vec<String> = members(&d, "again").iter().map(|t| node_of(t)).collect();
+    let once: Vec<String> = members(&d, "once").iter().map(|t| node_of(t)).collect();
+    again.iter().find(|n| once.contains(n)).unwrap().clone()
+}
+
+/// A member whose node is lost (its agent killed: no heartbeat for 3 s) stops the whole gang;
+/// with `retry.on: node` the gang reruns from the start on the nodes left, otherwise the job
+/// fails naming the member and the node. The agent then returns and stops what it ran.
+#[test]
+fn a_lost_member_restarts_the_gang_elsewhere_or_fails_it() {
+    let mut s = common::Split::start("3s");
+    let pid = std::process::id();
+    let extra: Vec<String> = ["b", "c"]
+        .iter()
+        .map(|n| format!("split-{pid}-{n}"))
+        .collect();
+    for n in &extra {
+        s.start_extra_agent(n, &[]);
+    }
+    let file = s.cluster.write("lost.yaml", &two_gangs());
+    let id = s.cluster.start_workflow(&file);
+    let shared = shared_node(&s.cluster, &id);
+    if shared == s.agent_name {
+        s.kill_agent();
+    } else {
+        s.kill_extra(&shared);
+    }
+    both_gangs_decided(&s.cluster, &id, &shared, "was lost");
+    // The agent comes back and stops the members the server gave up on.
+    if shared == s.agent_name {
+        s.start_agent();
+    } else {
+        s.start_extra_agent(&shared, &[]);
+    }
+    let root = s
+        .cluster
+        .data_dir()
+        .join("agents")
+        .join(&shared)
+        .join("runc");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(&root)
+            .args(["list", "-q"])
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lost node's members still run"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+/// A member taken off its node by an evict hold stops the whole gang; with `retry.on: node`
+/// the gang reruns from the start on nodes without the hold, otherwise the job fails naming
+/// the member and the node.
+#[test]
+fn an_evicted_member_restarts_the_gang_elsewhere_or_fails_it() {
+    // Three nodes of two cores (more than this machine has: nothing here is CPU-bound), so
+    // that four one-core members of two gangs share a node.
+    let c = Cluster::up_with(3, vec!["--cpus".into(), "2".into()]);
+    let file = c.write("evict.yaml", &two_gangs());
+    let id = c.start_workflow(&file);
+    let shared = shared_node(&c, &id);
+    c.ok(&[
+        "node",
+        "hold",
+        &shared,
+        "--type",
+        "evict",
+        "--reason",
+        "test eviction",
+    ]);
+    both_gangs_decided(&c, &id, &shared, "evicted");
 }
 
 /// A host-network service binds its port on its node; the workflow's bridged job reaches it

@@ -429,6 +429,8 @@ pub struct Split {
     pub server: Option<Child>,
     pub agent: Option<Child>,
     pub agent_name: String,
+    /// More agents ([`Split::start_extra_agent`]), by name.
+    extra: Vec<(String, Child)>,
 }
 
 impl Split {
@@ -465,6 +467,7 @@ impl Split {
             server: Some(server),
             agent: None,
             agent_name: format!("split-{}", std::process::id()),
+            extra: vec![],
         };
         let ctx = s.cluster.data_dir().join("context.toml");
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -481,6 +484,28 @@ impl Split {
     }
 
     pub fn start_agent(&mut self) {
+        let name = self.agent_name.clone();
+        self.agent = Some(self.spawn_agent(&name, &[]));
+    }
+
+    /// Starts one more agent, another node of this host named `name` (its own state and
+    /// exec service address; `extra` are more flags), and waits until it is READY. It is
+    /// killed with the cluster, or earlier by [`Split::kill_extra`].
+    pub fn start_extra_agent(&mut self, name: &str, extra: &[&str]) {
+        let child = self.spawn_agent(name, extra);
+        self.extra.push((name.to_string(), child));
+    }
+
+    /// Kills an agent [`Split::start_extra_agent`] started (its containers run on).
+    pub fn kill_extra(&mut self, name: &str) {
+        if let Some(i) = self.extra.iter().position(|(n, _)| n == name) {
+            let (_, mut child) = self.extra.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn spawn_agent(&self, name: &str, extra: &[&str]) -> Child {
         let d = self.cluster.data_dir().to_path_buf();
         let log = self.cluster.log_file();
         let agent = Command::new(GANTRY)
@@ -495,7 +520,7 @@ impl Split {
                 "--pool",
                 "default",
                 "--name",
-                &self.agent_name,
+                name,
             ])
             .args(["--cpus", "2", "--memory", "4GiB"])
             // Two split clusters may run at once: the default metrics port is one per host.
@@ -503,26 +528,26 @@ impl Split {
             .arg("--storage-root")
             .arg(d.join("storage"))
             .arg("--state-dir")
-            .arg(d.join("agents").join(&self.agent_name))
+            .arg(d.join("agents").join(name))
             .args([
                 "--registry-mirror",
                 &format!("docker.io=http://{}", registry()),
             ])
+            .args(extra)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("starting gantry agent");
-        self.agent = Some(agent);
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let nodes = self.cluster.json(&["node", "list"]);
-            let up = nodes.as_array().unwrap().iter().any(|n| {
-                n["name"] == self.agent_name.as_str()
-                    && n["connected"] == true
-                    && n["state"] == "READY"
-            });
+            let up = nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["name"] == name && n["connected"] == true && n["state"] == "READY");
             if up {
-                return;
+                return agent;
             }
             assert!(
                 Instant::now() < deadline,
@@ -554,6 +579,10 @@ impl Cluster {
 impl Drop for Split {
     fn drop(&mut self) {
         self.kill_agent();
+        for (_, mut a) in self.extra.drain(..) {
+            let _ = a.kill();
+            let _ = a.wait();
+        }
         if let Some(mut s) = self.server.take() {
             let _ = s.kill();
             let _ = s.wait();
