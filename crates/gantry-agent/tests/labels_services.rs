@@ -163,12 +163,24 @@ fn services_change_at_runtime(c: &Ctx) {
     // A service that starts after its client: the server's word opens it at once.
     c.net.set_node_services("wf-c", &[service]).unwrap();
     assert_eq!(connects(&ns, &[(c.node, c.allowed)]), [true]);
-    // An address of this node's bridge is a container's, never a host-network service's.
-    let gateway = Ipv4Addr::from(u32::from(c.net.subnet().unwrap().network) + 1);
+    // An address of this node's bridge other than its gateway is a container's, never a
+    // host-network service's; a loopback address (a node of `gantry up`) is this host, seen
+    // from the bridge at its gateway.
+    let network = u32::from(c.net.subnet().unwrap().network);
+    let gateway = Ipv4Addr::from(network + 1);
+    let container = Ipv4Addr::from(network + 9);
     c.net
-        .set_node_services("wf-c", &[service, SocketAddrV4::new(gateway, c.allowed)])
+        .set_node_services("wf-c", &[service, SocketAddrV4::new(container, c.allowed)])
         .unwrap();
     assert_eq!(c.net.node_services("wf-c"), [service]);
+    let loopback = SocketAddrV4::new(Ipv4Addr::new(127, 0, 1, 1), c.allowed);
+    c.net.set_node_services("wf-c", &[loopback]).unwrap();
+    assert_eq!(
+        c.net.node_services("wf-c"),
+        [SocketAddrV4::new(gateway, c.allowed)]
+    );
+    assert_eq!(connects(&ns, &[(gateway, c.allowed)]), [true]);
+    c.net.set_node_services("wf-c", &[service]).unwrap();
 
     // The kernel's copy goes (a flushed ruleset, a reboot with the containers kept); the
     // agent's start rebuilds the tables from its records, services included.
