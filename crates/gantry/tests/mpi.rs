@@ -61,6 +61,22 @@ fn node_of(t: &serde_json::Value) -> String {
         .to_string()
 }
 
+/// Waits for a gang to end: first (generously) until its members run, which includes every
+/// node pulling and unpacking the MPI image while other tests load the machine, then as long
+/// again for the job itself.
+fn gang_ended(c: &Cluster, id: &str) -> serde_json::Value {
+    c.wait_for(id, "the members running (or the gang ended)", |d| {
+        d["status"] == "FINISHED"
+            || d["status"] == "FAILED"
+            || d["tasks"]
+                .as_array()
+                .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["status"] == "RUNNING"))
+    });
+    c.wait_for(id, "the gang ended", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    })
+}
+
 fn mpi_job(implementation: &str, command: &str) -> String {
     format!(
         r#"version: v4
@@ -82,9 +98,7 @@ fn allreduce_across_two_nodes(implementation: &str, program: &str) {
     let c = Cluster::up(2);
     let file = c.write("mpi.yaml", &mpi_job(implementation, program));
     let id = c.start_workflow(&file);
-    let d = c.wait_for(&id, "the gang ended", |d| {
-        d["status"] == "FINISHED" || d["status"] == "FAILED"
-    });
+    let d = gang_ended(&c, &id);
     let log = c.ok(&["workflow", "log", &id, "ranks", "--task", "0"]);
     assert_eq!(
         d["status"],
@@ -131,9 +145,7 @@ fn mpi4py_runs_under_openmpi_across_two_nodes() {
         &mpi_job("openmpi", &format!("python3, -c, \"{script}\"")),
     );
     let id = c.start_workflow(&file);
-    let d = c.wait_for(&id, "the gang ended", |d| {
-        d["status"] == "FINISHED" || d["status"] == "FAILED"
-    });
+    let d = gang_ended(&c, &id);
     let log = c.ok(&["workflow", "log", &id, "ranks", "--task", "0"]);
     assert_eq!(d["status"], "FINISHED", "{d:#}\n{log}\n{}", c.log());
     assert!(log.contains("py rank 0 of 2 on ranks-0 sum 3"), "{log}");
@@ -161,9 +173,7 @@ jobs:
         .replace("IMAGE", mpi_image()),
     );
     let id = c.start_workflow(&file);
-    let d = c.wait_for(&id, "the gang ended", |d| {
-        d["status"] == "FINISHED" || d["status"] == "FAILED"
-    });
+    let d = gang_ended(&c, &id);
     let log = c.ok(&["workflow", "log", &id, "g", "--task", "0"]);
     assert_eq!(d["status"], "FINISHED", "{d:#}\n{log}\n{}", c.log());
     assert!(log.contains("hosts g-0:1,g-1:1 total 2"), "{log}");
