@@ -95,6 +95,24 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(
+        cli.command,
+        Command::Up(_)
+            | Command::Run(_)
+            | Command::Server(_)
+            | Command::Agent(_)
+            | Command::Shim { .. }
+            | Command::Mcp
+    ) {
+        // A client verb is a Unix filter: when the reader of its output goes (`| head`), it
+        // ends quietly by SIGPIPE as `cat` does, rather than panicking on EPIPE (Rust ignores
+        // SIGPIPE by default). Daemons keep ignoring it: a peer that hangs up is an error to
+        // handle there, not a reason to die.
+        // SAFETY: restoring a signal's default disposition, before any other thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     init_tracing(matches!(
         cli.command,
         Command::Server(_) | Command::Agent(_) | Command::Up(_)

@@ -287,6 +287,42 @@ jobs:
     assert!(events.contains("submitted by admin"), "{events}");
 }
 
+/// A client verb whose reader has gone (`gantry ... | head`) ends by SIGPIPE, quietly, as Unix
+/// filters do: no panic, no backtrace, no exit 101.
+#[test]
+fn a_closed_pipe_ends_a_client_verb_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ok.yaml");
+    std::fs::write(
+        &file,
+        "version: v4\njobs:\n  a:\n    image: { uri: docker://busybox:1 }\n    command: [ \"true\" ]\n",
+    )
+    .unwrap();
+    // A pipe whose read end is closed before the verb writes its one line.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(common::GANTRY)
+        .args(["workflow", "validate", file.to_str().unwrap()])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigpipe()),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// SIGPIPE's number on Linux (the tests link no libc).
+fn libc_sigpipe() -> i32 {
+    13
+}
+
 #[test]
 fn validate_prints_every_problem_with_its_position() {
     let dir = tempfile::tempdir().unwrap();
