@@ -333,13 +333,11 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     let mut sends: Vec<(String, ServerMessage)> = Vec::new();
     // (node, assignment, workflow owner, group): sent after the commit, with secrets filled in.
     let mut assigns: Vec<(String, Assignment, String, String)> = Vec::new();
-    let mut requests: Vec<TaskRequest<usize>> = Vec::new();
     let mut placing: Vec<Placing> = Vec::new();
     let mut finished: Vec<Uuid> = Vec::new();
     let grace = st.config.stop_grace.as_millis() as u64;
     // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
     // while every node is READY there is no hold to read.
-    let settings = crate::placement::PlacementSettings::read(st).await?;
     let held = if nodes.iter().all(|n| n.state == NodeState::Ready.as_str()) {
         Default::default()
     } else {
@@ -366,8 +364,9 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             match action {
                 Action::Place { task } => {
                     let Some(t) = tasks.get(&task) else { continue };
-                    let Some(jp) = plan.job(&t.job) else { continue };
-                    requests.push(request_of(placing.len(), plan, jp, 1, &settings));
+                    if plan.job(&t.job).is_none() {
+                        continue;
+                    }
                     placing.push(Placing {
                         aw,
                         plan,
@@ -381,11 +380,9 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     let Some(rows) = rows.filter(|r| !r.is_empty()) else {
                         continue;
                     };
-                    let Some(jp) = plan.job(&rows[0].job) else {
+                    if plan.job(&rows[0].job).is_none() {
                         continue;
-                    };
-                    let n = rows.len() as u32;
-                    requests.push(request_of(placing.len(), plan, jp, n, &settings));
+                    }
                     placing.push(Placing {
                         aw,
                         plan,
@@ -471,7 +468,18 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         }
     }
 
-    if !requests.is_empty() {
+    if !placing.is_empty() {
+        // Read only when something is to be placed: most ticks place nothing.
+        let settings = crate::placement::PlacementSettings::read(st).await?;
+        let requests: Vec<TaskRequest<usize>> = placing
+            .iter()
+            .enumerate()
+            .filter_map(|(key, p)| {
+                let jp = p.plan.job(&p.task.job)?;
+                let members = 1 + p.others.len() as u32;
+                Some(request_of(key, p.plan, jp, members, &settings))
+            })
+            .collect();
         let mut used: HashMap<&str, (Res, u32, bool)> = HashMap::new();
         for aw in &active {
             for a in &aw.live {
@@ -550,11 +558,12 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 .collect();
             let nodes: Vec<&NodeId> = placed.nodes().collect();
             let ids: Vec<Uuid> = tasks.iter().map(|_| Uuid::new_v4()).collect();
-            let gang = (!p.others.is_empty()
-                || p.plan
-                    .job(&p.task.job)
-                    .is_some_and(|j| j.multinode.is_some()))
-            .then(|| gang_spec(p, &tasks, &nodes, &ids, &rows));
+            // Only a multinode job's placement has other members; a one-node gang has none.
+            let gang = p
+                .plan
+                .job(&p.task.job)
+                .is_some_and(|j| j.multinode.is_some())
+                .then(|| gang_spec(p, &tasks, &nodes, &ids, &rows));
             for (i, ((task, node), attempt_id)) in tasks.iter().zip(&nodes).zip(&ids).enumerate() {
                 let member = Placing {
                     aw: p.aw,
