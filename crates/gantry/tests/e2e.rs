@@ -601,24 +601,7 @@ fn a_silent_agent_loses_its_node_and_its_steps_fail_with_the_reason() {
     // The agent comes back: the node is READY again, and the container the server gave up on
     // (it kept running under its shim) is stopped.
     s.start_agent();
-    let root = s.cluster.data_dir().join("agents").join(&node).join("runc");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let out = std::process::Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["list", "-q"])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the orphaned container still runs"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    s.wait_no_containers(&node, "the orphaned container still runs");
 }
 
 #[test]

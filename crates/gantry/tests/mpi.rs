@@ -312,29 +312,7 @@ fn a_lost_member_restarts_the_gang_elsewhere_or_fails_it() {
     } else {
         s.start_extra_agent(&shared, &[]);
     }
-    let root = s
-        .cluster
-        .data_dir()
-        .join("agents")
-        .join(&shared)
-        .join("runc");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        let out = std::process::Command::new("runc")
-            .arg("--root")
-            .arg(&root)
-            .args(["list", "-q"])
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the lost node's members still run"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
+    s.wait_no_containers(&shared, "the lost node's members still run");
 }
 
 /// A member taken off its node by an evict hold stops the whole gang; with `retry.on: node`

@@ -505,6 +505,31 @@ impl Split {
         }
     }
 
+    /// Waits (up to a minute) until agent `name`'s runc root lists no container: a returned
+    /// agent has stopped what the server gave up on. Fails with `stuck` otherwise.
+    pub fn wait_no_containers(&self, name: &str, stuck: &str) {
+        let root = self
+            .cluster
+            .data_dir()
+            .join("agents")
+            .join(name)
+            .join("runc");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["list", "-q"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{stuck}");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
     // The child goes to the caller, which keeps it in the `Split` (killed and waited for on
     // drop); clippy sees only that a panic while waiting for it to connect would leave it.
     #[allow(clippy::zombie_processes)]
