@@ -30,9 +30,10 @@ fi
 
 echo "== tests"
 # Two threads: the end-to-end tests start real clusters and containers on a 2-core machine.
+# --no-fail-fast: one failing test binary must not hide the results of the others.
 mkdir -p target
 set +e
-cargo test --workspace -- --test-threads=2 2>&1 | tee target/test.log
+cargo test --workspace --no-fail-fast -- --test-threads=2 2>&1 | tee target/test.log
 status=${PIPESTATUS[0]}
 set -e
 # One closing line for the whole run: cargo prints a result per test binary, the last of

@@ -92,12 +92,74 @@ jobs:
     )
 }
 
+/// How an MPI library is known to end.
+#[derive(PartialEq)]
+enum Finalize {
+    /// `MPI_Finalize` returns and the head exits 0.
+    Returns,
+    /// Debian 12's MPICH 4.0.2 (ch4:ucx over UCX 1.13) can deadlock in `MPI_Finalize` after
+    /// the program's work is done: one rank waits in UCX for an endpoint flush while its peer,
+    /// already disconnected, blocks in the PMI barrier without progressing UCX (gdb on a hung
+    /// run: rank 0 `PMPI_Finalize > ucp_worker_progress > uct_tcp_iface_progress`, rank 1
+    /// `PMPI_Finalize > ... > read(PMI socket)`; the upstream class of bug is
+    /// openucx/ucx#2254 and open-mpi/ompi#5307). Seen in about half the runs on one kernel,
+    /// with any `UCX_TLS`. That is the image's MPI, not the launch: the test checks the
+    /// launch and the ranks' communication, and stops a gang stuck in that state.
+    MayHang,
+}
+
 /// Runs the allreduce program of the MPI image on two nodes and checks what rank 0 printed:
 /// every rank's hostname (`ranks-0`, `ranks-1`: one per node) and the sum across ranks.
-fn allreduce_across_two_nodes(implementation: &str, program: &str) {
+fn allreduce_across_two_nodes(implementation: &str, program: &str, finalize: Finalize) {
     let c = Cluster::up(2);
     let file = c.write("mpi.yaml", &mpi_job(implementation, program));
     let id = c.start_workflow(&file);
+    if finalize == Finalize::MayHang {
+        let done = |d: &serde_json::Value| d["status"] == "FINISHED" || d["status"] == "FAILED";
+        // Members running first (the image reaches both nodes), then the program's result.
+        let d = c.wait_for(&id, "the members running (or the gang ended)", |d| {
+            done(d)
+                || d["tasks"]
+                    .as_array()
+                    .is_some_and(|ts| !ts.is_empty() && ts.iter().all(|t| t["status"] == "RUNNING"))
+        });
+        if !done(&d) {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            loop {
+                let log = c.ok(&["workflow", "log", &id, "ranks", "--task", "0"]);
+                if log.contains("sum 3 (expected 3)") || done(&c.detail(&id)) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no result from the ranks: {log}\n{}",
+                    c.log()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !done(&c.detail(&id)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            if !done(&c.detail(&id)) {
+                // Stuck in MPI_Finalize (see `Finalize::MayHang`): the work is checked below
+                // from the log; stopping must still end the whole gang.
+                c.ok(&["workflow", "stop", &id]);
+                let d = c.wait_for(&id, "the stopped gang ended", |d| {
+                    d["status"] == "STOPPED"
+                        && members(d, "ranks").iter().all(|t| t["status"] == "STOPPED")
+                });
+                let log = c.ok(&["workflow", "log", &id, "ranks", "--task", "0"]);
+                assert!(log.contains("rank 0 of 2 on ranks-0"), "{log}");
+                assert!(log.contains("rank 1 of 2 on ranks-1"), "{log}");
+                let nodes: std::collections::BTreeSet<String> =
+                    members(&d, "ranks").iter().map(|t| node_of(t)).collect();
+                assert_eq!(nodes.len(), 2, "members on distinct nodes: {d:#}");
+                eprintln!("the MPICH gang hung in MPI_Finalize after its work and was stopped");
+                return;
+            }
+        }
+    }
     let d = gang_ended(&c, &id);
     let log = c.ok(&["workflow", "log", &id, "ranks", "--task", "0"]);
     assert_eq!(
@@ -126,12 +188,16 @@ fn allreduce_across_two_nodes(implementation: &str, program: &str) {
 
 #[test]
 fn an_openmpi_job_spans_two_nodes_and_its_ranks_allreduce() {
-    allreduce_across_two_nodes("openmpi", "/usr/local/bin/allreduce-openmpi");
+    allreduce_across_two_nodes(
+        "openmpi",
+        "/usr/local/bin/allreduce-openmpi",
+        Finalize::Returns,
+    );
 }
 
 #[test]
 fn an_mpich_job_spans_two_nodes_and_its_ranks_allreduce() {
-    allreduce_across_two_nodes("mpich", "/usr/local/bin/allreduce-mpich");
+    allreduce_across_two_nodes("mpich", "/usr/local/bin/allreduce-mpich", Finalize::MayHang);
 }
 
 #[test]
