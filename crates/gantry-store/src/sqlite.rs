@@ -613,14 +613,16 @@ impl Store for SqliteStore {
         let id: String = row.get("id");
         let role: String = row.get("role");
         if role == "admin" {
-            let others: i64 =
-                sqlx::query_scalar("SELECT COUNT(*) FROM users WHERE role = 'admin' AND name != ?")
-                    .bind(name)
-                    .fetch_one(&mut *tx)
-                    .await?;
+            let others: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM users
+                 WHERE role = 'admin' AND disabled_at IS NULL AND name != ?",
+            )
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await?;
             if others == 0 {
                 return Err(StoreError::Conflict(format!(
-                    "{name} is the last administrator; make another first"
+                    "{name} is the last enabled administrator; make or enable another first"
                 )));
             }
         }

@@ -193,6 +193,18 @@ async fn users_are_disabled_and_deleted_but_never_the_last_admin() {
         s.delete_user("root", true, "root", 5).await,
         Err(StoreError::Conflict(_))
     ));
+    // A second administrator who is disabled does not count: deleting root would lock out.
+    let ops = person("ops", "admin");
+    s.create_user(&ops, "h-ops", None, 5).await.unwrap();
+    s.set_user_disabled("ops", true, "root", 5).await.unwrap();
+    assert!(matches!(
+        s.delete_user("root", true, "root", 5).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.set_user_disabled("root", true, "root", 5).await,
+        Err(StoreError::Conflict(_))
+    ));
     assert!(matches!(
         s.set_user_disabled("nobody", true, "root", 5).await,
         Err(StoreError::NotFound)
