@@ -65,6 +65,10 @@ pub struct CreateUser {
     pub group: Option<String>,
     #[serde(default)]
     pub role: Option<Role>,
+    /// When the token expires: `30d`, a Go duration, or `never`; absent, the
+    /// `tokens.default_expiry` setting.
+    #[serde(default)]
+    pub expires: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,6 +78,73 @@ pub struct UserCreated {
     pub role: Role,
     /// Shown once; only its hash is stored.
     pub token: String,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub expires_at: Option<OffsetDateTime>,
+}
+
+/// A user as administrators see them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserInfo {
+    pub name: String,
+    pub group: String,
+    pub role: String,
+    pub disabled: bool,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub disabled_at: Option<OffsetDateTime>,
+    /// How many tokens they have (expired ones included).
+    pub tokens: u64,
+}
+
+/// `admin user show`: the user and their tokens (never a secret).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UserDetail {
+    pub user: UserInfo,
+    pub tokens: Vec<TokenInfo>,
+}
+
+/// A user's API token: its id, never its secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub id: String,
+    pub user: String,
+    /// What it may do: its user's role.
+    pub role: String,
+    pub purpose: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub expires_at: Option<OffsetDateTime>,
+    pub expired: bool,
+}
+
+/// Options of `POST /admin/tokens/{id}/rotate`.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct RotateToken {
+    /// As [`CreateUser::expires`].
+    #[serde(default)]
+    pub expires: Option<String>,
+}
+
+/// A rotated token: same id, user and role, a new secret shown once.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenRotated {
+    pub info: TokenInfo,
+    pub token: String,
+}
+
+/// A token of a persistent endpoint: its id, never its secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EndpointTokenInfo {
+    pub id: String,
+    pub endpoint: String,
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub expires_at: Option<OffsetDateTime>,
+    pub expired: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -507,7 +578,7 @@ pub struct CreateEndpoint {
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct CreateEndpointToken {
-    /// Go duration; never expires when absent.
+    /// `30d`, a Go duration, or `never`; absent, the `tokens.default_expiry` setting.
     #[serde(default)]
     pub expires: Option<String>,
 }
@@ -515,6 +586,8 @@ pub struct CreateEndpointToken {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EndpointToken {
     pub endpoint: String,
+    #[serde(default)]
+    pub id: String,
     /// Shown once; only its hash is stored.
     pub token: String,
     #[serde(with = "time::serde::rfc3339::option", default)]

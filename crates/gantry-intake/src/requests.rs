@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use gantry_api::v1::{
-    CreateEndpoint, CreateEndpointToken, CreateUser, Diagnostic, HttpSecret, ImageSecret,
-    PlaceHold, PutSecret, ReleaseHolds, Role, S3Secret, Setting, SubmitWorkflow,
+    CreateEndpoint, CreateUser, Diagnostic, HttpSecret, ImageSecret, PlaceHold, PutSecret,
+    ReleaseHolds, Role, S3Secret, Setting, SubmitWorkflow,
 };
 use gantry_api::WorkflowStatus;
 use gantry_core::holds::HoldType;
@@ -231,8 +231,16 @@ const CONSTRAINT_ANNOTATIONS_DEFAULT: &str = "nvidia.com/gpu.model,nvidia.com/gp
 /// Pools whose nodes run no host-network container (`network.host`, multinode members).
 pub const HOST_NETWORK_FORBIDDEN_KEY: &str = "network.host.forbidden_pools";
 
+/// How long new API and endpoint tokens live unless their creator says (`--expires`).
+pub const TOKEN_EXPIRY_KEY: &str = "tokens.default_expiry";
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
+    (
+        TOKEN_EXPIRY_KEY,
+        "90d",
+        "how long new user and endpoint tokens live unless created with --expires: days (90d), a duration (12h) or never",
+    ),
     (
         "builds.enabled",
         "true",
@@ -327,6 +335,9 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
             "{key} must be a fraction from 0 to 1 ({help}), not {:?}",
             body.value
         ));
+    }
+    if k == TOKEN_EXPIRY_KEY {
+        parse_expiry(&body.value).map_err(|e| format!("{key} ({help}): {e}"))?;
     }
     if k == CACHE_BYTES_KEY && !body.value.parse::<u64>().is_ok_and(|n| n > 0) {
         return Err(format!(
@@ -533,14 +544,40 @@ pub fn create_endpoint(req: CreateEndpoint) -> Result<NewEndpoint, String> {
 
 /// `POST /endpoints/{name}/tokens`: when the token expires (ms since the epoch), from `now_ms`;
 /// never when no expiry is given.
-pub fn token_expiry(req: &CreateEndpointToken, now_ms: i64) -> Result<Option<i64>, String> {
-    req.expires
-        .as_ref()
-        .map(|d| {
-            let after = gantry_spec::parse_duration(d).map_err(|e| format!("expiry {d:?}: {e}"))?;
-            Ok(now_ms.saturating_add(millis(after)))
-        })
-        .transpose()
+/// When a new token expires: `expires` as asked (`30d`, a Go duration, or `never`), else the
+/// `tokens.default_expiry` setting's value. `None`: never.
+pub fn token_expiry(
+    expires: Option<&str>,
+    default: &str,
+    now_ms: i64,
+) -> Result<Option<i64>, String> {
+    let (text, what) = match expires {
+        Some(e) => (e, "expiry"),
+        None => (default, TOKEN_EXPIRY_KEY),
+    };
+    Ok(parse_expiry(text)
+        .map_err(|e| format!("{what} {text:?}: {e}"))?
+        .map(|after| now_ms.saturating_add(millis(after))))
+}
+
+/// `never`, whole days (`90d`), or a Go duration; zero is refused (a token dead at birth).
+pub fn parse_expiry(text: &str) -> Result<Option<Duration>, String> {
+    let t = text.trim();
+    if t == "never" {
+        return Ok(None);
+    }
+    let d = match t.strip_suffix('d') {
+        Some(days) if !days.is_empty() && days.bytes().all(|b| b.is_ascii_digit()) => {
+            let n: u64 = days.parse().map_err(|_| "too many days".to_string())?;
+            Duration::from_secs(n.checked_mul(86_400).ok_or("too many days")?)
+        }
+        _ => gantry_spec::parse_duration(t)
+            .map_err(|e| format!("{e}; or write days (90d) or never"))?,
+    };
+    if d.is_zero() {
+        return Err("a token must live longer than zero; write never for no expiry".into());
+    }
+    Ok(Some(d))
 }
 
 fn millis(d: Duration) -> i64 {
@@ -955,17 +992,24 @@ mod tests {
     }
 
     #[test]
-    fn endpoint_expiry_never_overflows() {
-        let req = CreateEndpointToken {
-            expires: Some("2562047h".into()),
-        };
-        assert_eq!(token_expiry(&req, i64::MAX - 1), Ok(Some(i64::MAX)));
-        let never = CreateEndpointToken { expires: None };
-        assert_eq!(token_expiry(&never, 5), Ok(None));
-        let bad = CreateEndpointToken {
-            expires: Some("-1h".into()),
-        };
-        assert!(token_expiry(&bad, 5).is_err());
+    fn token_expiry_never_overflows_and_falls_back_to_the_setting() {
+        assert_eq!(
+            token_expiry(Some("2562047h"), "90d", i64::MAX - 1),
+            Ok(Some(i64::MAX))
+        );
+        assert_eq!(token_expiry(Some("never"), "90d", 5), Ok(None));
+        assert_eq!(token_expiry(None, "never", 5), Ok(None));
+        assert_eq!(token_expiry(None, "2d", 5), Ok(Some(5 + 2 * 86_400_000)));
+        assert_eq!(
+            token_expiry(Some("30d"), "never", 0),
+            Ok(Some(30 * 86_400_000))
+        );
+        assert_eq!(token_expiry(Some("1h30m"), "never", 0), Ok(Some(5_400_000)));
+        for bad in ["-1h", "0", "0d", "d", "soon", "1.5d", ""] {
+            assert!(token_expiry(Some(bad), "90d", 5).is_err(), "{bad}");
+        }
+        let e = token_expiry(None, "soon", 5).unwrap_err();
+        assert!(e.contains(TOKEN_EXPIRY_KEY), "{e}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use gantry_api::v1::Role;
-use gantry_store::{User, Visibility};
+use gantry_store::{TokenRefusal, User, Visibility};
 use sha2::{Digest, Sha256};
 
 use crate::api::ApiError;
@@ -89,7 +89,36 @@ pub async fn authenticate(state: &AppState, header: Option<&str>) -> Result<Call
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized)?;
-    caller_by_hash(state, &hash_token(token)).await
+    let hash = hash_token(token);
+    match caller_by_hash(state, &hash).await {
+        Err(ApiError::Unauthorized) => Err(refusal(state, &hash).await),
+        other => other,
+    }
+}
+
+/// Why a token was refused: only looked up once it has been, so valid requests pay nothing.
+pub async fn refusal(state: &AppState, token_hash: &str) -> ApiError {
+    match state.store.token_refusal(token_hash, now_ms()).await {
+        Ok(Some(r)) => ApiError::TokenRefused(refusal_text(&r)),
+        _ => ApiError::Unauthorized,
+    }
+}
+
+pub fn refusal_text(r: &TokenRefusal) -> String {
+    match r {
+        TokenRefusal::Expired(at) => {
+            format!("token expired on {}; ask for a new one", rfc3339(*at))
+        }
+        TokenRefusal::UserDisabled(name) => format!(
+            "user {name} is disabled; an administrator can `gantry admin user enable {name}`"
+        ),
+    }
+}
+
+pub fn rfc3339(ms: i64) -> String {
+    crate::api::workflows::ts(ms)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| ms.to_string())
 }
 
 /// The caller a token's hash names (the web UI's session keeps the hash, never the token).

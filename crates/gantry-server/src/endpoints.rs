@@ -8,12 +8,13 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use gantry_api::v1::{
-    CreateEndpoint, CreateEndpointToken, EndpointInfo, EndpointToken, TakeoverInfo,
+    CreateEndpoint, CreateEndpointToken, EndpointInfo, EndpointToken, EndpointTokenInfo,
+    TakeoverInfo,
 };
 use gantry_api::TaskStatus;
 use gantry_core::takeover::{self, Mode, NewService, Phase, Step};
 use gantry_intake::requests::{self, NewEndpoint};
-use gantry_store::{EndpointChange, EndpointRow, NewEvent, TakeoverRow};
+use gantry_store::{EndpointChange, EndpointRow, EndpointTokenRow, NewEvent, TakeoverRow};
 use uuid::Uuid;
 
 use crate::api::{ts, ApiError, JsonBody};
@@ -244,22 +245,95 @@ pub async fn token(
     JsonBody(req): JsonBody<CreateEndpointToken>,
 ) -> Result<Json<EndpointToken>, ApiError> {
     let e = managed(&st, &c, &name, "make tokens for it").await?;
-    let expires_at = requests::token_expiry(&req, now_ms()).map_err(ApiError::BadRequest)?;
+    let now = now_ms();
+    let default = crate::api::admin::default_expiry(&st).await?;
+    let expires_at = requests::token_expiry(req.expires.as_deref(), &default, now)
+        .map_err(ApiError::BadRequest)?;
     let token = new_token();
-    st.store
-        .add_endpoint_token(
-            &e.name,
-            &hash_token(&token),
-            &c.user.name,
-            expires_at,
-            now_ms(),
-        )
+    let id = st
+        .store
+        .add_endpoint_token(&e.name, &hash_token(&token), &c.user.name, expires_at, now)
         .await?;
     Ok(Json(EndpointToken {
         endpoint: e.name,
+        id,
         token,
         expires_at: expires_at.map(ts),
     }))
+}
+
+fn endpoint_token_info(t: EndpointTokenRow, now: i64) -> EndpointTokenInfo {
+    EndpointTokenInfo {
+        expired: t.expires_at.is_some_and(|at| at <= now),
+        id: t.id,
+        endpoint: t.endpoint,
+        created_by: t.created_by,
+        created_at: ts(t.created_at),
+        expires_at: t.expires_at.map(ts),
+    }
+}
+
+/// The tokens of one endpoint, for those who may make them.
+pub async fn tokens(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(name): Path<String>,
+) -> Result<Json<Vec<EndpointTokenInfo>>, ApiError> {
+    let e = managed(&st, &c, &name, "list its tokens").await?;
+    let now = now_ms();
+    let list = st.store.endpoint_tokens(Some(&e.name)).await?;
+    Ok(Json(
+        list.into_iter()
+            .map(|t| endpoint_token_info(t, now))
+            .collect(),
+    ))
+}
+
+/// The tokens of every endpoint the caller may manage (all, for an administrator).
+pub async fn all_tokens(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<Vec<EndpointTokenInfo>>, ApiError> {
+    let mine: std::collections::HashSet<String> = st
+        .store
+        .endpoints()
+        .await?
+        .into_iter()
+        .filter(|e| may_manage(e, &c))
+        .map(|e| e.name)
+        .collect();
+    let now = now_ms();
+    let list = st.store.endpoint_tokens(None).await?;
+    Ok(Json(
+        list.into_iter()
+            .filter(|t| mine.contains(&t.endpoint))
+            .map(|t| endpoint_token_info(t, now))
+            .collect(),
+    ))
+}
+
+pub async fn revoke_token(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointTokenInfo>, ApiError> {
+    let missing = || ApiError::NotFound(format!("no endpoint token {id}"));
+    let t = st
+        .store
+        .endpoint_token_by_id(&id)
+        .await
+        .map_err(|_| missing())?;
+    // A token of an endpoint the caller may not see is as unknown as one that never was.
+    match managed(&st, &c, &t.endpoint, "revoke its tokens").await {
+        Err(ApiError::NotFound(_)) => return Err(missing()),
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    st.store
+        .revoke_endpoint_token(&id, &c.user.name, now_ms())
+        .await
+        .map_err(|_| missing())?;
+    Ok(Json(endpoint_token_info(t, now_ms())))
 }
 
 async fn pending(st: &AppState, c: &Caller, name: &str) -> Result<TakeoverRow, ApiError> {

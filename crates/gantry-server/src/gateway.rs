@@ -107,10 +107,11 @@ impl Authorize<RouteMeta> for EndpointAuth {
                 };
             }
         }
-        deny(
-            axum::http::StatusCode::UNAUTHORIZED,
-            "invalid or expired token",
-        )
+        let why = match self.store.token_refusal(&hash, now).await {
+            Ok(Some(r)) => crate::auth::refusal_text(&r),
+            _ => "invalid or expired token".into(),
+        };
+        deny(axum::http::StatusCode::UNAUTHORIZED, &why)
     }
 }
 

@@ -127,7 +127,9 @@ impl Server {
         Ok(Server { state, addr, task })
     }
 
-    /// Creates a user and returns their token (shown once; only its hash is kept).
+    /// Creates a user and returns their token (shown once; only its hash is kept). It never
+    /// expires: these are the tokens `gantry up` makes for itself (the first administrator,
+    /// the local agents), which a cluster must not lose to a calendar.
     pub async fn create_user(
         &self,
         name: &str,
@@ -143,7 +145,7 @@ impl Server {
         };
         self.state
             .store
-            .create_user(&user, &auth::hash_token(&token), state::now_ms())
+            .create_user(&user, &auth::hash_token(&token), None, state::now_ms())
             .await?;
         Ok(token)
     }

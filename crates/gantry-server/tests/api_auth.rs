@@ -916,3 +916,273 @@ async fn secrets_are_kept_per_user_group_and_organization() {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(names(&c.alice).await.len(), 3);
 }
+
+async fn delete(c: &Cluster, token: &str, path: &str) -> Reply {
+    c.raw(Method::DELETE, path, Some(&bearer(token)))
+        .send()
+        .await
+}
+
+/// The id of `user`'s only token, as the admin listing shows it.
+async fn token_id(c: &Cluster, user: &str) -> String {
+    let r = c.get(&c.admin, &format!("/admin/tokens?user={user}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let list = r.json();
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    list[0]["id"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn admins_list_disable_and_delete_users() {
+    let c = Cluster::start().await;
+    let r = c.get(&c.admin, "/admin/users").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let users = r.json();
+    let names: Vec<&str> = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["agent-1", "alice", "bob", "carol", "root"]);
+    let alice = &users[1];
+    assert_eq!(
+        (
+            &alice["group"],
+            &alice["role"],
+            &alice["disabled"],
+            &alice["tokens"]
+        ),
+        (&json!("physics"), &json!("user"), &json!(false), &json!(1))
+    );
+
+    let r = c.get(&c.admin, "/admin/users/alice").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let d = r.json();
+    assert_eq!(d["user"]["name"], "alice");
+    assert_eq!(d["tokens"].as_array().unwrap().len(), 1);
+    assert!(
+        !r.body.contains(&c.alice) && !r.body.contains(&c.alice[7..]),
+        "a listing shows no secret: {}",
+        r.body
+    );
+    assert_eq!(
+        c.get(&c.admin, "/admin/users/nobody").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // Disabled: every token refused at once, with why; work already submitted is left alone.
+    let wf = c.submit(&c.alice, HELLO).await;
+    let r = c.post(&c.admin, "/admin/users/alice/disable", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.json()["disabled"], true);
+    let r = c.get(&c.alice, "/whoami").await;
+    assert_unauthorized(&r, "a disabled user's token");
+    assert!(r.error().contains("alice is disabled"), "{}", r.body);
+    let r = c.get(&c.admin, &format!("/workflows/{wf}")).await;
+    assert_eq!(r.json()["status"], "PENDING", "{}", r.body);
+    let r = c.post(&c.admin, "/admin/users/alice/enable", None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(c.get(&c.alice, "/whoami").await.status, StatusCode::OK);
+
+    // The last administrator is neither disabled nor deleted.
+    let r = c.post(&c.admin, "/admin/users/root/disable", None).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    let r = delete(&c, &c.admin, "/admin/users/root?force=true").await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert_eq!(c.get(&c.admin, "/whoami").await.status, StatusCode::OK);
+
+    // A user who owns a workflow not yet ended is kept unless forced.
+    let r = delete(&c, &c.admin, "/admin/users/alice").await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    assert!(r.error().contains("force"), "{}", r.body);
+    assert_eq!(c.get(&c.alice, "/whoami").await.status, StatusCode::OK);
+    let r = delete(&c, &c.admin, "/admin/users/alice?force=true").await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.body);
+    assert_unauthorized(&c.get(&c.alice, "/whoami").await, "a deleted user's token");
+    let r = delete(&c, &c.admin, "/admin/users/alice").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    // Her group still sees her workflow.
+    assert_eq!(c.list_ids(&c.carol).await, BTreeSet::from([wf]));
+}
+
+#[tokio::test]
+async fn admins_list_revoke_and_rotate_tokens_that_expire() {
+    let c = Cluster::start().await;
+    let r = c.get(&c.admin, "/admin/tokens").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.json().as_array().unwrap().len(), 5);
+    assert_eq!(
+        c.get(&c.admin, "/admin/tokens?user=nobody").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // New tokens expire by the setting unless asked; never on request.
+    let r = c
+        .post(&c.admin, "/admin/users", Some(json!({"name": "dave"})))
+        .await;
+    let at = time::OffsetDateTime::parse(
+        r.json()["expires_at"].as_str().expect("an expiry"),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let days = (at - time::OffsetDateTime::now_utc()).whole_days();
+    assert!((89..=90).contains(&days), "90 days by default, not {days}");
+    let r = c
+        .post(
+            &c.admin,
+            "/admin/users",
+            Some(json!({"name": "erin", "expires": "never"})),
+        )
+        .await;
+    assert!(r.json()["expires_at"].is_null(), "{}", r.body);
+    for bad in ["0d", "soon", "-1h"] {
+        let r = c
+            .post(
+                &c.admin,
+                "/admin/users",
+                Some(json!({"name": "frank", "expires": bad})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.body);
+    }
+    assert_eq!(
+        c.get(&c.admin, "/admin/users/frank").await.status,
+        StatusCode::NOT_FOUND,
+        "a refused create makes nothing"
+    );
+    let r = c
+        .put(
+            &c.admin,
+            "/admin/settings/tokens.default_expiry",
+            json!({"key": "tokens.default_expiry", "value": "soon"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+
+    // An expired token: 401 that says when.
+    let r = c
+        .post(
+            &c.admin,
+            "/admin/users",
+            Some(json!({"name": "gina", "expires": "1s"})),
+        )
+        .await;
+    let gina = r.json()["token"].as_str().unwrap().to_string();
+    assert_eq!(c.get(&gina, "/whoami").await.status, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = c.get(&gina, "/whoami").await;
+    assert_unauthorized(&r, "an expired token");
+    assert!(r.error().starts_with("token expired on "), "{}", r.body);
+    let listed = c.get(&c.admin, "/admin/tokens?user=gina").await.json();
+    assert_eq!(listed[0]["expired"], true);
+
+    // Rotated: same id and user, the old secret 401, the new one works.
+    let id = token_id(&c, "bob").await;
+    let r = c
+        .post(
+            &c.admin,
+            &format!("/admin/tokens/{id}/rotate"),
+            Some(json!({"expires": "30d"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let rotated = r.json();
+    assert_eq!(
+        (&rotated["info"]["id"], &rotated["info"]["user"]),
+        (&json!(id), &json!("bob"))
+    );
+    let new = rotated["token"].as_str().unwrap().to_string();
+    assert_unauthorized(
+        &c.get(&c.bob, "/whoami").await,
+        "a rotated token's old secret",
+    );
+    assert_eq!(c.get(&new, "/whoami").await.json()["user"], "bob");
+
+    // Revoked: 401 at once, and gone from the list.
+    let r = delete(&c, &c.admin, &format!("/admin/tokens/{id}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_unauthorized(&c.get(&new, "/whoami").await, "a revoked token");
+    let r = c.get(&c.admin, "/admin/tokens?user=bob").await;
+    assert_eq!(r.json(), json!([]));
+    let r = delete(&c, &c.admin, &format!("/admin/tokens/{id}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+}
+
+#[tokio::test]
+async fn users_cannot_manage_users_others_tokens_or_another_groups_endpoint_tokens() {
+    let c = Cluster::start().await;
+    let carol_id = token_id(&c, "carol").await;
+    for (method, path, body) in [
+        (Method::GET, "/admin/users".to_string(), None),
+        (Method::GET, "/admin/users/carol".into(), None),
+        (Method::POST, "/admin/users/carol/disable".into(), None),
+        (Method::POST, "/admin/users/bob/enable".into(), None),
+        (Method::DELETE, "/admin/users/carol?force=true".into(), None),
+        (Method::GET, "/admin/tokens".into(), None),
+        (Method::GET, "/admin/tokens?user=bob".into(), None),
+        (Method::DELETE, format!("/admin/tokens/{carol_id}"), None),
+        (
+            Method::POST,
+            format!("/admin/tokens/{carol_id}/rotate"),
+            Some(json!({})),
+        ),
+    ] {
+        let mut req = c.raw(method.clone(), &path, Some(&bearer(&c.bob)));
+        if let Some(b) = &body {
+            req = req.json(b);
+        }
+        assert_forbidden(&req.send().await, &format!("bob: {method} {path}"));
+    }
+    assert_eq!(c.get(&c.carol, "/whoami").await.status, StatusCode::OK);
+    assert_eq!(
+        token_id(&c, "carol").await,
+        carol_id,
+        "carol's token untouched"
+    );
+
+    // Alice's endpoint and its token: bob (chem) neither lists nor revokes it.
+    let r = c
+        .post(&c.alice, "/endpoints", Some(json!({"name": "chat"})))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = c
+        .post(
+            &c.alice,
+            "/endpoints/chat/tokens",
+            Some(json!({"expires": "1h"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let ep_id = r.json()["id"].as_str().unwrap().to_string();
+    let r = c.get(&c.alice, "/endpoints/chat/tokens").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.json()[0]["id"], ep_id.as_str());
+    assert_eq!(r.json()[0]["created_by"], "alice");
+    assert_eq!(
+        c.get(&c.alice, "/endpoint-tokens").await.json()[0]["id"],
+        ep_id.as_str()
+    );
+    let r = c.get(&c.bob, "/endpoints/chat/tokens").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(c.get(&c.bob, "/endpoint-tokens").await.json(), json!([]));
+    let r = delete(&c, &c.bob, &format!("/endpoint-tokens/{ep_id}")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.body);
+    assert_eq!(
+        c.get(&c.alice, "/endpoints/chat/tokens").await.json()[0]["id"],
+        ep_id.as_str(),
+        "bob's attempt changed nothing"
+    );
+    // The owner revokes it; the admin sees every endpoint's tokens.
+    assert_eq!(
+        c.get(&c.admin, "/endpoint-tokens").await.json()[0]["id"],
+        ep_id.as_str()
+    );
+    let r = delete(&c, &c.alice, &format!("/endpoint-tokens/{ep_id}")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(
+        c.get(&c.alice, "/endpoints/chat/tokens").await.json(),
+        json!([])
+    );
+}

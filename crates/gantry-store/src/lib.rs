@@ -37,16 +37,54 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     // --- users and tokens -------------------------------------------------------------
-    async fn create_user(&self, user: &User, token_hash: &str, now: Millis) -> Result<()>;
+    /// The user and their first token, which expires at `expires_at` (never when `None`).
+    async fn create_user(
+        &self,
+        user: &User,
+        token_hash: &str,
+        expires_at: Option<Millis>,
+        now: Millis,
+    ) -> Result<()>;
+    /// The user a token names, unless it expired or its user is disabled.
     async fn user_by_token(&self, token_hash: &str, now: Millis) -> Result<Option<User>>;
     async fn user_by_name(&self, name: &str) -> Result<Option<User>>;
+    /// Returns the new token's id.
     async fn add_token(
         &self,
         user_id: Uuid,
         token_hash: &str,
         purpose: &str,
+        expires_at: Option<Millis>,
+        now: Millis,
+    ) -> Result<String>;
+    /// Why a token that [`Store::user_by_token`] (or [`Store::endpoint_token`]) refused was
+    /// refused, when it is one we know; `None` for an unknown one.
+    async fn token_refusal(&self, token_hash: &str, now: Millis) -> Result<Option<TokenRefusal>>;
+    async fn users(&self) -> Result<Vec<UserRow>>;
+    /// Refused ([`StoreError::Conflict`]) when it would leave no enabled administrator.
+    async fn set_user_disabled(
+        &self,
+        name: &str,
+        disabled: bool,
+        by: &str,
         now: Millis,
     ) -> Result<()>;
+    /// Deletes the user and their tokens. Refused ([`StoreError::Conflict`]) for the last
+    /// administrator, and, unless `force`, while workflows they own have not ended (those are
+    /// left running either way).
+    async fn delete_user(&self, name: &str, force: bool, by: &str, now: Millis) -> Result<()>;
+    /// Every user's tokens, or one user's.
+    async fn tokens(&self, user: Option<&str>) -> Result<Vec<TokenRow>>;
+    async fn revoke_token(&self, id: &str, by: &str, now: Millis) -> Result<TokenRow>;
+    /// Gives the token a new secret (its hash) and expiry; the old secret stops at once.
+    async fn rotate_token(
+        &self,
+        id: &str,
+        token_hash: &str,
+        expires_at: Option<Millis>,
+        by: &str,
+        now: Millis,
+    ) -> Result<TokenRow>;
     async fn count_users(&self) -> Result<u64>;
 
     // --- workflows ----------------------------------------------------------------------
@@ -156,8 +194,12 @@ pub trait Store: Send + Sync + 'static {
         by: &str,
         expires_at: Option<Millis>,
         now: Millis,
-    ) -> Result<()>;
+    ) -> Result<String>;
     async fn endpoint_token(&self, hash: &str, now: Millis) -> Result<Option<String>>;
+    /// The tokens of one endpoint, or of every endpoint.
+    async fn endpoint_tokens(&self, endpoint: Option<&str>) -> Result<Vec<EndpointTokenRow>>;
+    async fn endpoint_token_by_id(&self, id: &str) -> Result<EndpointTokenRow>;
+    async fn revoke_endpoint_token(&self, id: &str, by: &str, now: Millis) -> Result<()>;
 
     // --- settings ----------------------------------------------------------------------------
     async fn setting(&self, key: &str) -> Result<Option<String>>;

@@ -14,6 +14,46 @@ pub struct User {
     pub role: String,
 }
 
+/// A user as administrators list them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserRow {
+    pub user: User,
+    pub created_at: Millis,
+    pub disabled_at: Option<Millis>,
+    /// Their tokens, expired ones included (they still show in listings).
+    pub tokens: u64,
+}
+
+/// A user's API token, never its secret nor its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRow {
+    pub id: String,
+    pub user: String,
+    /// What the token may do: its user's role.
+    pub role: String,
+    pub purpose: String,
+    pub created_at: Millis,
+    pub expires_at: Option<Millis>,
+}
+
+/// A token for one persistent endpoint, never its secret nor its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointTokenRow {
+    pub id: String,
+    pub endpoint: String,
+    pub created_by: String,
+    pub created_at: Millis,
+    pub expires_at: Option<Millis>,
+}
+
+/// Why a known token does not authenticate, so the 401 can say so.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenRefusal {
+    Expired(Millis),
+    /// The user's name.
+    UserDisabled(String),
+}
+
 /// Which workflows a caller may see.
 #[derive(Debug, Clone)]
 pub enum Visibility {

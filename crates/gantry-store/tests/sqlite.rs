@@ -82,14 +82,182 @@ async fn users_and_tokens() {
         group: "physics".into(),
         role: "user".into(),
     };
-    s.create_user(&u, "hash1", 0).await.unwrap();
+    s.create_user(&u, "hash1", None, 0).await.unwrap();
     assert_eq!(s.user_by_token("hash1", 1).await.unwrap(), Some(u.clone()));
     assert_eq!(s.user_by_token("nope", 1).await.unwrap(), None);
     assert!(matches!(
-        s.create_user(&u, "hash2", 0).await,
+        s.create_user(&u, "hash2", None, 0).await,
         Err(StoreError::Conflict(_))
     ));
     assert_eq!(s.count_users().await.unwrap(), 1);
+}
+
+fn person(name: &str, role: &str) -> User {
+    User {
+        id: Uuid::new_v4(),
+        name: name.into(),
+        group: "physics".into(),
+        role: role.into(),
+    }
+}
+
+#[tokio::test]
+async fn tokens_expire_are_listed_revoked_and_rotated() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let ada = person("ada", "user");
+    s.create_user(&ada, "h-login", Some(100), 0).await.unwrap();
+    let second = s
+        .add_token(ada.id, "h-second", "ci", None, 5)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.user_by_token("h-login", 99).await.unwrap(),
+        Some(ada.clone())
+    );
+    assert_eq!(s.user_by_token("h-login", 100).await.unwrap(), None);
+    assert_eq!(
+        s.token_refusal("h-login", 100).await.unwrap(),
+        Some(TokenRefusal::Expired(100))
+    );
+    assert_eq!(s.token_refusal("unknown", 100).await.unwrap(), None);
+
+    let list = s.tokens(Some("ada")).await.unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0].purpose, "login");
+    assert_eq!(list[0].expires_at, Some(100));
+    assert_eq!(list[1].id, second);
+    assert_ne!(list[0].id, list[1].id);
+    assert!(list.iter().all(|t| t.user == "ada" && t.role == "user"));
+    assert!(s.tokens(Some("nobody")).await.unwrap().is_empty());
+
+    // Rotating swaps the secret in place: same id, same user; the old hash stops.
+    let r = s
+        .rotate_token(&second, "h-third", Some(1000), "root", 10)
+        .await
+        .unwrap();
+    assert_eq!((r.id.as_str(), r.user.as_str()), (second.as_str(), "ada"));
+    assert_eq!(r.expires_at, Some(1000));
+    assert_eq!(s.user_by_token("h-second", 11).await.unwrap(), None);
+    assert_eq!(s.token_refusal("h-second", 11).await.unwrap(), None);
+    assert_eq!(
+        s.user_by_token("h-third", 11).await.unwrap(),
+        Some(ada.clone())
+    );
+
+    s.revoke_token(&second, "root", 12).await.unwrap();
+    assert_eq!(s.user_by_token("h-third", 13).await.unwrap(), None);
+    assert!(matches!(
+        s.revoke_token(&second, "root", 14).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        s.rotate_token("nope", "h", None, "root", 14).await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(s.tokens(None).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn users_are_disabled_and_deleted_but_never_the_last_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let root = person("root", "admin");
+    let ada = person("ada", "user");
+    s.create_user(&root, "h-root", None, 0).await.unwrap();
+    s.create_user(&ada, "h-ada", None, 0).await.unwrap();
+
+    s.set_user_disabled("ada", true, "root", 1).await.unwrap();
+    assert_eq!(s.user_by_token("h-ada", 2).await.unwrap(), None);
+    assert_eq!(
+        s.token_refusal("h-ada", 2).await.unwrap(),
+        Some(TokenRefusal::UserDisabled("ada".into()))
+    );
+    let users = s.users().await.unwrap();
+    let row = users.iter().find(|u| u.user.name == "ada").unwrap();
+    assert_eq!(
+        (row.disabled_at, row.tokens, row.created_at),
+        (Some(1), 1, 0)
+    );
+    s.set_user_disabled("ada", false, "root", 3).await.unwrap();
+    assert_eq!(
+        s.user_by_token("h-ada", 4).await.unwrap(),
+        Some(ada.clone())
+    );
+
+    assert!(matches!(
+        s.set_user_disabled("root", true, "root", 5).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.delete_user("root", true, "root", 5).await,
+        Err(StoreError::Conflict(_))
+    ));
+    // A second administrator who is disabled does not count: deleting root would lock out.
+    let ops = person("ops", "admin");
+    s.create_user(&ops, "h-ops", None, 5).await.unwrap();
+    s.set_user_disabled("ops", true, "root", 5).await.unwrap();
+    assert!(matches!(
+        s.delete_user("root", true, "root", 5).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.set_user_disabled("root", true, "root", 5).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.set_user_disabled("nobody", true, "root", 5).await,
+        Err(StoreError::NotFound)
+    ));
+
+    // A workflow not yet ended keeps its owner unless forced; it is left alone either way.
+    let wf = workflow("ada", "physics", 1);
+    s.create_workflow(&wf, 6).await.unwrap();
+    assert!(matches!(
+        s.delete_user("ada", false, "root", 7).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(s.user_by_name("ada").await.unwrap().is_some());
+    s.delete_user("ada", true, "root", 8).await.unwrap();
+    assert!(s.user_by_name("ada").await.unwrap().is_none());
+    assert_eq!(s.user_by_token("h-ada", 9).await.unwrap(), None);
+    assert!(s.tokens(Some("ada")).await.unwrap().is_empty());
+    assert_eq!(s.workflow(wf.id).await.unwrap().owner, "ada");
+}
+
+#[tokio::test]
+async fn endpoint_tokens_are_listed_and_revoked_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    s.add_endpoint_token("chat", "e1", "ada", None, 1)
+        .await
+        .unwrap();
+    s.add_endpoint_token("chat", "e2", "ada", Some(50), 2)
+        .await
+        .unwrap();
+    s.add_endpoint_token("search", "e3", "bob", None, 3)
+        .await
+        .unwrap();
+    let chat = s.endpoint_tokens(Some("chat")).await.unwrap();
+    assert_eq!(chat.len(), 2);
+    assert_eq!(chat[1].expires_at, Some(50));
+    assert_eq!(s.endpoint_tokens(None).await.unwrap().len(), 3);
+    assert_eq!(
+        s.token_refusal("e2", 50).await.unwrap(),
+        Some(TokenRefusal::Expired(50))
+    );
+    let id = chat[0].id.clone();
+    assert_eq!(s.endpoint_token_by_id(&id).await.unwrap(), chat[0]);
+    s.revoke_endpoint_token(&id, "ada", 4).await.unwrap();
+    assert_eq!(s.endpoint_token("e1", 5).await.unwrap(), None);
+    assert!(matches!(
+        s.revoke_endpoint_token(&id, "ada", 6).await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        s.endpoint_token("e3", 5).await.unwrap().as_deref(),
+        Some("search")
+    );
 }
 
 #[tokio::test]

@@ -280,6 +280,89 @@ fn scopes_and_tokens_are_enforced_and_tokens_never_reach_the_backend() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("auth=[]"), "{body}");
 
+    // Endpoint tokens are listed by id (never the secret), revoked and expire: the proxy
+    // refuses each with a 401 that says why.
+    let short = c.json(&["endpoint", "token", "create", "private", "--expires", "2s"]);
+    let short_token = short["token"].as_str().unwrap().to_string();
+    let doomed = c.json(&["endpoint", "token", "private"]);
+    let doomed_token = doomed["token"].as_str().unwrap().to_string();
+    assert!(
+        doomed["expires_at"].is_string(),
+        "the default expiry applies: {doomed}"
+    );
+    let listed = c.json(&["endpoint", "token", "list", "private"]);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{listed}");
+    assert!(ids.contains(&doomed["id"].as_str().unwrap()), "{listed}");
+    assert!(!listed.to_string().contains(&doomed_token[7..]), "{listed}");
+    assert_eq!(c.json(&["endpoint", "token", "list"]), listed);
+    // Eve may neither list nor revoke them.
+    let as_eve = |args: &[&str]| {
+        std::process::Command::new(common::GANTRY)
+            .args(args)
+            .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+            .env("GANTRY_TOKEN", &eve)
+            .output()
+            .unwrap()
+    };
+    assert!(!as_eve(&["endpoint", "token", "list", "private"])
+        .status
+        .success());
+    let doomed_id = doomed["id"].as_str().unwrap();
+    assert!(!as_eve(&["endpoint", "token", "revoke", doomed_id])
+        .status
+        .success());
+    assert_eq!(
+        get(Some(&doomed_token)).0,
+        200,
+        "eve's revoke changed nothing"
+    );
+    c.ok(&["endpoint", "token", "revoke", doomed_id]);
+    let (code, body) = get(Some(&doomed_token));
+    assert_eq!(code, 401, "a revoked endpoint token: {body}");
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, body) = get(Some(&short_token));
+    assert_eq!(code, 401, "an expired endpoint token: {body}");
+    assert!(body.contains("token expired on "), "{body}");
+
+    // A disabled user's token is refused by the proxy too, and works again once enabled.
+    let users = c.json(&["admin", "user", "list"]);
+    assert!(
+        users.as_array().unwrap().iter().any(|u| u["name"] == "eve"),
+        "{users}"
+    );
+    c.ok(&["admin", "user", "disable", "eve"]);
+    assert!(!as_eve(&["workflow", "list"]).status.success());
+    let (code, body) = get(Some(&eve));
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("eve is disabled"), "{body}");
+    c.ok(&["admin", "user", "enable", "eve"]);
+    assert!(as_eve(&["workflow", "list"]).status.success());
+    let eve_tokens = c.json(&["admin", "token", "list", "--user", "eve"]);
+    let eve_id = eve_tokens[0]["id"].as_str().unwrap().to_string();
+    let rotated = c.json(&["admin", "token", "rotate", &eve_id]);
+    assert_eq!(rotated["info"]["id"], eve_id.as_str());
+    assert!(
+        !as_eve(&["workflow", "list"]).status.success(),
+        "the old secret"
+    );
+    let eve = rotated["token"].as_str().unwrap().to_string();
+    let out = std::process::Command::new(common::GANTRY)
+        .args(["workflow", "list"])
+        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+        .env("GANTRY_TOKEN", &eve)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the new secret works");
+
     // Eve may not take the endpoint over: refused at submit.
     let file = c.write("eve.yaml", &model("eve", "private", 0, 8080));
     let out = std::process::Command::new(common::GANTRY)

@@ -1,14 +1,14 @@
 //! The JSON API under `/api/v1`. Every route authenticates; something a caller may not see
 //! answers 404, never 403, so ids of other people's work do not leak.
 
-mod admin;
+pub(crate) mod admin;
 pub(crate) mod nodes;
 pub(crate) mod workflows;
 pub use workflows::{channel_of, ts, visible_workflow};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use gantry_api::v1::{Diagnostic, ErrorBody, WhoAmI};
 use gantry_store::StoreError;
@@ -41,7 +41,15 @@ pub fn router(state: AppState) -> Router {
             get(crate::endpoints::show).delete(crate::endpoints::delete),
         )
         .route("/endpoints/{name}/history", get(crate::endpoints::history))
-        .route("/endpoints/{name}/tokens", post(crate::endpoints::token))
+        .route(
+            "/endpoints/{name}/tokens",
+            get(crate::endpoints::tokens).post(crate::endpoints::token),
+        )
+        .route("/endpoint-tokens", get(crate::endpoints::all_tokens))
+        .route(
+            "/endpoint-tokens/{id}",
+            delete(crate::endpoints::revoke_token),
+        )
         .route("/endpoints/{name}/approve", post(crate::endpoints::approve))
         .route("/endpoints/{name}/reject", post(crate::endpoints::reject))
         .route("/secrets", get(crate::secrets::list))
@@ -66,7 +74,19 @@ pub fn router(state: AppState) -> Router {
             "/admin/storages/{name}",
             axum::routing::delete(crate::volumes::delete_storage),
         )
-        .route("/admin/users", post(admin::create_user))
+        .route(
+            "/admin/users",
+            get(admin::list_users).post(admin::create_user),
+        )
+        .route(
+            "/admin/users/{name}",
+            get(admin::show_user).delete(admin::delete_user),
+        )
+        .route("/admin/users/{name}/disable", post(admin::disable_user))
+        .route("/admin/users/{name}/enable", post(admin::enable_user))
+        .route("/admin/tokens", get(admin::list_tokens))
+        .route("/admin/tokens/{id}", delete(admin::revoke_token))
+        .route("/admin/tokens/{id}/rotate", post(admin::rotate_token))
         .route("/admin/settings", get(admin::list_settings))
         .route(
             "/admin/settings/{key}",
@@ -140,6 +160,9 @@ async fn whoami(UserCaller(c): UserCaller) -> Json<WhoAmI> {
 pub enum ApiError {
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// 401 for a token we know but refuse (expired, its user disabled), saying why.
+    #[error("{0}")]
+    TokenRefused(String),
     #[error("{0}")]
     Forbidden(String),
     #[error("{0}")]
@@ -180,7 +203,7 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = match &self {
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::TokenRefused(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) | ApiError::Invalid { .. } => StatusCode::BAD_REQUEST,

@@ -202,7 +202,9 @@ impl Registry {
         }
         match crate::auth::authenticate(&self.state, Some(&format!("Bearer {token}"))).await {
             Ok(c) => Ok(c),
-            Err(crate::api::ApiError::Unauthorized) => Err(OciError::unauthorized()),
+            Err(crate::api::ApiError::Unauthorized | crate::api::ApiError::TokenRefused(_)) => {
+                Err(OciError::unauthorized())
+            }
             Err(e) => Err(OciError::internal(e)),
         }
     }

@@ -362,6 +362,7 @@ pub async fn sign_in(
         Err(ApiError::Unauthorized) => {
             return refused("That token is not valid. `gantry admin user create` prints one.")
         }
+        Err(ApiError::TokenRefused(why)) => return refused(&why),
         Err(e) => return Err(e.into()),
     };
     if caller.clone().user_only().is_err() {

@@ -2,11 +2,37 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use gantry_api::v1::{
-    CreateEndpoint, CreateEndpointToken, EndpointInfo, EndpointToken, TakeoverInfo,
+    CreateEndpoint, CreateEndpointToken, EndpointInfo, EndpointToken, EndpointTokenInfo,
+    TakeoverInfo,
 };
 
-use crate::output::{age, json, short_id, table, Format};
+use crate::output::{age, json, short_id, table, time, Format, UsageError};
 use crate::{Conn, OutputArg};
+
+#[derive(Subcommand)]
+pub enum EndpointTokenCmd {
+    /// Make a token for the endpoint (printed once).
+    Create {
+        name: String,
+        /// 30d, 24h or never (default: the tokens.default_expiry setting, 90d).
+        #[arg(long)]
+        expires: Option<String>,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// Tokens of one endpoint, or of every endpoint you manage (ids, never secrets).
+    List {
+        name: Option<String>,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+    /// The token stops working at once.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        out: OutputArg,
+    },
+}
 
 #[derive(Subcommand)]
 pub enum EndpointCmd {
@@ -48,10 +74,14 @@ pub enum EndpointCmd {
         #[command(flatten)]
         out: OutputArg,
     },
-    /// A token that lets a caller use the endpoint (printed once).
+    /// A token that lets a caller use the endpoint (printed once): `token NAME` (short for
+    /// `token create NAME`), `token list [NAME]`, `token revoke ID`.
+    #[command(args_conflicts_with_subcommands = true)]
     Token {
-        name: String,
-        /// e.g. 24h; never expires when absent.
+        #[command(subcommand)]
+        cmd: Option<EndpointTokenCmd>,
+        name: Option<String>,
+        /// 30d, 24h or never (default: the tokens.default_expiry setting, 90d).
         #[arg(long)]
         expires: Option<String>,
         #[command(flatten)]
@@ -212,18 +242,23 @@ pub async fn run(cmd: EndpointCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        EndpointCmd::Token { name, expires, out } => {
-            let t: EndpointToken = client
-                .post(
-                    &format!("/endpoints/{name}/tokens"),
-                    &CreateEndpointToken { expires },
-                )
-                .await?;
-            if out.format == Format::Json {
-                json(&t)?;
-            } else {
-                println!("{}", t.token);
-            }
+        EndpointCmd::Token {
+            cmd,
+            name,
+            expires,
+            out,
+        } => {
+            let cmd = match (cmd, name) {
+                (Some(c), _) => c,
+                (None, Some(name)) => EndpointTokenCmd::Create { name, expires, out },
+                (None, None) => {
+                    return Err(UsageError(
+                        "name an endpoint (`gantry endpoint token NAME`), or list or revoke".into(),
+                    )
+                    .into())
+                }
+            };
+            run_token(&client, cmd).await?;
         }
         EndpointCmd::Approve { name, out } => decide(&client, &name, "approve", out).await?,
         EndpointCmd::Reject { name, out } => decide(&client, &name, "reject", out).await?,
@@ -248,6 +283,68 @@ async fn decide(
         json(&t)?;
     } else {
         println!("{}", takeover_line(&t));
+    }
+    Ok(())
+}
+
+async fn run_token(client: &crate::client::Client, cmd: EndpointTokenCmd) -> anyhow::Result<()> {
+    match cmd {
+        EndpointTokenCmd::Create { name, expires, out } => {
+            let t: EndpointToken = client
+                .post(
+                    &format!("/endpoints/{name}/tokens"),
+                    &CreateEndpointToken { expires },
+                )
+                .await?;
+            if out.format == Format::Json {
+                json(&t)?;
+            } else {
+                let until = t
+                    .expires_at
+                    .map_or("never expires".into(), |at| format!("expires {}", time(at)));
+                eprintln!("token {} for {} ({until}; shown once):", t.id, t.endpoint);
+                println!("{}", t.token);
+            }
+        }
+        EndpointTokenCmd::List { name, out } => {
+            let path = match &name {
+                Some(n) => format!("/endpoints/{n}/tokens"),
+                None => "/endpoint-tokens".into(),
+            };
+            let list: Vec<EndpointTokenInfo> = client.get(&path).await?;
+            if out.format == Format::Json {
+                json(&list)?;
+            } else {
+                let rows: Vec<Vec<String>> = list
+                    .iter()
+                    .map(|t| {
+                        let expires = match t.expires_at {
+                            Some(at) if t.expired => format!("expired {}", time(at)),
+                            Some(at) => time(at),
+                            None => "never".into(),
+                        };
+                        vec![
+                            t.id.clone(),
+                            t.endpoint.clone(),
+                            t.created_by.clone(),
+                            time(t.created_at),
+                            expires,
+                        ]
+                    })
+                    .collect();
+                table(&["ID", "ENDPOINT", "BY", "CREATED", "EXPIRES"], &rows);
+            }
+        }
+        EndpointTokenCmd::Revoke { id, out } => {
+            let t: EndpointTokenInfo = client
+                .send(client.request(reqwest::Method::DELETE, &format!("/endpoint-tokens/{id}")))
+                .await?;
+            if out.format == Format::Json {
+                json(&t)?;
+            } else {
+                eprintln!("revoked token {} of endpoint {}", t.id, t.endpoint);
+            }
+        }
     }
     Ok(())
 }
