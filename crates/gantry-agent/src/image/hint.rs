@@ -23,40 +23,49 @@ pub enum Cause {
 /// The cause of a failed request to `registry` (host or host:port), or `None` where the
 /// chain holds none of those (then the error's own text is all there is).
 pub fn classify(e: &(dyn StdError + 'static), registry: &str) -> Option<Cause> {
-    let mut connect = false;
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(c) = cur {
         if let Some(r) = c.downcast_ref::<reqwest::Error>() {
             if r.is_timeout() {
                 return Some(Cause::Timeout);
             }
-            connect |= r.is_connect();
+            if r.is_dns() {
+                return Some(Cause::Dns);
+            }
         }
         if c.downcast_ref::<rustls::Error>().is_some() {
             return Some(Cause::Tls);
         }
         if let Some(io) = c.downcast_ref::<io::Error>() {
-            match io.kind() {
-                io::ErrorKind::ConnectionRefused => return Some(Cause::Refused),
-                io::ErrorKind::TimedOut => return Some(Cause::Timeout),
-                _ => {}
-            }
-            // An io::Error's `source` skips the error it wraps: rustls' is in there.
-            if io
-                .get_ref()
-                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
-            {
-                return Some(Cause::Tls);
+            if let Some(found) = io_cause(io) {
+                return Some(found);
             }
         }
         cur = c.source();
     }
-    // hyper's resolver reports a name that does not resolve as an untyped connect error:
-    // asking the resolver again tells it apart, without reading its message.
-    if connect && !resolves(registry) {
+    // A resolver error that comes untyped: asking the resolver again tells it apart, without
+    // reading its message. Only on this error path, once per failed pull.
+    if !resolves(registry) {
         return Some(Cause::Dns);
     }
     None
+}
+
+/// hyper and rustls wrap io::Errors in io::Errors (an io::Error's `source` skips the error it
+/// wraps): the kind and the TLS error are found by unwrapping them.
+fn io_cause(mut io: &io::Error) -> Option<Cause> {
+    loop {
+        match io.kind() {
+            io::ErrorKind::ConnectionRefused => return Some(Cause::Refused),
+            io::ErrorKind::TimedOut => return Some(Cause::Timeout),
+            _ => {}
+        }
+        let inner = io.get_ref()?;
+        if inner.downcast_ref::<rustls::Error>().is_some() {
+            return Some(Cause::Tls);
+        }
+        io = inner.downcast_ref::<io::Error>()?;
+    }
 }
 
 fn host_port(registry: &str) -> (&str, Option<u16>) {

@@ -548,8 +548,13 @@ pub async fn up(args: UpArgs, conn: &Conn) -> anyhow::Result<ExitCode> {
     }
     println!("  data:    {}", data_dir.display());
     println!("  agents:  {}", args.agents);
-    for l in remember_context(&context_name, &client.base, &client_token(&data_dir)?)? {
-        println!("{l}");
+    // The cluster runs either way; without a saved context the verbs need --data-dir or --url.
+    match remember_context(&context_name, &client.base, &client_token(&data_dir)?) {
+        Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+        Err(e) => println!(
+            "  context: not saved ({e:#}); the other verbs find this server with --data-dir {}",
+            data_dir.display()
+        ),
     }
     println!("Try: gantry example pipeline | gantry workflow start - --watch");
     println!(
