@@ -85,6 +85,8 @@ async fn https_is_the_default() {
         .await
         .unwrap_err();
     assert!(matches!(err, ImageError::Registry { .. }), "{err}");
+    // TLS to a plain-HTTP registry: the one case for the insecure-registries hint.
+    assert!(err.to_string().contains("insecure registries"), "{err}");
 }
 
 #[tokio::test]
@@ -152,6 +154,8 @@ async fn missing_image_is_not_found() {
         .await
         .unwrap_err();
     assert!(matches!(err, ImageError::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("check the tag"), "{err}");
+    assert!(!err.to_string().contains("insecure"), "{err}");
 }
 
 #[tokio::test]

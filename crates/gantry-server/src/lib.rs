@@ -8,6 +8,7 @@ pub mod auth;
 mod builds;
 mod controller;
 pub mod endpoints;
+pub mod examples;
 mod gateway;
 mod holds;
 mod logs;

@@ -96,6 +96,9 @@ pub struct LogQuery {
     pub(crate) limit: Option<u64>,
 }
 
+/// How the reason of a build task that a cache hit ended begins (see the submit).
+pub(crate) const CACHE_HIT: &str = "cache hit: ";
+
 /// Largest reply without `follow`; the `x-gantry-next-offset` header says where to go on.
 const READ_LIMIT: u64 = 8 << 20;
 
@@ -152,12 +155,21 @@ pub async fn read(
         if q.attempt.is_some() {
             return Err(ApiError::NotFound(format!("job {job} has no such attempt")));
         }
-        if !q.follow || st.store.task(task.id).await?.status.is_terminal() {
+        let now = st.store.task(task.id).await?;
+        if !q.follow || now.status.is_terminal() {
+            // A build the object cache already held never ran: its log says so (the reason
+            // the submit gave it) rather than nothing.
+            let body = match now.reason.as_deref() {
+                Some(r) if r.starts_with(CACHE_HIT) && stream == "stdout" && q.offset == 0 => {
+                    format!("{r}\n")
+                }
+                _ => String::new(),
+            };
             return Response::builder()
                 .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .header("x-gantry-next-offset", "0")
+                .header("x-gantry-next-offset", body.len().to_string())
                 .header("x-gantry-attempt", "0")
-                .body(Body::empty())
+                .body(Body::from(body))
                 .map_err(|e| ApiError::Internal(e.to_string()));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

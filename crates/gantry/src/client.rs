@@ -1,7 +1,10 @@
 //! The API client the CLI verbs share, and where it finds the server: `--url`/`GANTRY_URL` and
-//! `--token`/`GANTRY_TOKEN`, else the context `gantry up` wrote (in its data dir, and a copy
-//! in the user's config dir).
+//! `--token`/`GANTRY_TOKEN`, else the named context `--context`/`GANTRY_CONTEXT` picks, else
+//! the context file of `--data-dir`/`GANTRY_DATA_DIR`, else the current one of the user's
+//! named contexts (`contexts.toml` in the user's config dir, which `gantry up` updates), else
+//! the default data dir's context file.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -59,6 +62,102 @@ pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// The user's named contexts: `contexts.toml` in the user's config dir.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Contexts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+    #[serde(default)]
+    pub contexts: BTreeMap<String, NamedContext>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedContext {
+    pub url: String,
+    pub token: String,
+    /// Whose token it is, where known (`gantry up` knows: its administrator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// The name a migrated single-context file gets.
+pub const MIGRATED: &str = "default";
+
+impl Contexts {
+    pub fn path() -> Option<PathBuf> {
+        user_config_dir().map(|d| d.join("contexts.toml"))
+    }
+
+    /// The user's contexts. Before named contexts there was one file, `context.toml` beside
+    /// where `contexts.toml` goes: it reads as the context `default` (the current one), and
+    /// becomes part of `contexts.toml` on the next save.
+    pub fn load() -> anyhow::Result<Self> {
+        let Some(path) = Self::path() else {
+            return Ok(Self::default());
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(s) => {
+                return toml::from_str(&s).with_context(|| format!("reading {}", path.display()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+        let mut out = Self::default();
+        if let Some(old) = read_context(&path.with_file_name("context.toml"))? {
+            out.contexts.insert(
+                MIGRATED.into(),
+                NamedContext {
+                    url: old.url,
+                    token: old.token,
+                    user: None,
+                },
+            );
+            out.current = Some(MIGRATED.into());
+        }
+        Ok(out)
+    }
+
+    pub fn save(&self) -> anyhow::Result<()> {
+        let Some(path) = Self::path() else {
+            bail!("no config dir for contexts: set HOME or XDG_CONFIG_HOME");
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        // Tokens are credentials: only the owner may read them.
+        write_private(&path, toml::to_string(self)?.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// The context of this name, or an error that lists the names there are.
+    pub fn get(&self, name: &str) -> anyhow::Result<&NamedContext> {
+        self.contexts.get(name).ok_or_else(|| {
+            let names: Vec<&str> = self.contexts.keys().map(String::as_str).collect();
+            crate::output::UsageError(if names.is_empty() {
+                format!("no context {name:?}: there are none yet (`gantry up` creates one)")
+            } else {
+                format!("no context {name:?}; there are: {}", names.join(", "))
+            })
+            .into()
+        })
+    }
+}
+
+/// A context's name: what `gantry context use` takes, so nothing a shell or TOML key mangles.
+pub fn check_context_name(name: &str) -> Result<(), crate::output::UsageError> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(crate::output::UsageError(format!(
+            "{name:?} is not a context name: use 1-64 letters, digits, '-', '_' or '.'"
+        )));
+    }
+    Ok(())
+}
+
 fn read_context(path: &Path) -> anyhow::Result<Option<ClientContext>> {
     match std::fs::read_to_string(path) {
         Ok(s) => Ok(Some(
@@ -74,6 +173,8 @@ pub struct Client {
     pub base: String,
     token: String,
     http: reqwest::Client,
+    /// The named context this client came from, for saying which server is down.
+    pub context: Option<String>,
 }
 
 impl Client {
@@ -85,6 +186,7 @@ impl Client {
             base: url.trim_end_matches('/').to_string(),
             token: token.to_string(),
             http,
+            context: None,
         })
     }
 
@@ -93,31 +195,68 @@ impl Client {
         url: Option<String>,
         token: Option<String>,
         data_dir: Option<&Path>,
+        context: Option<&str>,
     ) -> anyhow::Result<Self> {
-        let mut ctx = None;
-        let mut candidates = vec![];
-        if let Some(d) = data_dir {
-            candidates.push(d.join("context.toml"));
-        }
-        candidates.push(default_data_dir().join("context.toml"));
-        if let Some(c) = user_config_dir() {
-            candidates.push(c.join("context.toml"));
-        }
+        let mut ctx: Option<ClientContext> = None;
+        let mut name = None;
         if url.is_none() || token.is_none() {
-            for c in &candidates {
-                if let Some(found) = read_context(c)? {
-                    ctx = Some(found);
-                    break;
+            if let Some(n) = context {
+                let found = Contexts::load()?.get(n)?.clone();
+                ctx = Some(ClientContext {
+                    url: found.url,
+                    token: found.token,
+                });
+                name = Some(n.to_string());
+            } else if let Some(found) = data_dir.map(|d| d.join("context.toml")) {
+                ctx = read_context(&found)?;
+            }
+            if ctx.is_none() {
+                let all = Contexts::load()?;
+                if let Some(n) = &all.current {
+                    if let Some(found) = all.contexts.get(n) {
+                        ctx = Some(ClientContext {
+                            url: found.url.clone(),
+                            token: found.token.clone(),
+                        });
+                        name = Some(n.clone());
+                    }
                 }
             }
+            if ctx.is_none() {
+                ctx = read_context(&default_data_dir().join("context.toml"))?;
+            }
+        }
+        // A context's name only says where the URL came from.
+        if url.is_some() {
+            name = None;
         }
         let url = url.or_else(|| ctx.as_ref().map(|c| c.url.clone()));
         let token = token.or_else(|| ctx.as_ref().map(|c| c.token.clone()));
         match (url, token) {
-            (Some(u), Some(t)) => Self::new(&u, &t),
+            (Some(u), Some(t)) => {
+                let mut c = Self::new(&u, &t)?;
+                c.context = name;
+                Ok(c)
+            }
             _ => bail!(
                 "no Gantry server configured: start one with `gantry up`, or pass --url and --token \
                  (or set GANTRY_URL and GANTRY_TOKEN)"
+            ),
+        }
+    }
+
+    /// What to say when the server does not answer: which context points at it, so that a
+    /// context left pointing at a stopped server reads as that, not as a socket error.
+    pub fn not_answering(&self) -> String {
+        match &self.context {
+            Some(n) => format!(
+                "the server of context {n} ({}) is not answering: is it running? \
+                 (`gantry context list`)",
+                self.base
+            ),
+            None => format!(
+                "the Gantry server at {} is not answering: is it running?",
+                self.base
             ),
         }
     }
@@ -149,10 +288,16 @@ impl Client {
 
     /// Sends and turns an error status into the server's own message.
     pub async fn check(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
-        let resp = req
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the Gantry server at {}", self.base))?;
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) if e.is_connect() || e.is_timeout() => {
+                return Err(anyhow::Error::new(e).context(self.not_answering()))
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("cannot reach the Gantry server at {}", self.base))
+            }
+        };
         if resp.status().is_success() {
             return Ok(resp);
         }

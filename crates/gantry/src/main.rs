@@ -39,6 +39,9 @@ pub struct Conn {
     /// The data dir whose context.toml to use.
     #[arg(long, global = true, env = "GANTRY_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// The named context to use (`gantry context list`) instead of the current one.
+    #[arg(long, global = true, env = "GANTRY_CONTEXT")]
+    context: Option<String>,
 }
 
 impl Conn {
@@ -47,6 +50,7 @@ impl Conn {
             self.url.clone(),
             self.token.clone(),
             self.data_dir.as_deref(),
+            self.context.as_deref(),
         )
     }
 }
@@ -88,6 +92,12 @@ enum Command {
     /// Users, tokens and cluster settings (administrators).
     #[command(subcommand)]
     Admin(cmd::admin::AdminCmd),
+    /// The example workflow files shipped in this binary: lists them, or prints one
+    /// (`gantry example pipeline > pipeline.yaml`).
+    Example(cmd::example::ExampleArgs),
+    /// Named contexts: which server and token the client verbs use.
+    #[command(subcommand)]
+    Context(cmd::context::ContextCmd),
     /// The MCP server over stdio, for AI clients that start a command: relays to the server's
     /// /mcp as the user of this context.
     Mcp,
@@ -163,6 +173,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Image(c) => cmd::image::run(c, &conn).await,
         Command::Volume(c) => cmd::volume::run(c, &conn).await,
         Command::Mcp => cmd::mcp::run(&conn).await,
+        Command::Example(a) => cmd::example::run(a),
+        Command::Context(c) => cmd::context::run(c, &conn),
     }
 }
 

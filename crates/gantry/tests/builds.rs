@@ -83,6 +83,11 @@ fn a_workflow_builds_its_image_runs_a_job_in_it_and_a_resubmit_is_a_cache_hit() 
         "a cache hit runs no build: {b:#}"
     );
     assert!(b["reason"].as_str().unwrap().contains("cache hit"), "{b:#}");
+    let hit_log = c.ok(&["workflow", "log", &again, "build:tool"]);
+    assert!(
+        hit_log.starts_with("cache hit: ") && hit_log.contains("nothing to build"),
+        "a cache hit's log says so: {hit_log:?}"
+    );
     assert_eq!(
         c.ok(&["workflow", "log", &again, "use-it"]),
         "hello from the recipe\nbuilt in a container\n"

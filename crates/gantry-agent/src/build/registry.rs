@@ -139,6 +139,9 @@ pub async fn base_image(
         }
         Source::Registry(reference) => {
             let (registry, repository, plain) = mirrored(&reference, pull)?;
+            let plain_http = plain.contains(&registry);
+            let base_detail =
+                |e: &OciDistributionError| crate::image::hint::describe(e, &registry, plain_http);
             let client = Client::new(ClientConfig {
                 protocol: ClientProtocol::HttpsExcept(plain),
                 connect_timeout: Some(Duration::from_secs(30)),
@@ -146,12 +149,12 @@ pub async fn base_image(
                 ..Default::default()
             });
             let by_digest =
-                Reference::with_digest(registry, repository, manifest_digest.to_owned());
+                Reference::with_digest(registry.clone(), repository, manifest_digest.to_owned());
             let auth = auth_of(src.credential.as_ref());
             let (raw, _) = client
                 .pull_manifest_raw(&by_digest, &auth, &[OCI_MANIFEST, DOCKER_MANIFEST])
                 .await
-                .map_err(|e| format!("manifest {manifest_digest}: {}", detail(&e)))?;
+                .map_err(|e| format!("manifest {manifest_digest}: {}", base_detail(&e)))?;
             verify(manifest_digest, &raw)?;
             let m: RawManifest = serde_json::from_slice(&raw)
                 .map_err(|e| format!("manifest {manifest_digest}: {e}"))?;
@@ -162,7 +165,7 @@ pub async fn base_image(
                     client
                         .pull_blob(&by_digest, m.config.digest.as_str(), &mut buf)
                         .await
-                        .map_err(|e| format!("config {}: {}", m.config.digest, detail(&e)))?;
+                        .map_err(|e| format!("config {}: {}", m.config.digest, base_detail(&e)))?;
                     verify(&m.config.digest, &buf)?;
                     buf
                 }

@@ -12,6 +12,7 @@
 //!
 //! Layer directories are named without a `:` because overlayfs splits `lowerdir` on colons.
 
+pub mod hint;
 mod layout;
 mod reference;
 pub mod sif;
@@ -96,7 +97,7 @@ pub enum ImageError {
         reference: String,
         detail: String,
     },
-    #[error("image {reference} not found: {detail}")]
+    #[error("image {reference} not found: {detail} (check the tag and the repository's name)")]
     NotFound { reference: String, detail: String },
     #[error("pulling {reference} from {registry}: {detail}")]
     Registry {
@@ -665,58 +666,58 @@ impl RegistryCtx {
     fn error(&self, e: OciDistributionError) -> ImageError {
         let registry = self.registry.clone();
         let reference = self.display.clone();
-        // reqwest hides the cause (refused, TLS, DNS) in its source chain.
-        let mut detail = e.to_string();
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            detail.push_str(": ");
-            detail.push_str(&c.to_string());
-            cause = c.source();
+        registry_error(e, registry, reference, self.plain_http)
+    }
+}
+
+/// A registry's error as an `ImageError`, its detail keeping the causes and the hint that fits
+/// them (see `hint`).
+fn registry_error(
+    e: OciDistributionError,
+    registry: String,
+    reference: String,
+    plain_http: bool,
+) -> ImageError {
+    let detail = hint::describe(&e, &registry, plain_http);
+    match &e {
+        OciDistributionError::AuthenticationFailure(_)
+        | OciDistributionError::UnauthorizedError { .. } => ImageError::Unauthorized {
+            registry,
+            reference,
+            detail,
+        },
+        OciDistributionError::ImageManifestNotFoundError(_) => {
+            ImageError::NotFound { reference, detail }
         }
-        if matches!(e, OciDistributionError::RequestError(_)) && !self.plain_http {
-            detail.push_str(
-                " (a registry that speaks plain HTTP must be listed in the agent's insecure registries)",
-            );
-        }
-        match &e {
-            OciDistributionError::AuthenticationFailure(_)
-            | OciDistributionError::UnauthorizedError { .. } => ImageError::Unauthorized {
+        OciDistributionError::RegistryError { envelope, .. }
+            if envelope
+                .errors
+                .iter()
+                .any(|x| matches!(x.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)) =>
+        {
+            ImageError::Unauthorized {
                 registry,
                 reference,
                 detail,
-            },
-            OciDistributionError::ImageManifestNotFoundError(_) => {
-                ImageError::NotFound { reference, detail }
             }
-            OciDistributionError::RegistryError { envelope, .. }
-                if envelope.errors.iter().any(|x| {
-                    matches!(x.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)
-                }) =>
-            {
-                ImageError::Unauthorized {
-                    registry,
-                    reference,
-                    detail,
-                }
-            }
-            OciDistributionError::RegistryError { envelope, .. }
-                if envelope.errors.iter().any(|x| {
-                    matches!(
-                        x.code,
-                        OciErrorCode::ManifestUnknown
-                            | OciErrorCode::NameUnknown
-                            | OciErrorCode::NotFound
-                    )
-                }) =>
-            {
-                ImageError::NotFound { reference, detail }
-            }
-            _ => ImageError::Registry {
-                registry,
-                reference,
-                detail,
-            },
         }
+        OciDistributionError::RegistryError { envelope, .. }
+            if envelope.errors.iter().any(|x| {
+                matches!(
+                    x.code,
+                    OciErrorCode::ManifestUnknown
+                        | OciErrorCode::NameUnknown
+                        | OciErrorCode::NotFound
+                )
+            }) =>
+        {
+            ImageError::NotFound { reference, detail }
+        }
+        _ => ImageError::Registry {
+            registry,
+            reference,
+            detail,
+        },
     }
 }
 
@@ -901,6 +902,10 @@ fn sync_fs(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+fn plain_http_to(registry: &str, insecure: &[String], extra: &[String]) -> bool {
+    insecure.iter().chain(extra).any(|h| h == registry)
+}
+
 pub(crate) fn pid_alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
@@ -917,8 +922,9 @@ pub async fn resolve_digest(src: &ImageSource, config: &PullConfig) -> Result<St
         Source::Registry(original) | Source::Sif(original) => {
             let (target, plain_http) =
                 reference::apply_mirror(&original, config).map_err(ImageError::InvalidConfig)?;
+            let plain_extra: Vec<String> = plain_http.into_iter().collect();
             let mut plain: Vec<String> = config.insecure_hosts.clone();
-            plain.extend(plain_http);
+            plain.extend(plain_extra.iter().cloned());
             let client = Client::new(ClientConfig {
                 protocol: ClientProtocol::HttpsExcept(plain),
                 platform_resolver: Some(Box::new(linux_amd64_resolver)),
@@ -936,10 +942,10 @@ pub async fn resolve_digest(src: &ImageSource, config: &PullConfig) -> Result<St
             let (_, digest) = client
                 .pull_image_manifest(&target, &auth)
                 .await
-                .map_err(|e| ImageError::Registry {
-                    registry: target.resolve_registry().to_owned(),
-                    reference: original.whole(),
-                    detail: e.to_string(),
+                .map_err(|e| {
+                    let registry = target.resolve_registry().to_owned();
+                    let plain = plain_http_to(&registry, &config.insecure_hosts, &plain_extra);
+                    registry_error(e, registry, original.whole(), plain)
                 })?;
             Ok(digest)
         }

@@ -293,7 +293,9 @@ pub async fn commit(
                     task_id: t.id,
                     status: gantry_api::TaskStatus::Finished,
                     reason: format!(
-                        "cache hit: image {} is {}:{} ({digest}); nothing to build",
+                        "{}{}: image {} is {}:{} ({digest}); nothing to build",
+                        crate::logs::CACHE_HIT,
+                        b.final_key(),
                         b.name,
                         b.repository,
                         &b.final_key()[..12]

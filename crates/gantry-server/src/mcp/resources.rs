@@ -1,6 +1,6 @@
 //! Resources: what an agent reads to write valid workflow files, the reference and examples.
-//! The examples are the repository's own files, and a unit test checks that each validates
-//! (and that every complete file in the reference does).
+//! The examples are `crate::examples` (a unit test there checks that each validates; one here
+//! that every complete file in the reference does).
 
 use rmcp::model::{ErrorData, ReadResourceResult, Resource, ResourceContents};
 
@@ -13,71 +13,62 @@ struct Doc {
     text: &'static str,
 }
 
-const DOCS: &[Doc] = &[
-    Doc {
-        uri: "gantry://docs/workflow-file",
-        name: "workflow-file",
-        title: "Workflow file reference",
-        description: "The workflow file format (Fuzzfile v4) as Gantry reads it: jobs, services, \
+const DOCS: &[Doc] = &[Doc {
+    uri: "gantry://docs/workflow-file",
+    name: "workflow-file",
+    title: "Workflow file reference",
+    description: "The workflow file format (Fuzzfile v4) as Gantry reads it: jobs, services, \
                       persistent endpoints, volumes, files, image builds, retries, statuses, and \
                       what Gantry refuses or ignores.",
-        mime: "text/markdown",
-        text: include_str!("workflow-file.md"),
-    },
-    Doc {
-        uri: "gantry://examples/pipeline.yaml",
-        name: "pipeline.yaml",
-        title: "Example: a pipeline",
-        description: "A DAG of three jobs, a four-task array, a shared ephemeral volume, an \
-                      injected file and environment.",
-        mime: "application/yaml",
-        text: include_str!("../../../../examples/pipeline.yaml"),
-    },
-    Doc {
-        uri: "gantry://examples/service-endpoint.yaml",
-        name: "service-endpoint.yaml",
-        title: "Example: a service behind a persistent endpoint",
-        description: "A long-running service with a readiness probe attached to the persistent \
-                      endpoint \"chat\"; starting a new version takes the endpoint over.",
-        mime: "application/yaml",
-        text: include_str!("../../../../examples/service-endpoint.yaml"),
-    },
-];
+    mime: "text/markdown",
+    text: include_str!("workflow-file.md"),
+}];
+
+const EXAMPLE_MIME: &str = "application/yaml";
+
+/// The examples are `crate::examples`' (what `gantry example` prints too), at
+/// `gantry://examples/FILE`.
+fn example_uri(e: &crate::examples::Example) -> String {
+    format!("gantry://examples/{}", e.file)
+}
 
 pub fn list() -> Vec<Resource> {
-    DOCS.iter()
-        .map(|d| {
-            Resource::new(d.uri, d.name)
-                .with_title(d.title)
-                .with_description(d.description)
-                .with_mime_type(d.mime)
-        })
-        .collect()
+    let docs = DOCS.iter().map(|d| {
+        Resource::new(d.uri, d.name)
+            .with_title(d.title)
+            .with_description(d.description)
+            .with_mime_type(d.mime)
+    });
+    let examples = crate::examples::EXAMPLES.iter().map(|e| {
+        Resource::new(example_uri(e), e.file)
+            .with_title(e.title)
+            .with_description(e.description)
+            .with_mime_type(EXAMPLE_MIME)
+    });
+    docs.chain(examples).collect()
 }
 
 pub fn read(uri: &str) -> Result<ReadResourceResult, ErrorData> {
-    let d = DOCS
-        .iter()
-        .find(|d| d.uri == uri)
+    if let Some(d) = DOCS.iter().find(|d| d.uri == uri) {
+        return Ok(ReadResourceResult::new(vec![ResourceContents::text(
+            d.text, d.uri,
+        )
+        .with_mime_type(d.mime)]));
+    }
+    let e = uri
+        .strip_prefix("gantry://examples/")
+        .and_then(crate::examples::find)
+        .filter(|e| example_uri(e) == uri)
         .ok_or_else(|| ErrorData::resource_not_found(format!("no resource {uri}"), None))?;
     Ok(ReadResourceResult::new(vec![ResourceContents::text(
-        d.text, d.uri,
+        e.text, uri,
     )
-    .with_mime_type(d.mime)]))
+    .with_mime_type(EXAMPLE_MIME)]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn examples_validate() {
-        for d in DOCS.iter().filter(|d| d.mime == "application/yaml") {
-            if let Err(ds) = gantry_spec::parse(d.text) {
-                panic!("{}: {}", d.uri, gantry_spec::render_all(d.uri, &ds));
-            }
-        }
-    }
 
     /// Every YAML block of the reference validates as a file (with `version: v4` put first
     /// where the block leaves it out), except the outline whose values are `...`.
@@ -110,5 +101,7 @@ mod tests {
             assert_eq!(got.contents.len(), 1);
         }
         assert!(read("gantry://nope").is_err());
+        assert!(read("gantry://examples/pipeline.yaml").is_ok());
+        assert!(read("gantry://examples/pipeline").is_err());
     }
 }

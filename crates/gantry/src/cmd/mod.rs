@@ -1,5 +1,7 @@
 pub mod admin;
+pub mod context;
 pub mod endpoint;
+pub mod example;
 pub mod image;
 pub mod mcp;
 pub mod monitoring;

@@ -19,7 +19,8 @@ use gantry_server::{Server, ServerConfig};
 use super::monitoring::{MonitoringOptions, Stack};
 
 use crate::client::{
-    default_data_dir, user_config_dir, write_context, write_private, Client, ClientContext,
+    check_context_name, default_data_dir, write_context, write_private, Client, ClientContext,
+    Contexts, NamedContext,
 };
 use crate::output::UsageError;
 use crate::Conn;
@@ -285,7 +286,6 @@ async fn embedded(
     data_dir: &Path,
     listen: SocketAddr,
     local: LocalAgents<'_>,
-    write_user_context: bool,
     monitoring: Option<&MonitoringOptions>,
     mcp: &McpArgs,
 ) -> anyhow::Result<(Server, Client, Option<Stack>, Vec<AgentConfig>)> {
@@ -335,11 +335,6 @@ async fn embedded(
         token: admin_token.clone(),
     };
     write_context(&ctx_path, &ctx)?;
-    if write_user_context {
-        if let Some(dir) = user_config_dir() {
-            write_context(&dir.join("context.toml"), &ctx)?;
-        }
-    }
     // The agents' token: whoever reads it can register a node and be sent assignments, their
     // secrets filled in. Only the owner may read it (an older version wrote it 0644).
     let agent_token_path = data_dir.join("agent.token");
@@ -463,8 +458,72 @@ async fn embedded(
     Ok((server, client, stack, configs))
 }
 
-pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
+/// The context `gantry up` keeps pointing at its server: `--context NAME` if given, else
+/// `local` for the default data dir, else the data dir's own name (`~/lab` is `lab`), so that
+/// two data dirs do not take each other's context.
+fn up_context_name(conn: &Conn, data_dir: &Path) -> anyhow::Result<String> {
+    if let Some(n) = &conn.context {
+        check_context_name(n)?;
+        return Ok(n.clone());
+    }
+    if data_dir == default_data_dir() {
+        return Ok("local".into());
+    }
+    let base: String = data_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(64)
+        .collect();
+    let base = base.trim_start_matches('.');
+    Ok(if base.is_empty() {
+        "local".into()
+    } else {
+        base.into()
+    })
+}
+
+/// Points the named context at this server and makes it current. Returns the lines to print:
+/// where it points now, and the server it pointed at before when that was another one (the
+/// user's earlier context is replaced, which they should hear).
+fn remember_context(name: &str, client_url: &str, token: &str) -> anyhow::Result<Vec<String>> {
+    let mut all = Contexts::load()?;
+    let new = NamedContext {
+        url: client_url.to_string(),
+        token: token.to_string(),
+        user: Some("admin".into()),
+    };
+    let old = all.contexts.insert(name.to_string(), new);
+    let previous = all.current.replace(name.to_string());
+    all.save()?;
+    let mut lines = vec![format!(
+        "context {name} now points at {client_url} (the current context: the other verbs use it)"
+    )];
+    if let Some(o) = old.filter(|o| o.url != client_url) {
+        lines.push(format!(
+            "  it replaced context {name}, which pointed at {}",
+            o.url
+        ));
+    }
+    if let Some(p) = previous.filter(|p| p != name) {
+        lines.push(format!(
+            "  the current context was {p}; go back with `gantry context use {p}`"
+        ));
+    }
+    Ok(lines)
+}
+
+pub async fn up(args: UpArgs, conn: &Conn) -> anyhow::Result<ExitCode> {
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
+    let context_name = up_context_name(conn, &data_dir)?;
     let opts = MonitoringOptions {
         interval: args.monitoring_interval,
         extra_rules: args.monitoring_rules.clone(),
@@ -478,7 +537,6 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
             registry: &args.registry,
             confine: &args.confine,
         },
-        true,
         args.monitoring.then_some(&opts),
         &args.mcp,
     )
@@ -490,17 +548,34 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     }
     println!("  data:    {}", data_dir.display());
     println!("  agents:  {}", args.agents);
+    // The cluster runs either way; without a saved context the verbs need --data-dir or --url.
+    match remember_context(&context_name, &client.base, &client_token(&data_dir)?) {
+        Ok(lines) => lines.iter().for_each(|l| println!("{l}")),
+        Err(e) => println!(
+            "  context: not saved ({e:#}); the other verbs find this server with --data-dir {}",
+            data_dir.display()
+        ),
+    }
+    println!("Try: gantry example pipeline | gantry workflow start - --watch");
     println!(
-        "  context: {} (the other verbs use it)",
-        data_dir.join("context.toml").display()
+        "  (its image is docker://busybox:1 from Docker Hub; offline, run images from OCI \
+         layouts with --oci-root DIR and oci://DIR/NAME, or pull through a local registry \
+         with --registry-mirror docker.io=URL)"
     );
-    println!("Try: gantry workflow start examples/pipeline.yaml --watch");
     tokio::select! {
         _ = shutdown_signal() => {}
         _ = server.wait() => {}
     }
     release_idle(&agents);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The administrator's token `embedded` wrote into the data dir's context file.
+fn client_token(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join("context.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(toml::from_str::<ClientContext>(&text)?.token)
 }
 
 /// Ctrl-C, or SIGTERM from a service manager: both stop cleanly.
@@ -548,7 +623,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             registry: &args.registry,
             confine: &args.confine,
         },
-        false,
         None,
         &McpArgs::default(),
     )
@@ -557,6 +631,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         url: Some(client.base.clone()),
         token: None,
         data_dir: Some(data_dir.clone()),
+        context: None,
     };
     let created = super::workflow::submit(&conn, &args.file, None).await?;
     let status = super::watch::watch(&client, &created.id.to_string(), true).await?;

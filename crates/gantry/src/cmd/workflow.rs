@@ -14,6 +14,7 @@ use crate::{Conn, OutputArg};
 pub enum WorkflowCmd {
     /// Submit a workflow file.
     Start {
+        /// The workflow file, or `-` for standard input.
         file: PathBuf,
         /// Follow progress until the workflow ends; exit 0 FINISHED, 1 FAILED/STOPPED.
         #[arg(long)]
@@ -87,9 +88,18 @@ pub enum WorkflowCmd {
     },
 }
 
+/// A workflow file, or standard input for `-` (`gantry example pipeline | gantry workflow
+/// start -`).
 fn read_file(file: &Path) -> anyhow::Result<String> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| UsageError(format!("cannot read {}: {e}", file.display())))?;
+    let text = if file == Path::new("-") {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| UsageError(format!("cannot read the standard input: {e}")))?;
+        s
+    } else {
+        std::fs::read_to_string(file)
+            .map_err(|e| UsageError(format!("cannot read {}: {e}", file.display())))?
+    };
     // Said here rather than after sending it all: a server stops reading a body past its limit,
     // and the connection it closes would read as "cannot reach the server".
     let max = gantry_api::v1::MAX_WORKFLOW_FILE_BYTES;
@@ -159,7 +169,11 @@ pub async fn submit(
     if !check(file, &text, Format::Text, false)? {
         return Err(UsageError(format!("{} is not a valid workflow file", file.display())).into());
     }
-    let name = name.or_else(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()));
+    let name = name.or_else(|| {
+        (file != Path::new("-"))
+            .then(|| file.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .flatten()
+    });
     let client = conn.client()?;
     let created: WorkflowCreated = client
         .send(
