@@ -12,6 +12,7 @@ use crate::{Conn, OutputArg};
 pub enum EndpointCmd {
     /// Create a persistent endpoint: a URL that outlives the workflows serving it.
     Create {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         /// Who may call it: user (default), group, organization or public.
         #[arg(long, default_value = "user")]
@@ -36,20 +37,26 @@ pub enum EndpointCmd {
     },
     /// One endpoint: what serves it, since when, and a takeover in progress.
     Show {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Delete an endpoint (its URL stops answering).
-    Delete { name: String },
+    Delete {
+        /// The endpoint's name (see `gantry endpoint list`).
+        name: String,
+    },
     /// Every attach and switch of an endpoint.
     History {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// A token that lets a caller use the endpoint (printed once).
     Token {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         /// e.g. 24h; never expires when absent.
         #[arg(long)]
@@ -59,12 +66,14 @@ pub enum EndpointCmd {
     },
     /// Approve the takeover waiting for confirmation.
     Approve {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Reject the takeover waiting for confirmation (its workflow is stopped).
     Reject {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
