@@ -295,6 +295,10 @@ pub struct Event {
     pub task: Option<String>,
     pub kind: String,
     pub message: String,
+    /// The name of the workflow it concerns, in a node's events (a workflow's own events leave
+    /// it out: they all concern that one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -331,7 +335,11 @@ pub struct NodeDetail {
     /// Every hold this node has carried, released ones included.
     #[serde(default)]
     pub hold_history: Vec<HoldInfo>,
+    /// The newest events asked for (`limit`, default 20; `since`), oldest first.
     pub events: Vec<Event>,
+    /// Older events exist beyond this page.
+    #[serde(default)]
+    pub more_events: bool,
 }
 
 /// A hold on a node: who took it out of service, why, and when; later who released it.

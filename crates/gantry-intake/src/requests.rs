@@ -454,8 +454,18 @@ pub fn annotation_warnings(
 
 /// `POST /nodes/{name}/holds`: the hold's type, and its reason trimmed.
 pub fn place_hold(req: &PlaceHold) -> Result<(HoldType, String), String> {
-    let kind = HoldType::parse(&req.kind)
-        .ok_or_else(|| format!("hold type must be cordon or evict, not {:?}", req.kind))?;
+    // `drain` is Slurm's word for the same thing as a cordon: no new work, running work
+    // finishes. Slurm users type it; it is accepted here, not stored, so holds read one way.
+    let kind = match req.kind.as_str() {
+        "drain" => Some(HoldType::Cordon),
+        k => HoldType::parse(k),
+    }
+    .ok_or_else(|| {
+        format!(
+            "hold type must be cordon (or drain, as Slurm says), or evict, not {:?}",
+            req.kind
+        )
+    })?;
     let reason = req.reason.trim();
     if reason.is_empty() {
         return Err("a hold needs a reason (--reason)".into());
@@ -471,13 +481,17 @@ pub struct Release {
     pub reason: String,
 }
 
-pub fn release_holds(req: ReleaseHolds) -> Release {
-    Release {
-        hold: req.hold.map(|p| p.to_ascii_lowercase()),
-        reason: req
-            .reason
-            .unwrap_or_else(|| "released by an administrator".into()),
+pub fn release_holds(req: ReleaseHolds) -> Result<Release, String> {
+    // Asked for as a hold's reason is: who put a node back and why is what the next person
+    // to look at it needs.
+    let reason = req.reason.as_deref().map(str::trim).unwrap_or_default();
+    if reason.is_empty() {
+        return Err("a release needs a reason (--reason), as a hold does".into());
     }
+    Ok(Release {
+        hold: req.hold.map(|p| p.to_ascii_lowercase()),
+        reason: reason.into(),
+    })
 }
 
 // --- endpoints -----------------------------------------------------------------------------

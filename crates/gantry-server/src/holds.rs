@@ -357,7 +357,8 @@ pub async fn release(
     JsonBody(req): JsonBody<ReleaseHolds>,
 ) -> Result<Json<Vec<HoldInfo>>, ApiError> {
     c.require_admin()?;
-    let requests::Release { hold, reason } = requests::release_holds(req);
+    let requests::Release { hold, reason } =
+        requests::release_holds(req).map_err(ApiError::BadRequest)?;
     let pool = {
         let _guard = st.hold_lock.lock().await;
         let node = st

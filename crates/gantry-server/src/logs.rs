@@ -102,6 +102,26 @@ pub(crate) const CACHE_HIT: &str = "cache hit: ";
 /// Largest reply without `follow`; the `x-gantry-next-offset` header says where to go on.
 const READ_LIMIT: u64 = 8 << 20;
 
+/// A task array's indexes as a reader types them: `1-8` when they run without a gap (as
+/// `task-array` makes them), else each one.
+fn index_range(tasks: &[&gantry_store::TaskRow]) -> String {
+    let mut idx: Vec<u32> = tasks.iter().filter_map(|t| t.index).collect();
+    idx.sort_unstable();
+    match (idx.first(), idx.last()) {
+        (Some(a), Some(b)) if (b - a) as usize + 1 == idx.len() && idx.len() > 1 => {
+            format!("indexes {a}-{b}")
+        }
+        (Some(_), _) => format!(
+            "indexes {}",
+            idx.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        _ => "none with an index".into(),
+    }
+}
+
 pub async fn read(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
@@ -128,15 +148,18 @@ pub async fn read(
         )));
     }
     let task = match q.task {
-        Some(i) => of_job
-            .iter()
-            .find(|t| t.index == Some(i))
-            .ok_or_else(|| ApiError::NotFound(format!("job {job} has no task {i}")))?,
+        Some(i) => of_job.iter().find(|t| t.index == Some(i)).ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "job {job} has no task {i}; its tasks: {}",
+                index_range(&of_job)
+            ))
+        })?,
         None if of_job.len() == 1 => of_job[0],
         None => {
             return Err(ApiError::BadRequest(format!(
-                "job {job} is a task array of {} tasks: say which with task=N",
-                of_job.len()
+                "job {job} is a task array of {} tasks ({}): say which with --task N",
+                of_job.len(),
+                index_range(&of_job)
             )))
         }
     };

@@ -92,6 +92,8 @@ pub trait Store: Send + Sync + 'static {
     async fn list_workflows(&self, filter: &Visibility) -> Result<Vec<WorkflowRow>>;
     /// Resolves a full id or a unique prefix of 8 or more characters.
     async fn resolve_workflow(&self, id_or_prefix: &str) -> Result<WorkflowRow>;
+    /// Workflows whose id starts with `prefix` (lower-case hex and '-'), at most `limit`.
+    async fn workflows_by_prefix(&self, prefix: &str, limit: u32) -> Result<Vec<WorkflowRow>>;
     async fn workflow(&self, id: Uuid) -> Result<WorkflowRow>;
     async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>>;
     /// The first task of one job (a service has exactly one), without reading the others.
@@ -135,6 +137,16 @@ pub trait Store: Send + Sync + 'static {
 
     // --- events and logs -------------------------------------------------------------------
     async fn events(&self, q: &EventQuery) -> Result<Vec<EventRow>>;
+    /// A node's newest `limit` events at or after `since`, oldest first, each with its
+    /// workflow's name; events about workflows outside `vis` are left out. The flag says
+    /// whether older ones (at or after `since`) exist beyond the page.
+    async fn node_events(
+        &self,
+        node: &str,
+        since: Millis,
+        limit: u32,
+        vis: &Visibility,
+    ) -> Result<(Vec<EventRow>, bool)>;
     async fn record_event(&self, ev: &NewEvent, now: Millis) -> Result<()>;
     async fn log_size(&self, attempt_id: Uuid, stream: &str) -> Result<u64>;
     async fn set_log_size(&self, attempt_id: Uuid, stream: &str, bytes: u64) -> Result<()>;

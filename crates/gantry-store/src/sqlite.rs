@@ -241,6 +241,7 @@ fn event_row(r: &SqliteRow) -> Result<EventRow> {
         task: r.get("task"),
         kind: r.get("kind"),
         message: r.get("message"),
+        workflow_name: r.try_get("workflow_name").ok().flatten(),
     })
 }
 
@@ -819,6 +820,18 @@ impl Store for SqliteStore {
             1 => workflow_row(&rows[0]),
             _ => Err(StoreError::Ambiguous(id_or_prefix.to_string())),
         }
+    }
+
+    async fn workflows_by_prefix(&self, prefix: &str, limit: u32) -> Result<Vec<WorkflowRow>> {
+        sqlx::query("SELECT * FROM workflows WHERE id >= ? AND id < ? ORDER BY id LIMIT ?")
+            .bind(prefix)
+            .bind(format!("{prefix}\u{7f}"))
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(workflow_row)
+            .collect()
     }
 
     async fn workflow(&self, id: Uuid) -> Result<WorkflowRow> {
@@ -1515,6 +1528,43 @@ impl Store for SqliteStore {
             }
         };
         rows.iter().map(event_row).collect()
+    }
+
+    async fn node_events(
+        &self,
+        node: &str,
+        since: Millis,
+        limit: u32,
+        vis: &Visibility,
+    ) -> Result<(Vec<EventRow>, bool)> {
+        let (all, user, group) = match vis {
+            Visibility::All => (true, "", ""),
+            Visibility::UserOrGroup { user, group } => (false, user.as_str(), group.as_str()),
+        };
+        // One query: the names come from the join, the page from the node index walked
+        // backwards; one row past the page says whether there is more.
+        let mut rows = sqlx::query(
+            "SELECT e.*, w.name AS workflow_name FROM events e
+             LEFT JOIN workflows w ON w.id = e.workflow_id
+             WHERE e.node = ?1 AND e.time >= ?2
+               AND (e.workflow_id IS NULL OR ?3 OR w.owner = ?4 OR w.grp = ?5)
+             ORDER BY e.seq DESC LIMIT ?6",
+        )
+        .bind(node)
+        .bind(since)
+        .bind(all)
+        .bind(user)
+        .bind(group)
+        .bind(limit as i64 + 1)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(event_row)
+        .collect::<Result<Vec<_>>>()?;
+        let more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        rows.reverse();
+        Ok((rows, more))
     }
 
     async fn record_unknown_node_alerts(

@@ -304,6 +304,8 @@ pub struct EventRow {
     pub task: Option<String>,
     pub kind: String,
     pub message: String,
+    /// The workflow's name, where the query joined it (a node's events); `None` elsewhere.
+    pub workflow_name: Option<String>,
 }
 
 #[derive(Debug, Clone)]

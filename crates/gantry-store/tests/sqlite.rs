@@ -290,6 +290,71 @@ async fn workflow_visibility_and_prefix() {
     ));
 }
 
+/// Two workflows whose ids share their first 8 characters are both found by that prefix (the
+/// server lists them), and a node's events come paged, newest kept, with the workflow's name,
+/// leaving out workflows the caller may not see.
+#[tokio::test]
+async fn shared_prefixes_and_a_node_s_named_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let mut a = workflow("ada", "physics", 1);
+    let mut b = workflow("bob", "chem", 1);
+    a.id = Uuid::parse_str("86ec1234-0000-4000-8000-000000000001").unwrap();
+    b.id = Uuid::parse_str("86ec1234-0000-4000-8000-000000000002").unwrap();
+    a.name = "ada-train".into();
+    s.create_workflow(&a, 1).await.unwrap();
+    s.create_workflow(&b, 2).await.unwrap();
+    let both = s.workflows_by_prefix("86ec1234", 10).await.unwrap();
+    assert_eq!(both.len(), 2);
+    assert_eq!(
+        s.workflows_by_prefix("86ec1234-0000-4000-8000-000000000002", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(s
+        .workflows_by_prefix("86ec1235", 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    let e = |wf: Option<Uuid>, task: Option<&str>, msg: &str| NewEvent {
+        workflow_id: wf,
+        node: Some("n1".into()),
+        task: task.map(str::to_string),
+        kind: "test".into(),
+        message: msg.into(),
+    };
+    s.record_event(&e(None, None, "connected"), 10)
+        .await
+        .unwrap();
+    s.record_event(&e(Some(a.id), Some("prep[3]"), "ada's"), 20)
+        .await
+        .unwrap();
+    s.record_event(&e(Some(b.id), Some("x"), "bob's"), 30)
+        .await
+        .unwrap();
+    s.record_event(&e(None, None, "last"), 40).await.unwrap();
+    let (page, more) = s.node_events("n1", 0, 2, &Visibility::All).await.unwrap();
+    assert!(more);
+    let msgs: Vec<&str> = page.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(msgs, ["bob's", "last"], "the newest, oldest first");
+    let (all, more) = s.node_events("n1", 0, 10, &Visibility::All).await.unwrap();
+    assert!(!more);
+    assert_eq!(all[1].workflow_name.as_deref(), Some("ada-train"));
+    assert_eq!(all[1].task.as_deref(), Some("prep[3]"));
+    let (recent, _) = s.node_events("n1", 30, 10, &Visibility::All).await.unwrap();
+    assert_eq!(recent.len(), 2);
+    let ada = Visibility::UserOrGroup {
+        user: "ada".into(),
+        group: "physics".into(),
+    };
+    let (hers, _) = s.node_events("n1", 0, 10, &ada).await.unwrap();
+    let msgs: Vec<&str> = hers.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(msgs, ["connected", "ada's", "last"]);
+}
+
 /// `active()` lists the tasks in play and counts the ended ones, whichever way they ended
 /// and back (a retry), and forgets a workflow once it ends.
 #[tokio::test]

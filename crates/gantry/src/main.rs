@@ -27,17 +27,20 @@ struct Cli {
     command: Command,
 }
 
+/// The heading of the options every verb takes, so that a verb's own options read first.
+const GLOBAL: &str = "Global options";
+
 /// Where the client verbs find the server.
 #[derive(Args, Clone, Debug)]
 pub struct Conn {
     /// Server URL (default: the context `gantry up` wrote).
-    #[arg(long, global = true, env = "GANTRY_URL")]
+    #[arg(long, global = true, env = "GANTRY_URL", help_heading = GLOBAL)]
     url: Option<String>,
     /// Bearer token.
-    #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true)]
+    #[arg(long, global = true, env = "GANTRY_TOKEN", hide_env_values = true, help_heading = GLOBAL)]
     token: Option<String>,
     /// The data dir whose context.toml to use.
-    #[arg(long, global = true, env = "GANTRY_DATA_DIR")]
+    #[arg(long, global = true, env = "GANTRY_DATA_DIR", help_heading = GLOBAL)]
     data_dir: Option<PathBuf>,
     /// The named context to use (`gantry context list`) instead of the current one.
     #[arg(long, global = true, env = "GANTRY_CONTEXT")]
@@ -68,6 +71,7 @@ enum Command {
     /// Hold one container's process (started by the agent; not for direct use).
     #[command(hide = true)]
     Shim {
+        /// What the agent passes.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -189,4 +193,47 @@ pub struct OutputArg {
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse()
         .map_err(|e| format!("{s:?} is not an address like 127.0.0.1:8080: {e}"))
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every positional argument of every verb says what it is, and the connection options sit
+    /// under their own heading in every verb's help.
+    #[test]
+    fn every_positional_has_help_and_globals_have_a_heading() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_positionals() {
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} <{}>", a.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut cmd = Cli::command();
+        cmd.build();
+        let mut missing = vec![];
+        walk(&cmd, "gantry", &mut missing);
+        assert!(missing.is_empty(), "positionals without help: {missing:?}");
+
+        let start = cmd
+            .find_subcommand_mut("workflow")
+            .and_then(|w| w.find_subcommand_mut("start"))
+            .expect("workflow start")
+            .render_long_help()
+            .to_string();
+        let global = start
+            .find("Global options:")
+            .expect("a Global options heading");
+        let url = start.find("--url").expect("--url is listed");
+        let watch = start.find("--watch").expect("--watch is listed");
+        assert!(
+            watch < global && global < url,
+            "the verb's own options come first, the global ones under their heading:\n{start}"
+        );
+    }
 }

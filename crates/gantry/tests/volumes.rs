@@ -141,7 +141,7 @@ fn persistent_volumes_outlive_their_workflow_and_are_seen_from_every_node() {
     let other = Cluster::task(&c.detail(&second), "read")["node"].clone();
     assert_ne!(other, node.as_str());
     assert_eq!(log(&c, &second, "read"), "from-the-first\nat-home\n");
-    c.ok(&["node", "release", &node]);
+    c.ok(&["node", "release", &node, "--reason", "test done"]);
 
     // Removing a volume a running workflow mounts is refused; once it has ended, it goes, and
     // its files with it.

@@ -1,14 +1,16 @@
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::agent::{Assignment, Capacity};
 use gantry_api::v1::{NodeDetail, NodeInfo};
 use gantry_api::NodeState;
-use gantry_store::{EventQuery, NodeRow};
+use gantry_store::NodeRow;
+use serde::Deserialize;
+use time::OffsetDateTime;
 
 use super::workflows::{event, ts};
 use super::ApiError;
-use crate::auth::UserCaller;
-use crate::state::AppState;
+use crate::auth::{Caller, UserCaller};
+use crate::state::{now_ms, AppState};
 
 async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
     let capacity: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
@@ -63,22 +65,70 @@ pub async fn list(
     Ok(Json(out))
 }
 
+/// `GET /nodes/{name}?limit=N&since=WHEN`: a page of the node's newest events.
+#[derive(Debug, Default, Deserialize)]
+pub struct ShowQuery {
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// RFC 3339, or a duration back from now (`1h`, `30m`).
+    #[serde(default)]
+    pub since: Option<String>,
+}
+
+pub const DEFAULT_EVENT_LIMIT: u32 = 20;
+const MAX_EVENT_LIMIT: u32 = 10_000;
+
+/// `since` as milliseconds: a timestamp, or a duration before `now`.
+pub fn parse_since(s: &str, now: i64) -> Result<i64, String> {
+    let s = s.trim();
+    if let Ok(t) = OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339) {
+        return Ok((t.unix_timestamp_nanos() / 1_000_000) as i64);
+    }
+    match gantry_spec::parse_duration(s) {
+        Ok(d) => Ok(now.saturating_sub(d.as_millis() as i64)),
+        Err(_) => Err(format!(
+            "since must be a duration back from now (1h, 30m, 2h30m) or an RFC 3339 time \
+             (2026-12-02T10:00:00Z), not {s:?}"
+        )),
+    }
+}
+
 pub async fn show(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
     Path(name): Path<String>,
+    Query(q): Query<ShowQuery>,
 ) -> Result<Json<NodeDetail>, ApiError> {
+    Ok(Json(detail(&st, &c, &name, &q).await?))
+}
+
+/// One node with a page of its events; the web page reads the same.
+pub async fn detail(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+    q: &ShowQuery,
+) -> Result<NodeDetail, ApiError> {
+    let limit = q.limit.unwrap_or(DEFAULT_EVENT_LIMIT);
+    if limit == 0 || limit > MAX_EVENT_LIMIT {
+        return Err(ApiError::BadRequest(format!(
+            "limit must be 1 to {MAX_EVENT_LIMIT}, not {limit}"
+        )));
+    }
+    let since = match &q.since {
+        Some(s) => parse_since(s, now_ms()).map_err(ApiError::BadRequest)?,
+        None => 0,
+    };
     let n = st
         .store
-        .node(&name)
+        .node(name)
         .await
         .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
-    let events = st
+    // Node events about workflows name their tasks: a user sees those of their own and their
+    // group's workflows, an administrator everyone's.
+    let (events, more_events) = st
         .store
-        .events(&EventQuery {
-            node: Some(n.name.clone()),
-            ..Default::default()
-        })
+        .node_events(&n.name, since, limit, &c.visibility())
         .await?;
     let hold_history = st
         .store
@@ -87,14 +137,10 @@ pub async fn show(
         .into_iter()
         .map(crate::holds::info)
         .collect();
-    Ok(Json(NodeDetail {
+    Ok(NodeDetail {
         hold_history,
-        node: info(&st, n).await?,
-        // Node events about workflows name their tasks: only an admin sees other people's.
-        events: events
-            .into_iter()
-            .filter(|e| c.is_admin() || e.workflow_id.is_none())
-            .map(event)
-            .collect(),
-    }))
+        node: info(st, n).await?,
+        events: events.into_iter().map(event).collect(),
+        more_events,
+    })
 }

@@ -309,21 +309,56 @@ pub async fn commit(
     Ok(WorkflowCreated { id, warnings })
 }
 
-/// Finds a workflow the caller may see, by id or unique prefix; anything else is 404.
+/// The fewest characters of an id the server looks up: shorter prefixes match too much to mean
+/// one workflow, and the CLI prints ids at this length.
+pub const MIN_ID_PREFIX: usize = 8;
+
+/// Finds a workflow the caller may see, by id or unique prefix; anything else is 404. Only
+/// workflows the caller may see count: a prefix shared with someone else's workflow is not
+/// ambiguous to them (saying so would tell them it exists).
 pub async fn visible_workflow(
     st: &AppState,
     c: &Caller,
     id: &str,
 ) -> Result<WorkflowRow, ApiError> {
-    let not_found = || ApiError::NotFound(format!("no workflow {id}"));
-    let wf = st.store.resolve_workflow(id).await.map_err(|e| match e {
-        gantry_store::StoreError::NotFound => not_found(),
-        other => other.into(),
-    })?;
-    if !c.can_see(&wf.owner, &wf.group) {
-        return Err(not_found());
+    let p = id.trim().to_ascii_lowercase();
+    let not_found = || ApiError::NotFound(format!("no workflow {id} (see `gantry workflow list`)"));
+    if !p.chars().all(|c| c.is_ascii_hexdigit() || c == '-') || p.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "no workflow {id:?}: give its id, or its first {MIN_ID_PREFIX} characters or more \
+             (see `gantry workflow list`)"
+        )));
     }
-    Ok(wf)
+    if p.len() < MIN_ID_PREFIX {
+        return Err(ApiError::BadRequest(format!(
+            "workflow ids need at least {MIN_ID_PREFIX} characters, and {id} has {} \
+             (see `gantry workflow list`)",
+            p.len()
+        )));
+    }
+    // Enough rows to list a handful of matches after leaving out the ones the caller
+    // may not see.
+    let rows = st.store.workflows_by_prefix(&p, 200).await?;
+    let mut mine: Vec<WorkflowRow> = rows
+        .into_iter()
+        .filter(|w| c.can_see(&w.owner, &w.group))
+        .collect();
+    match mine.len() {
+        0 => Err(not_found()),
+        1 => Ok(mine.remove(0)),
+        n => {
+            let list: Vec<String> = mine
+                .iter()
+                .take(10)
+                .map(|w| format!("  {} {} {}", w.id, w.name, w.status))
+                .collect();
+            Err(ApiError::BadRequest(format!(
+                "{id} matches {n} workflows; give more characters:\n{}{}",
+                list.join("\n"),
+                if n > 10 { "\n  ..." } else { "" }
+            )))
+        }
+    }
 }
 
 async fn summary(st: &AppState, w: WorkflowRow) -> Result<WorkflowSummary, ApiError> {
@@ -446,6 +481,7 @@ pub fn event(e: EventRow) -> Event {
         task: e.task,
         kind: e.kind,
         message: e.message,
+        workflow_name: e.workflow_name,
     }
 }
 

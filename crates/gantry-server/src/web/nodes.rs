@@ -155,6 +155,19 @@ pub struct EventRow {
     pub time: When,
     pub kind: String,
     pub message: String,
+    /// The workflow it concerns: (id, "name (short id)").
+    pub workflow: Option<(String, String)>,
+    /// The task it concerns, as `job[index]`.
+    pub task: Option<String>,
+}
+
+/// How many of a node's newest events the page shows; "more" doubles it.
+const PAGE_EVENTS: u32 = 50;
+
+#[derive(Deserialize)]
+pub struct EventsPage {
+    #[serde(default)]
+    events: Option<u32>,
 }
 
 #[derive(askama::Template)]
@@ -165,6 +178,8 @@ struct ShowPage {
     node: NodeRow,
     history: Vec<HoldRow>,
     events: Vec<EventRow>,
+    /// The link to a longer page, when older events exist.
+    more: Option<String>,
 }
 
 pub async fn show(
@@ -172,25 +187,48 @@ pub async fn show(
     web: Web,
     Path(name): Path<String>,
     Query(done): Query<Done>,
+    Query(page): Query<EventsPage>,
 ) -> Result<Response, WebError> {
-    let Json(d) = api::show(State(st), UserCaller(web.caller.clone()), Path(name)).await?;
-    let mut events: Vec<EventRow> = d
+    let limit = page.events.unwrap_or(PAGE_EVENTS).clamp(1, 10_000);
+    let q = api::ShowQuery {
+        limit: Some(limit),
+        since: None,
+    };
+    let d = api::detail(&st, &web.caller, &name, &q).await?;
+    // Newest first: a person opening the page wants what just happened.
+    let events: Vec<EventRow> = d
         .events
         .iter()
+        .rev()
         .map(|e| EventRow {
             time: when(e.time),
             kind: e.kind.clone(),
             message: e.message.clone(),
+            workflow: e.workflow_id.map(|id| {
+                let short = short(&id);
+                let label = match &e.workflow_name {
+                    Some(n) => format!("{n} ({short})"),
+                    None => short,
+                };
+                (id.to_string(), label)
+            }),
+            task: e.task.clone(),
         })
         .collect();
-    events.reverse();
-    events.truncate(100);
+    let more = d.more_events.then(|| {
+        format!(
+            "/nodes/{}?events={}",
+            segment(&d.node.name),
+            limit.saturating_mul(2).min(10_000)
+        )
+    });
     Ok(ok_page(&ShowPage {
         ctx: web.ctx("nodes").with_notice(done.done()),
         pool: d.node.pool.clone(),
         history: d.hold_history.iter().rev().map(hold_row).collect(),
         node: node_row(&d.node),
         events,
+        more,
     }))
 }
 
@@ -248,7 +286,7 @@ pub async fn release(
     Path(name): Path<String>,
     WebForm { web, form }: WebForm<ReleaseForm>,
 ) -> Result<Response, WebError> {
-    // The CLI's reason is optional; here a person is at the keyboard, so ask for one.
+    // Said here too, in the form's own words, before the API's check.
     if form.reason.trim().is_empty() {
         return Err(ApiError::BadRequest("say why the node is released (a reason)".into()).into());
     }

@@ -29,6 +29,7 @@ pub enum AdminCmd {
 pub enum UserCmd {
     /// Create a user and print their token (shown once).
     Create {
+        /// The user's name.
         name: String,
         /// The user's group (default: a group of their own name).
         #[arg(long)]
@@ -113,12 +114,16 @@ pub enum TokenCmd {
 pub enum SettingsCmd {
     /// Show one setting, or all.
     Get {
+        /// The setting (all of them when absent).
         key: Option<String>,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Change a setting: KEY=VALUE.
-    Set { assignment: String },
+    Set {
+        /// KEY=VALUE.
+        assignment: String,
+    },
 }
 
 pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {

@@ -13,6 +13,7 @@ use crate::{Conn, OutputArg};
 pub enum EndpointTokenCmd {
     /// Make a token for the endpoint (printed once).
     Create {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         /// 30d, 24h or never (default: the tokens.default_expiry setting, 90d).
         #[arg(long)]
@@ -22,12 +23,14 @@ pub enum EndpointTokenCmd {
     },
     /// Tokens of one endpoint, or of every endpoint you manage (ids, never secrets).
     List {
+        /// The endpoint's name; every endpoint you manage when absent.
         name: Option<String>,
         #[command(flatten)]
         out: OutputArg,
     },
     /// The token stops working at once.
     Revoke {
+        /// The token's id (see `gantry endpoint token list`).
         id: String,
         #[command(flatten)]
         out: OutputArg,
@@ -38,6 +41,7 @@ pub enum EndpointTokenCmd {
 pub enum EndpointCmd {
     /// Create a persistent endpoint: a URL that outlives the workflows serving it.
     Create {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         /// Who may call it: user (default), group, organization or public.
         #[arg(long, default_value = "user")]
@@ -62,14 +66,19 @@ pub enum EndpointCmd {
     },
     /// One endpoint: what serves it, since when, and a takeover in progress.
     Show {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Delete an endpoint (its URL stops answering).
-    Delete { name: String },
+    Delete {
+        /// The endpoint's name (see `gantry endpoint list`).
+        name: String,
+    },
     /// Every attach and switch of an endpoint.
     History {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
@@ -80,6 +89,7 @@ pub enum EndpointCmd {
     Token {
         #[command(subcommand)]
         cmd: Option<EndpointTokenCmd>,
+        /// The endpoint's name (see `gantry endpoint list`).
         name: Option<String>,
         /// 30d, 24h or never (default: the tokens.default_expiry setting, 90d).
         #[arg(long)]
@@ -89,12 +99,14 @@ pub enum EndpointCmd {
     },
     /// Approve the takeover waiting for confirmation.
     Approve {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Reject the takeover waiting for confirmation (its workflow is stopped).
     Reject {
+        /// The endpoint's name (see `gantry endpoint list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,

@@ -20,6 +20,7 @@ pub enum ImageCmd {
     /// One repository (user/NAME/IMAGE or group/NAME/IMAGE, optionally :TAG): its tags and
     /// layers.
     Show {
+        /// The repository, optionally :TAG (see `gantry image list`).
         reference: String,
         #[command(flatten)]
         out: OutputArg,
@@ -27,6 +28,7 @@ pub enum ImageCmd {
     /// Remove a tag (REPOSITORY:TAG), or every tag of a repository with --all. Blobs nothing
     /// else uses are deleted.
     Rm {
+        /// REPOSITORY:TAG, or REPOSITORY with --all (see `gantry image list`).
         reference: String,
         /// Remove every tag of the repository.
         #[arg(long)]

@@ -13,18 +13,30 @@ pub enum NodeCmd {
         #[command(flatten)]
         out: OutputArg,
     },
-    /// One node, its holds and its history.
+    /// One node, its holds and its newest events (oldest of them first).
     Show {
+        /// The node's name (see `gantry node list`).
         name: String,
+        /// How many of the newest events to show.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        limit: u32,
+        /// Only events since then: a duration back from now (1h, 30m) or an RFC 3339 time.
+        #[arg(long)]
+        since: Option<String>,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Take a node out of service (administrators): cordon stops new work; evict also takes
-    /// running work off (SIGTERM, grace, SIGKILL).
+    /// running work off (SIGTERM, grace, SIGKILL). `drain` is accepted as Slurm's word for a
+    /// cordon (no new work; running work finishes).
     Hold {
+        /// The node's name (see `gantry node list`).
         name: String,
-        #[arg(long = "type", value_parser = ["cordon", "evict"])]
+        /// cordon (no new work), drain (the same as cordon, as Slurm says it) or evict (also
+        /// stop running work).
+        #[arg(long = "type", value_parser = ["cordon", "drain", "evict"])]
         kind: String,
+        /// Why: shown with the hold, to users whose work waits too.
         #[arg(long)]
         reason: String,
         #[command(flatten)]
@@ -32,15 +44,39 @@ pub enum NodeCmd {
     },
     /// Release a node's holds (administrators): one with --hold, else all of them.
     Release {
+        /// The node's name (see `gantry node list`).
         name: String,
         /// A hold's id (or a unique prefix).
         #[arg(long)]
         hold: Option<String>,
+        /// Why the node may work again: recorded with who released it and when.
         #[arg(long)]
-        reason: Option<String>,
+        reason: String,
         #[command(flatten)]
         out: OutputArg,
     },
+}
+
+/// A node's event with the workflow and task it concerns: `workflow train (86ec1234)
+/// task prep[3]`.
+fn node_event_line(e: &gantry_api::v1::Event) -> String {
+    let mut about = String::new();
+    if let Some(id) = e.workflow_id {
+        let short = &id.to_string()[..8];
+        match &e.workflow_name {
+            Some(n) => about.push_str(&format!(" workflow {n} ({short})")),
+            None => about.push_str(&format!(" workflow {short}")),
+        }
+    }
+    if let Some(t) = &e.task {
+        about.push_str(&format!(" task {t}"));
+    }
+    format!(
+        "{} {}{about}: {}",
+        crate::output::time(e.time),
+        e.kind,
+        e.message
+    )
 }
 
 fn hold_line(h: &HoldInfo) -> String {
@@ -138,8 +174,19 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 );
             }
         }
-        NodeCmd::Show { name, out } => {
-            let d: NodeDetail = client.get(&format!("/nodes/{name}")).await?;
+        NodeCmd::Show {
+            name,
+            limit,
+            since,
+            out,
+        } => {
+            let mut req = client
+                .request(reqwest::Method::GET, &format!("/nodes/{name}"))
+                .query(&[("limit", limit.to_string())]);
+            if let Some(s) = &since {
+                req = req.query(&[("since", s)]);
+            }
+            let d: NodeDetail = client.send(req).await?;
             if out.format == Format::Json {
                 json(&d)?;
             } else {
@@ -178,9 +225,18 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 for h in &d.hold_history {
                     println!("  {}", hold_line(h));
                 }
-                println!("\nHistory:");
+                println!("\nEvents:");
+                if d.more_events {
+                    println!(
+                        "  (older events left out: see more with --limit {} or --since)",
+                        limit.saturating_mul(2).min(10_000)
+                    );
+                }
+                if d.events.is_empty() {
+                    println!("  none");
+                }
                 for e in &d.events {
-                    println!("  {}", super::watch::event_line(e));
+                    println!("  {}", node_event_line(e));
                 }
             }
         }
@@ -208,7 +264,10 @@ pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             let released: Vec<HoldInfo> = client
                 .post(
                     &format!("/nodes/{name}/release"),
-                    &ReleaseHolds { hold, reason },
+                    &ReleaseHolds {
+                        hold,
+                        reason: Some(reason),
+                    },
                 )
                 .await?;
             if out.format == Format::Json {

@@ -15,6 +15,7 @@ pub enum SecretCmd {
     /// sessionToken?}, http {username?, password?, token?, trustedDomains?}, image {username,
     /// password, trustedDomains?}.
     Set {
+        /// The secret's name, as secret://SCOPE/NAME names it.
         name: String,
         /// user (yours), group (your group's) or organization (administrators).
         #[arg(long, default_value = "user")]
@@ -32,6 +33,7 @@ pub enum SecretCmd {
     },
     /// Delete a secret.
     Rm {
+        /// The secret's name (see `gantry secret list`).
         name: String,
         #[arg(long, default_value = "user")]
         scope: String,

@@ -138,6 +138,7 @@ pub struct UpArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The workflow file to run.
     file: PathBuf,
     /// Keep the embedded cluster's data here (default: a temporary directory).
     #[arg(long)]

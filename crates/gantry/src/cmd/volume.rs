@@ -11,6 +11,7 @@ pub enum VolumeCmd {
     /// Make a persistent volume, for workflow files to mount with `use: persistent` and
     /// `name: NAME` (or `reference: volume://SCOPE/persistent/NAME`).
     Create {
+        /// The new volume's name.
         name: String,
         /// user (yours) or group (your group's).
         #[arg(long, default_value = "user")]
@@ -28,6 +29,7 @@ pub enum VolumeCmd {
     },
     /// One volume, with the workflows not yet ended that mount it.
     Show {
+        /// The volume's name (see `gantry volume list`).
         name: String,
         #[arg(long, default_value = "user")]
         scope: String,
@@ -36,6 +38,7 @@ pub enum VolumeCmd {
     },
     /// Remove a volume and its files (refused while a workflow not yet ended mounts it).
     Rm {
+        /// The volume's name (see `gantry volume list`).
         name: String,
         #[arg(long, default_value = "user")]
         scope: String,
@@ -52,6 +55,7 @@ pub enum StorageCmd {
     /// Add a storage provisioner: a directory every node of the pool sees (a Lustre, GPFS or
     /// NFS mount).
     Add {
+        /// The provisioner's name, for `gantry volume create --storage`.
         name: String,
         /// hostpath, the only driver so far.
         #[arg(long, default_value = "hostpath")]
@@ -74,7 +78,10 @@ pub enum StorageCmd {
         out: OutputArg,
     },
     /// Remove a storage provisioner (refused while volumes live on it).
-    Rm { name: String },
+    Rm {
+        /// The provisioner's name (see `gantry admin storage list`).
+        name: String,
+    },
 }
 
 fn volume_rows(list: &[VolumeInfo]) -> Vec<Vec<String>> {

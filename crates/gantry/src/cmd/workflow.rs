@@ -14,7 +14,7 @@ use crate::{Conn, OutputArg};
 pub enum WorkflowCmd {
     /// Submit a workflow file.
     Start {
-        /// The workflow file, or `-` for standard input.
+        /// The workflow file (YAML, `version: v4`), or `-` for standard input.
         file: PathBuf,
         /// Follow progress until the workflow ends; exit 0 FINISHED, 1 FAILED/STOPPED.
         #[arg(long)]
@@ -35,18 +35,25 @@ pub enum WorkflowCmd {
     },
     /// A workflow's status.
     Status {
+        /// The workflow's id, or its first 8 characters or more (see `gantry workflow list`).
         id: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// A workflow's tasks, attempts, and why anything waits or failed.
     Describe {
+        /// The workflow's id, or its first 8 characters or more (see `gantry workflow list`).
         id: String,
+        /// Only tasks of these statuses (PENDING, STARTED, RUNNING, FINISHED, FAILED, STOPPED;
+        /// any case; repeat or separate with commas).
+        #[arg(long, value_delimiter = ',')]
+        status: Vec<String>,
         #[command(flatten)]
         out: OutputArg,
     },
     /// A workflow's events.
     Events {
+        /// The workflow's id, or its first 8 characters or more (see `gantry workflow list`).
         id: String,
         /// Keep printing new events until the workflow ends.
         #[arg(long, short = 'f')]
@@ -56,9 +63,11 @@ pub enum WorkflowCmd {
     },
     /// A job's output: stdout to stdout, stderr to stderr.
     Log {
+        /// The workflow's id, or its first 8 characters or more (see `gantry workflow list`).
         id: String,
+        /// The job's name (see `gantry workflow describe`).
         job: String,
-        /// Task-array index.
+        /// Task-array index (which task of an array or multinode job).
         #[arg(long)]
         task: Option<u32>,
         /// Attempt number (default: the latest).
@@ -70,18 +79,21 @@ pub enum WorkflowCmd {
     },
     /// Stop a workflow: SIGTERM, a grace period, then SIGKILL; it ends STOPPED.
     Stop {
+        /// The workflow's id, or its first 8 characters or more (see `gantry workflow list`).
         id: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Check a workflow file without submitting it.
     Validate {
+        /// The workflow file.
         file: PathBuf,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Print a `version: v1` file in v4 form (a v4 file as it is).
     Upgrade {
+        /// The workflow file.
         file: PathBuf,
         #[command(flatten)]
         out: OutputArg,
@@ -295,9 +307,13 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        WorkflowCmd::Describe { id, out } => {
+        WorkflowCmd::Describe { id, status, out } => {
+            let wanted = task_statuses(&status)?;
             let client = conn.client()?;
-            let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+            let mut d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+            if !wanted.is_empty() {
+                d.tasks.retain(|t| wanted.contains(&t.status));
+            }
             if out.format == Format::Json {
                 json(&d)?;
                 return Ok(ExitCode::SUCCESS);
@@ -314,6 +330,7 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 println!("Ended:    {}", output::time(e));
             }
             println!();
+            let now = time::OffsetDateTime::now_utc();
             let rows: Vec<Vec<String>> = d
                 .tasks
                 .iter()
@@ -329,16 +346,29 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                         (_, None, Some(c)) => format!("exit code {c}"),
                         _ => String::new(),
                     };
+                    let (start, end, took) = span(t, now);
                     vec![
                         name,
                         t.status.to_string(),
                         t.node.clone().unwrap_or_else(|| "-".into()),
                         t.attempts.len().to_string(),
+                        start,
+                        end,
+                        took,
                         why,
                     ]
                 })
                 .collect();
-            table(&["TASK", "STATUS", "NODE", "ATTEMPTS", "REASON"], &rows);
+            if rows.is_empty() && !wanted.is_empty() {
+                println!("no tasks with status {}", status.join(", "));
+                return Ok(ExitCode::SUCCESS);
+            }
+            table(
+                &[
+                    "TASK", "STATUS", "NODE", "ATTEMPTS", "START", "END", "DURATION", "REASON",
+                ],
+                &rows,
+            );
             Ok(ExitCode::SUCCESS)
         }
         WorkflowCmd::Events { id, follow, out } => {
@@ -381,6 +411,56 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `--status` values, any case; an unknown one is named with the valid ones.
+fn task_statuses(given: &[String]) -> anyhow::Result<Vec<TaskStatus>> {
+    given
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<TaskStatus>().map_err(|_| {
+                UsageError(format!(
+                    "unknown task status {s:?}: use {}",
+                    TaskStatus::ALL
+                        .iter()
+                        .map(|t| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+                .into()
+            })
+        })
+        .collect()
+}
+
+/// A task's start (its first attempt's), end (its last attempt's, once the task ended) and
+/// duration between them, or how long it has run so far.
+fn span(t: &gantry_api::v1::TaskInfo, now: time::OffsetDateTime) -> (String, String, String) {
+    let (Some(first), Some(last)) = (t.attempts.first(), t.attempts.last()) else {
+        return ("-".into(), "-".into(), "-".into());
+    };
+    let start = first.created_at;
+    let end = last.ended_at.filter(|_| t.status.is_terminal());
+    let took = |to: time::OffsetDateTime| {
+        gantry_spec::format_duration(std::time::Duration::from_secs(
+            (to - start).whole_seconds().max(0) as u64,
+        ))
+    };
+    match end {
+        Some(e) => (output::time(start), output::time(e), took(e)),
+        None if last.ended_at.is_some() => (
+            output::time(start),
+            "-".into(),
+            format!("waiting to retry ({} so far)", took(now)),
+        ),
+        None => (
+            output::time(start),
+            "-".into(),
+            format!("running for {}", took(now)),
+        ),
     }
 }
 
