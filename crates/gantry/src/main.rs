@@ -85,6 +85,9 @@ enum Command {
     /// The object cache: images built or pushed for you and your group.
     #[command(subcommand)]
     Image(cmd::image::ImageCmd),
+    /// Node-health files (Prometheus, Alertmanager, Grafana) for a stack you run yourself.
+    #[command(subcommand)]
+    Monitoring(cmd::monitoring::MonitoringCmd),
     /// Users, tokens and cluster settings (administrators).
     #[command(subcommand)]
     Admin(cmd::admin::AdminCmd),
@@ -163,6 +166,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Image(c) => cmd::image::run(c, &conn).await,
         Command::Volume(c) => cmd::volume::run(c, &conn).await,
         Command::Mcp => cmd::mcp::run(&conn).await,
+        Command::Monitoring(c) => cmd::monitoring::run(c),
     }
 }
 

@@ -127,6 +127,12 @@ pub struct UpArgs {
         requires = "monitoring"
     )]
     monitoring_rules: Vec<PathBuf>,
+    /// With --monitoring: Prometheus listens here (default: a free loopback port).
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse_listen, requires = "monitoring")]
+    prometheus_listen: Option<SocketAddr>,
+    /// With --monitoring: Alertmanager listens here (default: a free loopback port).
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse_listen, requires = "monitoring")]
+    alertmanager_listen: Option<SocketAddr>,
     #[command(flatten)]
     confine: ConfineArgs,
     #[command(flatten)]
@@ -298,8 +304,10 @@ async fn embedded(
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
     }
-    if monitoring.is_some() {
+    if let Some(m) = monitoring {
         super::monitoring::check_installed()?;
+        // Before anything starts: a taken port is the user's to fix, not a half-started stack.
+        super::monitoring::check_listen(m)?;
     }
     let pull = registry.pull_config()?;
     // Nobody else may list or change it: group and others keep at most the right to pass
@@ -376,10 +384,11 @@ async fn embedded(
         let name = format!("{host_name}-{i}");
         let node_exporter = match monitoring {
             Some(_) => {
-                let (addr, child) =
-                    super::monitoring::node_exporter(&data_dir.join("agents").join(&name))?;
-                exporters.push(child);
-                Some(addr.to_string())
+                let e =
+                    super::monitoring::node_exporter(&name, &data_dir.join("agents").join(&name))?;
+                let addr = e.addr.to_string();
+                exporters.push(e);
+                Some(addr)
             }
             None => None,
         };
@@ -456,7 +465,27 @@ async fn embedded(
                         .await?
                 }
             };
-            Some(super::monitoring::start(&dir, server.addr, &token, opts, exporters).await?)
+            let stack =
+                super::monitoring::start(&dir, server.addr, &token, opts, exporters).await?;
+            // The web UI's Nodes page links to what runs here; a site's own stack sets these
+            // settings by hand.
+            for (key, addr) in [
+                ("monitoring.prometheus_url", stack.prometheus),
+                ("monitoring.alertmanager_url", stack.alertmanager),
+            ] {
+                let _: gantry_api::v1::Setting = client
+                    .send(
+                        client
+                            .request(reqwest::Method::PUT, &format!("/admin/settings/{key}"))
+                            .json(&gantry_api::v1::Setting {
+                                key: key.into(),
+                                value: format!("http://{addr}"),
+                            }),
+                    )
+                    .await
+                    .with_context(|| format!("setting {key}"))?;
+            }
+            Some(stack)
         }
         None => None,
     };
@@ -468,6 +497,8 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     let opts = MonitoringOptions {
         interval: args.monitoring_interval,
         extra_rules: args.monitoring_rules.clone(),
+        prometheus_listen: args.prometheus_listen,
+        alertmanager_listen: args.alertmanager_listen,
     };
     let (server, client, stack, agents) = embedded(
         &data_dir,
@@ -487,6 +518,13 @@ pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
     if let Some(s) = &stack {
         println!("  prometheus:   http://{}", s.prometheus);
         println!("  alertmanager: http://{}", s.alertmanager);
+        for (node, addr) in &s.node_exporters {
+            println!("  node exporter {node}: http://{addr}/metrics");
+        }
+        println!(
+            "  monitoring files: {} (prometheus.yml, alertmanager.yml, rules/, dashboards/)",
+            s.dir.display()
+        );
     }
     println!("  data:    {}", data_dir.display());
     println!("  agents:  {}", args.agents);
