@@ -686,6 +686,19 @@ fn fixed_ports_answer_the_nodes_page_links_them_and_every_shipped_metric_is_expo
     assert!(page.contains(&format!(r#"href="{prom}""#)), "{page}");
     assert!(page.contains(&format!(r#"href="{am}""#)), "{page}");
     assert!(!page.contains(">Grafana<"), "{page}");
+    // Attack: a normal user of another group may not point everyone's links elsewhere.
+    let mallory = c.user_token("mallory", "other");
+    let refused = c.as_user(
+        &mallory,
+        &[
+            "admin",
+            "settings",
+            "set",
+            "monitoring.grafana_url=https://evil.example",
+        ],
+    );
+    assert!(!refused.status.success());
+    assert!(!nodes_page().contains("evil.example"));
     let bad = c.gantry(&[
         "admin",
         "settings",
