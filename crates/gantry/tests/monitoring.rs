@@ -611,6 +611,13 @@ fn excused(name: &str) -> bool {
         || name.starts_with("node_hwmon_")
 }
 
+/// The web UI's Nodes page, signed in afresh (web_page's sign-in form is only shown to a new
+/// session).
+fn nodes_page(c: &Cluster) -> String {
+    let _ = std::fs::remove_file(c.data_dir().join("web-cookies.txt"));
+    c.web_page("/nodes")
+}
+
 /// `gantry up --monitoring` on fixed ports: every URL it prints answers, the files land in
 /// `<data-dir>/monitoring/`, the web UI's Nodes page links to the stack, and every metric name
 /// the dashboards and rules use is one that Prometheus really scraped from Gantry and the
@@ -618,7 +625,7 @@ fn excused(name: &str) -> bool {
 #[test]
 fn fixed_ports_answer_the_nodes_page_links_them_and_every_shipped_metric_is_exported() {
     let (prom_port, am_port) = (common::free_port(), common::free_port());
-    let c = Cluster::up_with(
+    let mut c = Cluster::up_with(
         2,
         vec![
             "--monitoring".into(),
@@ -677,12 +684,7 @@ fn fixed_ports_answer_the_nodes_page_links_them_and_every_shipped_metric_is_expo
     }
 
     // The Nodes page links to what `gantry up` configured, and to Grafana once one is set.
-    // Each fetch signs in afresh (web_page's sign-in form is only shown to a new session).
-    let nodes_page = || {
-        let _ = std::fs::remove_file(c.data_dir().join("web-cookies.txt"));
-        c.web_page("/nodes")
-    };
-    let page = nodes_page();
+    let page = nodes_page(&c);
     assert!(page.contains(&format!(r#"href="{prom}""#)), "{page}");
     assert!(page.contains(&format!(r#"href="{am}""#)), "{page}");
     assert!(!page.contains(">Grafana<"), "{page}");
@@ -698,7 +700,7 @@ fn fixed_ports_answer_the_nodes_page_links_them_and_every_shipped_metric_is_expo
         ],
     );
     assert!(!refused.status.success());
-    assert!(!nodes_page().contains("evil.example"));
+    assert!(!nodes_page(&c).contains("evil.example"));
     let bad = c.gantry(&[
         "admin",
         "settings",
@@ -712,13 +714,13 @@ fn fixed_ports_answer_the_nodes_page_links_them_and_every_shipped_metric_is_expo
         "set",
         "monitoring.grafana_url=https://grafana.example.org/d/gantry",
     ]);
-    let page = nodes_page();
+    let page = nodes_page(&c);
     assert!(
         page.contains(r#"href="https://grafana.example.org/d/gantry""#),
         "{page}"
     );
     c.ok(&["admin", "settings", "set", "monitoring.prometheus_url="]);
-    assert!(!nodes_page().contains(&format!(r#"href="{prom}""#)));
+    assert!(!nodes_page(&c).contains(&format!(r#"href="{prom}""#)));
 
     // gantry_holds has a series per (pool, type, source) that holds something, none for an
     // idle cluster: one administrator's hold makes it appear.
@@ -773,4 +775,48 @@ fn fixed_ports_answer_the_nodes_page_links_them_and_every_shipped_metric_is_expo
         );
         std::thread::sleep(Duration::from_secs(2));
     }
+
+    // Restarted without --monitoring, the stack's own links go (nobody serves those ports)
+    // and the one an administrator set stays.
+    c.interrupt();
+    let mut plain = std::process::Command::new(common::GANTRY)
+        .args([
+            "up",
+            "--listen",
+            &format!("127.0.0.1:{}", c.port),
+            "--agents",
+            "2",
+        ])
+        .arg("--data-dir")
+        .arg(c.data_dir())
+        .env("HOME", c.data_dir())
+        .env("XDG_CONFIG_HOME", c.data_dir().join("config"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let page = loop {
+        if c.gantry(&["node", "list"]).status.success() {
+            let p = nodes_page(&c);
+            if !p.contains(&format!(r#"href="{am}""#)) {
+                break p;
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = plain.kill();
+            panic!(
+                "the Alertmanager link outlived the stack: {}",
+                nodes_page(&c)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(plain.id() as i32, libc::SIGINT) };
+    let _ = plain.wait();
+    assert!(
+        page.contains(r#"href="https://grafana.example.org/d/gantry""#),
+        "{page}"
+    );
 }

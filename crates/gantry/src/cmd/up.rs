@@ -467,29 +467,71 @@ async fn embedded(
             };
             let stack =
                 super::monitoring::start(&dir, server.addr, &token, opts, exporters).await?;
-            // The web UI's Nodes page links to what runs here; a site's own stack sets these
-            // settings by hand.
-            for (key, addr) in [
-                ("monitoring.prometheus_url", stack.prometheus),
-                ("monitoring.alertmanager_url", stack.alertmanager),
-            ] {
-                let _: gantry_api::v1::Setting = client
-                    .send(
-                        client
-                            .request(reqwest::Method::PUT, &format!("/admin/settings/{key}"))
-                            .json(&gantry_api::v1::Setting {
-                                key: key.into(),
-                                value: format!("http://{addr}"),
-                            }),
-                    )
-                    .await
-                    .with_context(|| format!("setting {key}"))?;
-            }
+            set_links(&client, &dir, Some(&stack)).await?;
             Some(stack)
         }
-        None => None,
+        None => {
+            set_links(&client, &data_dir.join("monitoring"), None).await?;
+            None
+        }
     };
     Ok((server, client, stack, configs))
+}
+
+/// The web UI's Nodes page links to the stack that runs here. Without one, the links an earlier
+/// `--monitoring` set would point at ports nobody serves: they are cleared, unless an
+/// administrator has since changed them (then they are theirs). `<dir>/links` remembers what
+/// was set.
+async fn set_links(client: &Client, dir: &Path, stack: Option<&Stack>) -> anyhow::Result<()> {
+    let record = dir.join("links");
+    let put = |key: String, value: String| async move {
+        let _: gantry_api::v1::Setting = client
+            .send(
+                client
+                    .request(reqwest::Method::PUT, &format!("/admin/settings/{key}"))
+                    .json(&gantry_api::v1::Setting {
+                        key: key.clone(),
+                        value,
+                    }),
+            )
+            .await
+            .with_context(|| format!("setting {key}"))?;
+        anyhow::Ok(())
+    };
+    match stack {
+        Some(s) => {
+            let links = [
+                (
+                    "monitoring.prometheus_url",
+                    format!("http://{}", s.prometheus),
+                ),
+                (
+                    "monitoring.alertmanager_url",
+                    format!("http://{}", s.alertmanager),
+                ),
+            ];
+            let mut text = String::new();
+            for (key, value) in links {
+                text.push_str(&format!("{key}={value}\n"));
+                put(key.into(), value).await?;
+            }
+            std::fs::write(&record, text)?;
+        }
+        None => {
+            let Ok(text) = std::fs::read_to_string(&record) else {
+                return Ok(());
+            };
+            for (key, value) in text.lines().filter_map(|l| l.split_once('=')) {
+                let now: gantry_api::v1::Setting =
+                    client.get(&format!("/admin/settings/{key}")).await?;
+                if now.value == value {
+                    put(key.into(), String::new()).await?;
+                }
+            }
+            std::fs::remove_file(&record)?;
+        }
+    }
+    Ok(())
 }
 
 pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
