@@ -295,6 +295,25 @@ fn export_writes_files_promtool_and_amtool_accept_and_keeps_differing_files_with
         String::from_utf8_lossy(&bad.stderr)
     );
     assert!(!dir.exists());
+    // No flags: every placeholder stays, and the output names them.
+    let bare = std::process::Command::new(common::GANTRY)
+        .args(["monitoring", "export"])
+        .arg(tmp.path().join("bare"))
+        .output()
+        .unwrap();
+    assert!(bare.status.success());
+    let said = String::from_utf8_lossy(&bare.stdout);
+    for p in [
+        "{{SERVER}}",
+        "{{TOKEN_FILE}}",
+        "{{ALERTMANAGER}}",
+        "{{WEBHOOK_URL}}",
+        "{{WEBHOOK_TOKEN_FILE}}",
+    ] {
+        assert!(said.contains(p), "{p}: {said}");
+    }
+    let prom = std::fs::read_to_string(tmp.path().join("bare/prometheus.yml")).unwrap();
+    assert!(prom.contains(r#"targets: ["{{SERVER}}"]"#), "{prom}");
 
     let out = export(&[]);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
