@@ -6,6 +6,11 @@
 #   - Gantry's label contract on every rule, and that every rule has a firing and a
 #     not-firing unit test;
 #   - the Grafana dashboards: valid JSON (jq), structure, and every PromQL expression parses.
+# That every metric name the dashboards and rules use is really exported is checked against a
+# real scrape by crates/gantry/tests/monitoring.rs (fixed_ports_answer_..._is_exported), which
+# `make test` runs with the other Rust tests: it needs a running `gantry up --monitoring`.
+# No Grafana dashboard schema validator is packaged on PyPI or npm (@grafana/schema is
+# TypeScript types only), so the structure checks below stand in for one.
 # Installs what it needs from Debian's packages when missing. Exits non-zero on any failure.
 # Called by `make test` (scripts/test.sh); run it on its own after editing deploy/monitoring/.
 set -uo pipefail

@@ -234,6 +234,14 @@ pub const HOST_NETWORK_FORBIDDEN_KEY: &str = "network.host.forbidden_pools";
 /// How long new API and endpoint tokens live unless their creator says (`--expires`).
 pub const TOKEN_EXPIRY_KEY: &str = "tokens.default_expiry";
 
+/// Where the web UI's Nodes page links for monitoring: http(s) URLs, empty for no link.
+/// `gantry up --monitoring` sets the first two to its bundled stack.
+pub const MONITORING_URL_KEYS: [&str; 3] = [
+    "monitoring.prometheus_url",
+    "monitoring.alertmanager_url",
+    "monitoring.grafana_url",
+];
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -281,7 +289,35 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "0.2",
         "the fraction of a pool's nodes monitoring may hold at once, from 0 to 1 (it always may hold one); monitoring.hold_fraction.<pool> for one pool",
     ),
+    (
+        MONITORING_URL_KEYS[0],
+        "",
+        "the Prometheus the web UI's Nodes page links to (http:// or https:// URL); empty: no link",
+    ),
+    (
+        MONITORING_URL_KEYS[1],
+        "",
+        "the Alertmanager the web UI's Nodes page links to (http:// or https:// URL); empty: no link",
+    ),
+    (
+        MONITORING_URL_KEYS[2],
+        "",
+        "the Grafana the web UI's Nodes page links to (http:// or https:// URL); empty: no link",
+    ),
 ];
+
+/// A link target an administrator may set: an absolute http(s) URL (never `javascript:`).
+pub fn link_url(v: &str) -> bool {
+    let rest = v
+        .strip_prefix("https://")
+        .or_else(|| v.strip_prefix("http://"));
+    rest.is_some_and(|r| {
+        !r.is_empty()
+            && !r.starts_with('/')
+            && v.len() <= 2048
+            && v.chars().all(|c| c.is_ascii_graphic())
+    })
+}
 
 pub type SettingDef = (&'static str, &'static str, &'static str);
 
@@ -338,6 +374,12 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
     }
     if k == TOKEN_EXPIRY_KEY {
         parse_expiry(&body.value).map_err(|e| format!("{key} ({help}): {e}"))?;
+    }
+    if MONITORING_URL_KEYS.contains(&k) && !body.value.is_empty() && !link_url(&body.value) {
+        return Err(format!(
+            "{key} must be an http:// or https:// URL, or empty for no link ({help}), not {:?}",
+            body.value
+        ));
     }
     if k == CACHE_BYTES_KEY && !body.value.parse::<u64>().is_ok_and(|n| n > 0) {
         return Err(format!(
@@ -1058,6 +1100,34 @@ mod tests {
         }
         for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
             assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn monitoring_links_take_only_http_urls_or_nothing() {
+        for key in MONITORING_URL_KEYS {
+            let def = setting_def(key).unwrap();
+            let set = |value: &str| Setting {
+                key: key.into(),
+                value: value.into(),
+            };
+            for good in [
+                "",
+                "http://127.0.0.1:9090",
+                "https://grafana.example.org/d/x?a=1",
+            ] {
+                assert!(check_setting(def, key, &set(good)).is_ok(), "{good}");
+            }
+            for bad in [
+                "javascript:alert(1)",
+                "ftp://h",
+                "http://",
+                "https:///x",
+                "http://a b",
+                "127.0.0.1:9090",
+            ] {
+                assert!(check_setting(def, key, &set(bad)).is_err(), "{bad}");
+            }
         }
     }
 

@@ -93,6 +93,9 @@ enum Command {
     /// The object cache: images built or pushed for you and your group.
     #[command(subcommand)]
     Image(cmd::image::ImageCmd),
+    /// Node-health files (Prometheus, Alertmanager, Grafana) for a stack you run yourself.
+    #[command(subcommand)]
+    Monitoring(cmd::monitoring::MonitoringCmd),
     /// Users, tokens and cluster settings (administrators).
     #[command(subcommand)]
     Admin(cmd::admin::AdminCmd),
@@ -179,6 +182,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp => cmd::mcp::run(&conn).await,
         Command::Example(a) => cmd::example::run(a),
         Command::Context(c) => cmd::context::run(c, &conn),
+        Command::Monitoring(c) => cmd::monitoring::run(c),
     }
 }
 

@@ -122,6 +122,26 @@ pub struct Pool {
 struct ListPage {
     ctx: Ctx,
     pools: Vec<Pool>,
+    /// (name, URL) of each monitoring tool an administrator configured.
+    monitoring: Vec<(&'static str, String)>,
+}
+
+/// The `monitoring.*_url` settings that hold a link; a value that is not an http(s) URL (set
+/// before the check existed, or straight in the store) is left out rather than linked.
+async fn monitoring_links(st: &AppState) -> Result<Vec<(&'static str, String)>, WebError> {
+    let names = ["Prometheus", "Alertmanager", "Grafana"];
+    let mut out = vec![];
+    for (key, name) in gantry_intake::requests::MONITORING_URL_KEYS
+        .iter()
+        .zip(names)
+    {
+        if let Some(v) = st.store.setting(key).await.map_err(ApiError::from)? {
+            if gantry_intake::requests::link_url(&v) {
+                out.push((name, v));
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub async fn list(
@@ -129,6 +149,7 @@ pub async fn list(
     web: Web,
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
+    let monitoring = monitoring_links(&st).await?;
     let Json(nodes) = api::list(State(st), UserCaller(web.caller.clone())).await?;
     let mut pools: BTreeMap<String, Vec<NodeRow>> = BTreeMap::new();
     for n in &nodes {
@@ -148,6 +169,7 @@ pub async fn list(
     Ok(ok_page(&ListPage {
         ctx: web.ctx("nodes").with_notice(done.done()),
         pools,
+        monitoring,
     }))
 }
 

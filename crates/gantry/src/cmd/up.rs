@@ -128,6 +128,12 @@ pub struct UpArgs {
         requires = "monitoring"
     )]
     monitoring_rules: Vec<PathBuf>,
+    /// With --monitoring: Prometheus listens here (default: a free loopback port).
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse_listen, requires = "monitoring")]
+    prometheus_listen: Option<SocketAddr>,
+    /// With --monitoring: Alertmanager listens here (default: a free loopback port).
+    #[arg(long, value_name = "ADDR", value_parser = crate::parse_listen, requires = "monitoring")]
+    alertmanager_listen: Option<SocketAddr>,
     #[command(flatten)]
     confine: ConfineArgs,
     #[command(flatten)]
@@ -299,8 +305,10 @@ async fn embedded(
     if agents == 0 {
         return Err(UsageError("--agents must be at least 1".into()).into());
     }
-    if monitoring.is_some() {
+    if let Some(m) = monitoring {
         super::monitoring::check_installed()?;
+        // Before anything starts: a taken port is the user's to fix, not a half-started stack.
+        super::monitoring::check_listen(m)?;
     }
     let pull = registry.pull_config()?;
     // Nobody else may list or change it: group and others keep at most the right to pass
@@ -372,10 +380,11 @@ async fn embedded(
         let name = format!("{host_name}-{i}");
         let node_exporter = match monitoring {
             Some(_) => {
-                let (addr, child) =
-                    super::monitoring::node_exporter(&data_dir.join("agents").join(&name))?;
-                exporters.push(child);
-                Some(addr.to_string())
+                let e =
+                    super::monitoring::node_exporter(&name, &data_dir.join("agents").join(&name))?;
+                let addr = e.addr.to_string();
+                exporters.push(e);
+                Some(addr)
             }
             None => None,
         };
@@ -452,9 +461,15 @@ async fn embedded(
                         .await?
                 }
             };
-            Some(super::monitoring::start(&dir, server.addr, &token, opts, exporters).await?)
+            let stack =
+                super::monitoring::start(&dir, server.addr, &token, opts, exporters).await?;
+            set_links(&client, &dir, Some(&stack)).await?;
+            Some(stack)
         }
-        None => None,
+        None => {
+            set_links(&client, &data_dir.join("monitoring"), None).await?;
+            None
+        }
     };
     Ok((server, client, stack, configs))
 }
@@ -522,12 +537,70 @@ fn remember_context(name: &str, client_url: &str, token: &str) -> anyhow::Result
     Ok(lines)
 }
 
+/// The web UI's Nodes page links to the stack that runs here. Without one, the links an earlier
+/// `--monitoring` set would point at ports nobody serves: they are cleared, unless an
+/// administrator has since changed them (then they are theirs). `<dir>/links` remembers what
+/// was set.
+async fn set_links(client: &Client, dir: &Path, stack: Option<&Stack>) -> anyhow::Result<()> {
+    let record = dir.join("links");
+    let put = |key: String, value: String| async move {
+        let _: gantry_api::v1::Setting = client
+            .send(
+                client
+                    .request(reqwest::Method::PUT, &format!("/admin/settings/{key}"))
+                    .json(&gantry_api::v1::Setting {
+                        key: key.clone(),
+                        value,
+                    }),
+            )
+            .await
+            .with_context(|| format!("setting {key}"))?;
+        anyhow::Ok(())
+    };
+    match stack {
+        Some(s) => {
+            let links = [
+                (
+                    "monitoring.prometheus_url",
+                    format!("http://{}", s.prometheus),
+                ),
+                (
+                    "monitoring.alertmanager_url",
+                    format!("http://{}", s.alertmanager),
+                ),
+            ];
+            let mut text = String::new();
+            for (key, value) in links {
+                text.push_str(&format!("{key}={value}\n"));
+                put(key.into(), value).await?;
+            }
+            std::fs::write(&record, text)?;
+        }
+        None => {
+            let Ok(text) = std::fs::read_to_string(&record) else {
+                return Ok(());
+            };
+            for (key, value) in text.lines().filter_map(|l| l.split_once('=')) {
+                let now: gantry_api::v1::Setting =
+                    client.get(&format!("/admin/settings/{key}")).await?;
+                if now.value == value {
+                    put(key.into(), String::new()).await?;
+                }
+            }
+            std::fs::remove_file(&record)?;
+        }
+    }
+    Ok(())
+}
+
 pub async fn up(args: UpArgs, conn: &Conn) -> anyhow::Result<ExitCode> {
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     let context_name = up_context_name(conn, &data_dir)?;
     let opts = MonitoringOptions {
         interval: args.monitoring_interval,
         extra_rules: args.monitoring_rules.clone(),
+        prometheus_listen: args.prometheus_listen,
+        alertmanager_listen: args.alertmanager_listen,
     };
     let (server, client, stack, agents) = embedded(
         &data_dir,
@@ -546,6 +619,13 @@ pub async fn up(args: UpArgs, conn: &Conn) -> anyhow::Result<ExitCode> {
     if let Some(s) = &stack {
         println!("  prometheus:   http://{}", s.prometheus);
         println!("  alertmanager: http://{}", s.alertmanager);
+        for (node, addr) in &s.node_exporters {
+            println!("  node exporter {node}: http://{addr}/metrics");
+        }
+        println!(
+            "  monitoring files: {} (prometheus.yml, alertmanager.yml, rules/, dashboards/)",
+            s.dir.display()
+        );
     }
     println!("  data:    {}", data_dir.display());
     println!("  agents:  {}", args.agents);
