@@ -41,9 +41,16 @@ pub fn routes(st: &AppState, images: Arc<Registry>) -> Router<AppState> {
         .route("/workflows", get(workflows::list))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/live", get(workflows::live))
-        .route("/workflows/{id}/stop", post(workflows::stop))
+        .route(
+            "/workflows/{id}/stop",
+            get(workflows::stop_confirm).post(workflows::stop),
+        )
         .route("/workflows/{id}/logs/{job}", get(workflows::log))
         .route("/workflows/{id}/logs/{job}/live", get(workflows::log_live))
+        .route(
+            "/workflows/{id}/logs/{job}/download",
+            get(workflows::log_download),
+        )
         .route("/nodes", get(nodes::list))
         .route("/nodes/{name}", get(nodes::show))
         .route("/nodes/{name}/hold", post(nodes::hold))
