@@ -231,6 +231,10 @@ const CONSTRAINT_ANNOTATIONS_DEFAULT: &str = "nvidia.com/gpu.model,nvidia.com/gp
 /// Pools whose nodes run no host-network container (`network.host`, multinode members).
 pub const HOST_NETWORK_FORBIDDEN_KEY: &str = "network.host.forbidden_pools";
 
+/// Where the web UI reads node graphs (Prometheus' HTTP API); empty: no graphs.
+/// `gantry up --monitoring` sets it to the Prometheus it starts.
+pub const PROMETHEUS_URL_KEY: &str = "monitoring.prometheus_url";
+
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
@@ -267,6 +271,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         HOST_NETWORK_FORBIDDEN_KEY,
         "",
         "pools whose nodes run no host-network containers (network.host, multinode jobs), comma-separated; empty: every pool allows them",
+    ),
+    (
+        PROMETHEUS_URL_KEY,
+        "",
+        "the Prometheus the web UI's node graphs query (http(s)://host:port, its HTTP API); empty: no graphs",
     ),
     (
         HOLD_FRACTION_KEY,
@@ -348,6 +357,15 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
         {
             return Err(format!("{key}: pool {pool:?}: {e}"));
         }
+    }
+    if k == PROMETHEUS_URL_KEY
+        && !body.value.is_empty()
+        && !(body.value.starts_with("http://") || body.value.starts_with("https://"))
+    {
+        return Err(format!(
+            "{key} must be an http:// or https:// URL, or empty ({help}), not {:?}",
+            body.value
+        ));
     }
     let max = gantry_spec::MAX_RETRY_ATTEMPTS;
     if k == RETRY_MAX_ATTEMPTS_KEY
@@ -1000,6 +1018,14 @@ mod tests {
         }
         for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
             assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
+        }
+        let prom = setting_def(PROMETHEUS_URL_KEY).unwrap();
+        let key = PROMETHEUS_URL_KEY;
+        for good in ["", "http://127.0.0.1:9090", "https://prom.example.org"] {
+            assert!(check_setting(prom, key, &set(key, good)).is_ok(), "{good}");
+        }
+        for bad in ["127.0.0.1:9090", "ftp://x", "javascript:alert(1)"] {
+            assert!(check_setting(prom, key, &set(key, bad)).is_err(), "{bad}");
         }
     }
 

@@ -244,8 +244,43 @@
     pres.forEach((pre) => pre.addEventListener('log-grew', () => { if (input.value.trim()) run(); }));
   }
 
+  // "New workflow": an uploaded file fills the text box (and the name, when empty); a
+  // problem's position selects its line in the text box.
+  function initNewWorkflow() {
+    const form = $('[data-new-workflow]');
+    if (!form) return;
+    const ta = $('#spec', form);
+    const upload = $('[data-upload]', form);
+    const file = $('#spec-file', form);
+    const name = $('#wf-name', form);
+    upload.hidden = false;
+    file.addEventListener('change', async () => {
+      const f = file.files[0];
+      if (!f) return;
+      ta.value = await f.text();
+      if (!name.value) name.value = f.name.replace(/\.(ya?ml|json)$/i, '');
+      announce('The file ' + f.name + ' is in the text box');
+    });
+    $$('[data-goto-line]').forEach((a) => {
+      a.addEventListener('click', (ev) => {
+        ev.preventDefault();
+        const line = Number(a.dataset.gotoLine);
+        const lines = ta.value.split('\n');
+        let start = 0;
+        for (let i = 0; i < line - 1 && i < lines.length; i += 1) start += lines[i].length + 1;
+        const end = start + (lines[line - 1] || '').length;
+        ta.focus();
+        ta.setSelectionRange(start, end);
+        // Scroll the selected line into view: about one line's height per line.
+        const lh = parseFloat(getComputedStyle(ta).lineHeight) || 20;
+        ta.scrollTop = Math.max(0, (line - 3) * lh);
+      });
+    });
+  }
+
   initPoll();
   initCopy(document);
+  initNewWorkflow();
   initTypedConfirm();
   initWorkflow();
   initLog();

@@ -153,6 +153,22 @@ impl Server {
         Ok(self.state.store.count_users().await? > 0)
     }
 
+    /// The Prometheus the web UI's node graphs query (`monitoring.prometheus_url`); empty:
+    /// none.
+    pub async fn prometheus_url(&self) -> anyhow::Result<String> {
+        let key = gantry_intake::requests::PROMETHEUS_URL_KEY;
+        Ok(self.state.store.setting(key).await?.unwrap_or_default())
+    }
+
+    pub async fn set_prometheus_url(&self, url: &str, by: &str) -> anyhow::Result<()> {
+        let key = gantry_intake::requests::PROMETHEUS_URL_KEY;
+        Ok(self
+            .state
+            .store
+            .set_setting(key, url, by, state::now_ms())
+            .await?)
+    }
+
     pub async fn wait(self) {
         let _ = self.task.await;
     }

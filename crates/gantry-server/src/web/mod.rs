@@ -8,9 +8,11 @@
 //! not see is 404 here too.
 
 mod endpoints;
+mod graphs;
 mod images;
 mod nodes;
 mod session;
+mod submit;
 mod volumes;
 mod workflows;
 
@@ -39,6 +41,7 @@ pub fn routes(st: &AppState, images: Arc<Registry>) -> Router<AppState> {
         .route("/signin", get(session::sign_in_form).post(session::sign_in))
         .route("/signout", post(session::sign_out))
         .route("/workflows", get(workflows::list))
+        .route("/workflows/new", get(submit::form).post(submit::submit))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/live", get(workflows::live))
         .route(
@@ -188,6 +191,7 @@ impl Ctx {
             .and_then(|d| {
                 Some(match d {
                     "stop" => "Stop requested: the workflow's steps are being stopped.",
+                    "started" => "Workflow started.",
                     "held" => "Hold placed.",
                     "released" => "Holds released.",
                     "created" => "Endpoint created.",

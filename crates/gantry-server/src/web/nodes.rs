@@ -165,6 +165,7 @@ struct ShowPage {
     node: NodeRow,
     history: Vec<HoldRow>,
     events: Vec<EventRow>,
+    graphs: Option<super::graphs::NodeGraphs>,
 }
 
 pub async fn show(
@@ -173,7 +174,13 @@ pub async fn show(
     Path(name): Path<String>,
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
-    let Json(d) = api::show(State(st), UserCaller(web.caller.clone()), Path(name)).await?;
+    let Json(d) = api::show(
+        State(st.clone()),
+        UserCaller(web.caller.clone()),
+        Path(name),
+    )
+    .await?;
+    let graphs = super::graphs::for_node(&st, &d.node.name).await;
     let mut events: Vec<EventRow> = d
         .events
         .iter()
@@ -191,6 +198,7 @@ pub async fn show(
         history: d.hold_history.iter().rev().map(hold_row).collect(),
         node: node_row(&d.node),
         events,
+        graphs,
     }))
 }
 

@@ -460,7 +460,34 @@ async fn embedded(
         }
         None => None,
     };
+    prometheus_setting(&server, data_dir, stack.as_ref()).await?;
     Ok((server, client, stack, configs))
+}
+
+/// Tells the server (its web UI's node graphs) where the bundled Prometheus listens; without
+/// `--monitoring`, forgets the address an earlier `--monitoring` run set, and only that one:
+/// a Prometheus an administrator set stays.
+async fn prometheus_setting(
+    server: &Server,
+    data_dir: &Path,
+    stack: Option<&super::monitoring::Stack>,
+) -> anyhow::Result<()> {
+    let mark = data_dir.join("monitoring").join("prometheus-url");
+    match stack {
+        Some(s) => {
+            let url = format!("http://{}", s.prometheus);
+            server.set_prometheus_url(&url, "gantry up").await?;
+            std::fs::write(&mark, &url)?;
+        }
+        None => {
+            let ours = std::fs::read_to_string(&mark).unwrap_or_default();
+            if !ours.is_empty() && server.prometheus_url().await? == ours {
+                server.set_prometheus_url("", "gantry up").await?;
+            }
+            let _ = std::fs::remove_file(&mark);
+        }
+    }
+    Ok(())
 }
 
 pub async fn up(args: UpArgs, _conn: &Conn) -> anyhow::Result<ExitCode> {
