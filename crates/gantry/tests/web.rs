@@ -1,8 +1,11 @@
 //! The web UI in a real browser: a real cluster (`gantry up`, runc, a local registry) and
 //! Debian's headless chromium driven by playwright-core (`tests/web/ui.mjs`). The script signs
-//! in, watches a workflow finish and a log stream, stops one, holds and releases a node as an
-//! administrator, creates endpoints and approves a takeover an MCP client asked for, deletes
-//! one with its typed confirmation, finds a built image and its build log, lists volumes (not
+//! in, watches a workflow finish and a log stream, reads a failed task's stderr (both streams,
+//! search, download), stops one after its confirmation (dismissed first), starts one from the
+//! New workflow page after a refused file, holds and releases a node as an administrator and
+//! sees its graphs (the cluster runs the monitoring stack; the graphs go with its setting), creates endpoints and approves a takeover an MCP client asked for, deletes
+//! one with its typed confirmation, finds a built image (its key shortened, with a copy button,
+//! the table within the window) and its build log, lists volumes (not
 //! another group's), and checks keyboard access and text contrast on the main pages. Screenshots go to `target/web-artifacts/`.
 //!
 //! `scripts/install-deps.sh` installs chromium, node and playwright-core (into
@@ -81,6 +84,34 @@ jobs:
     command: [ cat, /built.txt ]
 "#;
 
+/// A task that writes to both streams and fails: its error is on stderr.
+const BROKEN: &str = r#"version: v4
+jobs:
+  broken:
+    image: { uri: docker://busybox:1 }
+    script: |
+      #!/bin/sh
+      echo "starting up"
+      echo "reading the input"
+      echo "error: the input file is missing" >&2
+      exit 3
+"#;
+
+/// Valid but for one misspelt field, on its line 5.
+const MISSPELT: &str = r#"version: v4
+jobs:
+  hello:
+    image: { uri: docker://busybox:1 }
+    comand: [ echo, hi ]
+"#;
+
+const HELLO: &str = r#"version: v4
+jobs:
+  hello:
+    image: { uri: docker://busybox:1 }
+    command: [ echo, "hello from the web" ]
+"#;
+
 fn need(what: &str, ok: bool) {
     assert!(
         ok,
@@ -106,7 +137,15 @@ fn the_web_ui_works_in_a_real_browser() {
     let _ = std::fs::remove_dir_all(&artifacts);
     std::fs::create_dir_all(&artifacts).unwrap();
 
-    let c = Cluster::up(2);
+    // With the bundled monitoring stack, for the node page's graphs (scraped every second).
+    let c = Cluster::up_with(
+        2,
+        vec![
+            "--monitoring".into(),
+            "--monitoring-interval".into(),
+            "1s".into(),
+        ],
+    );
     let admin = admin_token(&c);
     let alice = token_of(&c, "alice", "physics");
     let bob = token_of(&c, "bob", "chem");
@@ -116,6 +155,9 @@ fn the_web_ui_works_in_a_real_browser() {
         ("WF_MODEL_V1", c.write("v1.yaml", &chat_model("v1"))),
         ("WF_MODEL_V2", c.write("v2.yaml", &chat_model("v2"))),
         ("WF_BUILD", c.write("build.yaml", BUILD)),
+        ("WF_BROKEN", c.write("broken.yaml", BROKEN)),
+        ("WF_MISSPELT", c.write("misspelt.yaml", MISSPELT)),
+        ("WF_HELLO", c.write("hello.yaml", HELLO)),
     ];
     let out = Command::new("node")
         .arg(root.join("crates/gantry/tests/web/ui.mjs"))
