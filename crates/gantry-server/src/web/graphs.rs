@@ -3,7 +3,9 @@
 //! server-side as SVG polylines. No setting, no graphs; a Prometheus that does not answer is
 //! said in place of them, and the rest of the page is served all the same.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -18,6 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 const W: f64 = 360.0;
 const H: f64 = 90.0;
 
+#[derive(Clone)]
 pub struct NodeGraph {
     /// `cpu`, `memory` or `running`.
     pub id: &'static str,
@@ -33,6 +36,7 @@ pub struct NodeGraph {
     pub samples: usize,
 }
 
+#[derive(Clone)]
 pub struct NodeGraphs {
     pub graphs: Vec<NodeGraph>,
     /// Why there is nothing to draw (Prometheus did not answer); empty when it did.
@@ -184,6 +188,11 @@ async fn range(
     Ok(out)
 }
 
+/// Graphs drawn in the last step, by Prometheus and node: the node page refreshes itself every
+/// few seconds, and a new point comes only every step.
+type Drawn = HashMap<(String, String), (Instant, NodeGraphs)>;
+static RECENT: LazyLock<Mutex<Drawn>> = LazyLock::new(Mutex::default);
+
 /// The node's graphs, or None when no Prometheus is configured.
 pub async fn for_node(st: &AppState, node: &str) -> Option<NodeGraphs> {
     let base = st
@@ -193,14 +202,33 @@ pub async fn for_node(st: &AppState, node: &str) -> Option<NodeGraphs> {
         .ok()
         .flatten()
         .filter(|u| !u.trim().is_empty())?;
+    let key = (base.clone(), node.to_string());
+    let fresh = Duration::from_secs(STEP_S as u64);
+    if let Some((at, g)) = RECENT.lock().ok()?.get(&key) {
+        if at.elapsed() < fresh {
+            return Some(g.clone());
+        }
+    }
+    let g = query(&base, node).await;
+    // A graph still waiting for its first samples is asked again at once.
+    let complete = g.graphs.iter().all(|gr| gr.samples > 0);
+    if let (true, Ok(mut m)) = (complete, RECENT.lock()) {
+        m.retain(|_, (at, _)| at.elapsed() < fresh);
+        m.insert(key, (Instant::now(), g.clone()));
+    }
+    Some(g)
+}
+
+async fn query(base: &str, node: &str) -> NodeGraphs {
+    let base = base.to_string();
     let client = match reqwest::Client::builder().timeout(TIMEOUT).build() {
         Ok(c) => c,
         Err(e) => {
-            return Some(NodeGraphs {
+            return NodeGraphs {
                 graphs: vec![],
                 error: e.to_string(),
                 source: base,
-            })
+            }
         }
     };
     let end = time::OffsetDateTime::now_utc().unix_timestamp();
@@ -210,19 +238,19 @@ pub async fn for_node(st: &AppState, node: &str) -> Option<NodeGraphs> {
         match range(&client, &base, &q, start, end).await {
             Ok(samples) => graphs.push(draw(id, title, &samples, start as f64, end as f64)),
             Err(e) => {
-                return Some(NodeGraphs {
+                return NodeGraphs {
                     graphs: vec![],
                     error: format!("Prometheus did not answer: {e}"),
                     source: base,
-                })
+                }
             }
         }
     }
-    Some(NodeGraphs {
+    NodeGraphs {
         graphs,
         error: String::new(),
         source: base,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -377,6 +377,17 @@ try {
       assert.equal(r2.status(), 404, p);
       assert.doesNotMatch(await r2.text(), /input file/, p);
     }
+    // Starting a workflow needs the session's CSRF token, like every form.
+    const before = (await api('bob', 'GET', '/workflows')).length;
+    const forged = await bob.request.post(BASE + '/workflows/new', { form: { spec: fs.readFileSync(env.WF_HELLO, 'utf8'), action: 'start' } });
+    assert.equal(forged.status(), 403, 'a form without the CSRF token');
+    assert.equal((await api('bob', 'GET', '/workflows')).length, before, 'nothing started');
+    // Without a session: sent to sign in, nothing shown.
+    for (const p of ['/workflows/new', `/workflows/${broken}/stop`, `/workflows/${broken}/logs/broken/download?stream=stderr`]) {
+      const r3 = await fetch(BASE + p, { redirect: 'manual' });
+      assert.equal(r3.status, 303, p);
+      assert.match(r3.headers.get('location'), /^\/signin\?next=/, p);
+    }
     await shot(bob, 'other-user-404');
     await bob.context().close();
     current = page;
