@@ -7,6 +7,7 @@
 //! one with its typed confirmation, finds a built image (its key shortened, with a copy button,
 //! the table within the window) and its build log, lists volumes (not
 //! another group's), and checks keyboard access and text contrast on the main pages. Screenshots go to `target/web-artifacts/`.
+//! A second, small cluster without `--monitoring` shows node pages with no graph section.
 //!
 //! `scripts/install-deps.sh` installs chromium, node and playwright-core (into
 //! `target/web-node`).
@@ -119,10 +120,9 @@ fn need(what: &str, ok: bool) {
     );
 }
 
-#[test]
-fn the_web_ui_works_in_a_real_browser() {
-    let root = repo_root();
-    let node_dir = root.join("target/web-node");
+/// chromium, node and playwright-core, or a clear failure saying how to get them.
+fn browser_env() -> (PathBuf, PathBuf) {
+    let node_dir = repo_root().join("target/web-node");
     let chromium = PathBuf::from(std::env::var("CHROMIUM").unwrap_or("/usr/bin/chromium".into()));
     need("chromium", chromium.exists());
     need(
@@ -133,6 +133,47 @@ fn the_web_ui_works_in_a_real_browser() {
         "playwright-core (in target/web-node)",
         node_dir.join("node_modules/playwright-core").exists(),
     );
+    (node_dir, chromium)
+}
+
+#[test]
+fn without_monitoring_node_pages_have_no_graphs() {
+    let root = repo_root();
+    let (node_dir, chromium) = browser_env();
+    let artifacts = root.join("target/web-artifacts-no-monitoring");
+    let _ = std::fs::remove_dir_all(&artifacts);
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let c = Cluster::up(1);
+    let setting = c.json(&["admin", "settings", "get", "monitoring.prometheus_url"]);
+    assert_eq!(
+        setting[0]["value"], "",
+        "no Prometheus configured: {setting:#}"
+    );
+    let out = Command::new("node")
+        .arg(root.join("crates/gantry/tests/web/ui.mjs"))
+        .env("WEB_ONLY", "no-monitoring")
+        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+        .env("GANTRY_ADMIN_TOKEN", admin_token(&c))
+        .env("WEB_NODE_DIR", &node_dir)
+        .env("WEB_ARTIFACTS", &artifacts)
+        .env("CHROMIUM", &chromium)
+        .output()
+        .expect("running node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the browser test failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ok   without monitoring"), "{stdout}");
+}
+
+#[test]
+fn the_web_ui_works_in_a_real_browser() {
+    let root = repo_root();
+    let (node_dir, chromium) = browser_env();
     let artifacts = root.join("target/web-artifacts");
     let _ = std::fs::remove_dir_all(&artifacts);
     std::fs::create_dir_all(&artifacts).unwrap();

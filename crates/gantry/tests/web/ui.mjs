@@ -182,6 +182,26 @@ const newPage = async (perms = []) => {
   return page;
 };
 
+// WEB_ONLY=no-monitoring: a cluster started without --monitoring (web.rs's second test):
+// its node pages have no graph section at all.
+if (env.WEB_ONLY === 'no-monitoring') {
+  try {
+    const page = await newPage();
+    await step('without monitoring, the node page has no graphs', async () => {
+      await signIn(page, 'admin');
+      const node = (await api('admin', 'GET', '/nodes')).map((n) => n.name).sort()[0];
+      await page.goto(`${BASE}/nodes/${node}`);
+      await page.waitForSelector('[data-node-state]');
+      assert.equal(await page.locator('[data-node-graphs]').count(), 0, 'no graph section');
+      assert.doesNotMatch(await page.textContent('main'), /The last hour|Prometheus/);
+      await shot(page, 'node-without-monitoring');
+    });
+  } finally {
+    await browser.close();
+  }
+  process.exit(0);
+}
+
 try {
   const page = await newPage(['clipboard-read', 'clipboard-write']);
 
