@@ -286,7 +286,9 @@ try {
     assert.match(await page.textContent('#log-stdout'), /starting up\nreading the input/);
     assert.match(await page.textContent('#log-stderr'), /error: the input file is missing/);
 
-    await page.fill('#log-q', 'INPUT');
+    await tabTo(page, 'log page', (f) => f.id === 'log-q');
+    await page.waitForFunction(() => document.querySelector('[data-log-state]').textContent.includes('End of output'), null, { timeout: PATIENCE });
+    await page.keyboard.type('INPUT');
     await page.waitForSelector('text=2 matching lines');
     assert.equal(await page.isHidden('#log-stdout'), true, 'the full text gives way to the matches');
     assert.equal(await page.textContent('[data-matches-of="stdout"]'), 'reading the input\n');
@@ -341,6 +343,7 @@ try {
     await page.click('a:has-text("New workflow")');
     await page.waitForURL(BASE + '/workflows/new');
     await checkContrast(page, 'new workflow page');
+    await tabTo(page, 'new workflow page', (f) => f.tag === 'button' && f.text === 'Validate');
     await page.fill('#spec', fs.readFileSync(env.WF_MISSPELT, 'utf8'));
     await page.click('button:has-text("Validate")');
     await page.waitForSelector('[data-validation="invalid"]');
