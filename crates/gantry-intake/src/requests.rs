@@ -237,10 +237,13 @@ pub const TOKEN_EXPIRY_KEY: &str = "tokens.default_expiry";
 /// Where the web UI's Nodes page links for monitoring: http(s) URLs, empty for no link.
 /// `gantry up --monitoring` sets the first two to its bundled stack.
 pub const MONITORING_URL_KEYS: [&str; 3] = [
-    "monitoring.prometheus_url",
+    PROMETHEUS_URL_KEY,
     "monitoring.alertmanager_url",
     "monitoring.grafana_url",
 ];
+
+/// Where the web UI reads node graphs (Prometheus' HTTP API); empty: no graphs.
+pub const PROMETHEUS_URL_KEY: &str = "monitoring.prometheus_url";
 
 /// Settings an administrator may change: (key, default, what it does).
 pub const SETTINGS: &[(&str, &str, &str)] = &[
@@ -292,7 +295,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         MONITORING_URL_KEYS[0],
         "",
-        "the Prometheus the web UI's Nodes page links to (http:// or https:// URL); empty: no link",
+        "the Prometheus the web UI's Nodes page links to and its node graphs query (http:// or https:// URL, its HTTP API); empty: no link, no graphs",
     ),
     (
         MONITORING_URL_KEYS[1],
@@ -1100,6 +1103,14 @@ mod tests {
         }
         for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
             assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
+        }
+        let prom = setting_def(PROMETHEUS_URL_KEY).unwrap();
+        let key = PROMETHEUS_URL_KEY;
+        for good in ["", "http://127.0.0.1:9090", "https://prom.example.org"] {
+            assert!(check_setting(prom, key, &set(key, good)).is_ok(), "{good}");
+        }
+        for bad in ["127.0.0.1:9090", "ftp://x", "javascript:alert(1)"] {
+            assert!(check_setting(prom, key, &set(key, bad)).is_err(), "{bad}");
         }
     }
 

@@ -50,7 +50,7 @@
         const label = b.firstChild;
         const was = label.textContent;
         label.textContent = ok ? 'Copied' : 'Copy failed';
-        announce(ok ? 'URL copied' : 'The URL could not be copied');
+        announce(ok ? 'Copied' : 'It could not be copied');
         setTimeout(() => { label.textContent = was; }, 2000);
       });
     });
@@ -169,25 +169,120 @@
     es.addEventListener('end', () => es.close());
   }
 
+  // Every stream on a log page follows live; the page says the end once all have ended.
   function initLog() {
-    const pre = $('[data-live-log]');
-    if (!pre || !window.EventSource) return;
+    const pres = $$('[data-live-log]');
+    if (!pres.length || !window.EventSource) return;
     const state = $('[data-log-state]');
-    const es = new EventSource(pre.dataset.liveLog);
-    es.addEventListener('log', (m) => {
-      const follow = atBottom(pre);
-      pre.append(JSON.parse(m.data));
-      if (follow) pre.scrollTop = pre.scrollHeight;
+    let open = pres.length;
+    pres.forEach((pre) => {
+      const es = new EventSource(pre.dataset.liveLog);
+      es.addEventListener('log', (m) => {
+        const follow = atBottom(pre);
+        pre.append(JSON.parse(m.data));
+        pre.dispatchEvent(new Event('log-grew'));
+        if (follow) pre.scrollTop = pre.scrollHeight;
+      });
+      es.addEventListener('end', () => {
+        es.close();
+        open -= 1;
+        if (open === 0 && state) state.textContent = 'End of output: the attempt has ended.';
+      });
     });
-    es.addEventListener('end', () => {
-      es.close();
-      if (state) state.textContent = 'End of output: the attempt has ended.';
+  }
+
+  // The search box filters each stream to its lines that hold the words (case-insensitive),
+  // marking them; the full text stays in the page, and comes back when the box is empty.
+  function initLogSearch() {
+    const box = $('[data-log-search]');
+    const input = $('#log-q');
+    if (!box || !input) return;
+    box.hidden = false;
+    const count = $('[data-log-count]');
+    const pres = $$('pre.log');
+    const views = new Map();
+    pres.forEach((pre) => {
+      const v = document.createElement('pre');
+      v.className = 'log log-matches';
+      v.tabIndex = 0;
+      v.hidden = true;
+      v.setAttribute('aria-label', 'lines of ' + pre.dataset.stream + ' that match');
+      v.dataset.matchesOf = pre.dataset.stream;
+      pre.after(v);
+      views.set(pre, v);
+    });
+    const run = () => {
+      const q = input.value.trim().toLowerCase();
+      let total = 0;
+      pres.forEach((pre) => {
+        const v = views.get(pre);
+        if (!q) { v.hidden = true; pre.hidden = false; return; }
+        v.textContent = '';
+        pre.textContent.split('\n').forEach((line) => {
+          const low = line.toLowerCase();
+          if (!low.includes(q)) return;
+          total += 1;
+          const row = document.createElement('span');
+          row.className = 'match-line';
+          let at = 0;
+          for (let i = low.indexOf(q); i >= 0; i = low.indexOf(q, at)) {
+            row.append(line.slice(at, i));
+            const mk = document.createElement('mark');
+            mk.textContent = line.slice(i, i + q.length);
+            row.append(mk);
+            at = i + q.length;
+          }
+          row.append(line.slice(at), '\n');
+          v.append(row);
+        });
+        pre.hidden = true;
+        v.hidden = false;
+      });
+      count.textContent = q ? (total === 1 ? '1 matching line' : total + ' matching lines') : '';
+    };
+    input.addEventListener('input', run);
+    pres.forEach((pre) => pre.addEventListener('log-grew', () => { if (input.value.trim()) run(); }));
+  }
+
+  // "New workflow": an uploaded file fills the text box (and the name, when empty); a
+  // problem's position selects its line in the text box.
+  function initNewWorkflow() {
+    const form = $('[data-new-workflow]');
+    if (!form) return;
+    const ta = $('#spec', form);
+    const upload = $('[data-upload]', form);
+    const file = $('#spec-file', form);
+    const name = $('#wf-name', form);
+    upload.hidden = false;
+    file.addEventListener('change', async () => {
+      const f = file.files[0];
+      if (!f) return;
+      ta.value = await f.text();
+      if (!name.value) name.value = f.name.replace(/\.(ya?ml|json)$/i, '');
+      announce('The file ' + f.name + ' is in the text box');
+    });
+    $$('[data-goto-line]').forEach((a) => {
+      a.addEventListener('click', (ev) => {
+        ev.preventDefault();
+        const line = Number(a.dataset.gotoLine);
+        const lines = ta.value.split('\n');
+        let start = 0;
+        for (let i = 0; i < line - 1 && i < lines.length; i += 1) start += lines[i].length + 1;
+        const end = start + (lines[line - 1] || '').length;
+        ta.focus();
+        ta.setSelectionRange(start, end);
+        // Scroll the selected line into view: about one line's height per line.
+        const lh = parseFloat(getComputedStyle(ta).lineHeight) || 20;
+        ta.scrollTop = Math.max(0, (line - 3) * lh);
+      });
     });
   }
 
   initPoll();
   initCopy(document);
+  initNewWorkflow();
   initTypedConfirm();
   initWorkflow();
   initLog();
+  initLogSearch();
 }());

@@ -1,9 +1,13 @@
 //! The web UI in a real browser: a real cluster (`gantry up`, runc, a local registry) and
 //! Debian's headless chromium driven by playwright-core (`tests/web/ui.mjs`). The script signs
-//! in, watches a workflow finish and a log stream, stops one, holds and releases a node as an
-//! administrator, creates endpoints and approves a takeover an MCP client asked for, deletes
-//! one with its typed confirmation, finds a built image and its build log, lists volumes (not
+//! in, watches a workflow finish and a log stream, reads a failed task's stderr (both streams,
+//! search, download), stops one after its confirmation (dismissed first), starts one from the
+//! New workflow page after a refused file, holds and releases a node as an administrator and
+//! sees its graphs (the cluster runs the monitoring stack; the graphs go with its setting), creates endpoints and approves a takeover an MCP client asked for, deletes
+//! one with its typed confirmation, finds a built image (its key shortened, with a copy button,
+//! the table within the window) and its build log, lists volumes (not
 //! another group's), and checks keyboard access and text contrast on the main pages. Screenshots go to `target/web-artifacts/`.
+//! A second, small cluster without `--monitoring` shows node pages with no graph section.
 //!
 //! `scripts/install-deps.sh` installs chromium, node and playwright-core (into
 //! `target/web-node`).
@@ -81,6 +85,34 @@ jobs:
     command: [ cat, /built.txt ]
 "#;
 
+/// A task that writes to both streams and fails: its error is on stderr.
+const BROKEN: &str = r#"version: v4
+jobs:
+  broken:
+    image: { uri: docker://busybox:1 }
+    script: |
+      #!/bin/sh
+      echo "starting up"
+      echo "reading the input"
+      echo "error: the input file is missing" >&2
+      exit 3
+"#;
+
+/// Valid but for one misspelt field, on its line 5.
+const MISSPELT: &str = r#"version: v4
+jobs:
+  hello:
+    image: { uri: docker://busybox:1 }
+    comand: [ echo, hi ]
+"#;
+
+const HELLO: &str = r#"version: v4
+jobs:
+  hello:
+    image: { uri: docker://busybox:1 }
+    command: [ echo, "hello from the web" ]
+"#;
+
 fn need(what: &str, ok: bool) {
     assert!(
         ok,
@@ -88,10 +120,9 @@ fn need(what: &str, ok: bool) {
     );
 }
 
-#[test]
-fn the_web_ui_works_in_a_real_browser() {
-    let root = repo_root();
-    let node_dir = root.join("target/web-node");
+/// chromium, node and playwright-core, or a clear failure saying how to get them.
+fn browser_env() -> (PathBuf, PathBuf) {
+    let node_dir = repo_root().join("target/web-node");
     let chromium = PathBuf::from(std::env::var("CHROMIUM").unwrap_or("/usr/bin/chromium".into()));
     need("chromium", chromium.exists());
     need(
@@ -102,11 +133,60 @@ fn the_web_ui_works_in_a_real_browser() {
         "playwright-core (in target/web-node)",
         node_dir.join("node_modules/playwright-core").exists(),
     );
+    (node_dir, chromium)
+}
+
+#[test]
+fn without_monitoring_node_pages_have_no_graphs() {
+    let root = repo_root();
+    let (node_dir, chromium) = browser_env();
+    let artifacts = root.join("target/web-artifacts-no-monitoring");
+    let _ = std::fs::remove_dir_all(&artifacts);
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let c = Cluster::up(1);
+    let setting = c.json(&["admin", "settings", "get", "monitoring.prometheus_url"]);
+    assert_eq!(
+        setting[0]["value"], "",
+        "no Prometheus configured: {setting:#}"
+    );
+    let out = Command::new("node")
+        .arg(root.join("crates/gantry/tests/web/ui.mjs"))
+        .env("WEB_ONLY", "no-monitoring")
+        .env("GANTRY_URL", format!("http://127.0.0.1:{}", c.port))
+        .env("GANTRY_ADMIN_TOKEN", admin_token(&c))
+        .env("WEB_NODE_DIR", &node_dir)
+        .env("WEB_ARTIFACTS", &artifacts)
+        .env("CHROMIUM", &chromium)
+        .output()
+        .expect("running node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "the browser test failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ok   without monitoring"), "{stdout}");
+}
+
+#[test]
+fn the_web_ui_works_in_a_real_browser() {
+    let root = repo_root();
+    let (node_dir, chromium) = browser_env();
     let artifacts = root.join("target/web-artifacts");
     let _ = std::fs::remove_dir_all(&artifacts);
     std::fs::create_dir_all(&artifacts).unwrap();
 
-    let c = Cluster::up(2);
+    // With the bundled monitoring stack, for the node page's graphs (scraped every second).
+    let c = Cluster::up_with(
+        2,
+        vec![
+            "--monitoring".into(),
+            "--monitoring-interval".into(),
+            "1s".into(),
+        ],
+    );
     let admin = admin_token(&c);
     let alice = token_of(&c, "alice", "physics");
     let bob = token_of(&c, "bob", "chem");
@@ -116,6 +196,9 @@ fn the_web_ui_works_in_a_real_browser() {
         ("WF_MODEL_V1", c.write("v1.yaml", &chat_model("v1"))),
         ("WF_MODEL_V2", c.write("v2.yaml", &chat_model("v2"))),
         ("WF_BUILD", c.write("build.yaml", BUILD)),
+        ("WF_BROKEN", c.write("broken.yaml", BROKEN)),
+        ("WF_MISSPELT", c.write("misspelt.yaml", MISSPELT)),
+        ("WF_HELLO", c.write("hello.yaml", HELLO)),
     ];
     let out = Command::new("node")
         .arg(root.join("crates/gantry/tests/web/ui.mjs"))

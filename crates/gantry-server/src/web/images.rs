@@ -21,7 +21,13 @@ use crate::state::AppState;
 const RECENT: usize = 50;
 
 pub struct ImageRow {
-    pub reference: String,
+    /// The repository's name, and its tag (a build's 64-hex key) or digest, in full and
+    /// shortened for the table.
+    pub name: String,
+    pub sep: &'static str,
+    pub key: String,
+    pub key_short: String,
+    pub digest_short: String,
     pub digest: String,
     pub size: String,
     pub created: When,
@@ -56,14 +62,31 @@ struct ImagesPage {
 
 fn image_row(i: &ImageInfo) -> ImageRow {
     ImageRow {
-        reference: match &i.tag {
-            Some(t) => format!("{}:{t}", i.name),
-            None => format!("{}@{}", i.name, i.digest),
-        },
+        name: i.name.clone(),
+        sep: if i.tag.is_some() { ":" } else { "@" },
+        key: i.tag.clone().unwrap_or(i.digest.clone()),
+        key_short: shorten(i.tag.as_deref().unwrap_or(&i.digest)),
+        digest_short: shorten(&i.digest),
         digest: i.digest.clone(),
         size: bytes(i.size.max(0) as u64),
         created: when(i.created_at),
         last_used: when(i.last_used_at),
+    }
+}
+
+/// A build key or digest cut to its first 12 hex characters (as `docker images` shows them):
+/// a 64-character key in a cell pushes the table past the screen. Short names stay whole.
+fn shorten(key: &str) -> String {
+    let (algo, hex) = match key.split_once(':') {
+        Some((a, h)) => (Some(a), h),
+        None => (None, key),
+    };
+    if hex.len() <= 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return key.to_string();
+    }
+    match algo {
+        Some(a) => format!("{a}:{}…", &hex[..12]),
+        None => format!("{}…", &hex[..12]),
     }
 }
 
@@ -131,4 +154,24 @@ pub async fn list(
         scopes,
         builds,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shorten;
+
+    #[test]
+    fn long_keys_are_cut_to_twelve_characters() {
+        let key = "ab".repeat(32);
+        assert_eq!(shorten(&key), format!("{}…", &key[..12]));
+        assert_eq!(
+            shorten(&format!("sha256:{key}")),
+            format!("sha256:{}…", &key[..12])
+        );
+        assert_eq!(shorten("latest"), "latest");
+        assert_eq!(
+            shorten("v1.2.3-with-a-long-name-here"),
+            "v1.2.3-with-a-long-name-here"
+        );
+    }
 }

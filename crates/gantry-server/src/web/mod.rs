@@ -8,9 +8,11 @@
 //! not see is 404 here too.
 
 mod endpoints;
+mod graphs;
 mod images;
 mod nodes;
 mod session;
+mod submit;
 mod volumes;
 mod workflows;
 
@@ -39,11 +41,19 @@ pub fn routes(st: &AppState, images: Arc<Registry>) -> Router<AppState> {
         .route("/signin", get(session::sign_in_form).post(session::sign_in))
         .route("/signout", post(session::sign_out))
         .route("/workflows", get(workflows::list))
+        .route("/workflows/new", get(submit::form).post(submit::submit))
         .route("/workflows/{id}", get(workflows::show))
         .route("/workflows/{id}/live", get(workflows::live))
-        .route("/workflows/{id}/stop", post(workflows::stop))
+        .route(
+            "/workflows/{id}/stop",
+            get(workflows::stop_confirm).post(workflows::stop),
+        )
         .route("/workflows/{id}/logs/{job}", get(workflows::log))
         .route("/workflows/{id}/logs/{job}/live", get(workflows::log_live))
+        .route(
+            "/workflows/{id}/logs/{job}/download",
+            get(workflows::log_download),
+        )
         .route("/nodes", get(nodes::list))
         .route("/nodes/{name}", get(nodes::show))
         .route("/nodes/{name}/hold", post(nodes::hold))
@@ -181,6 +191,7 @@ impl Ctx {
             .and_then(|d| {
                 Some(match d {
                     "stop" => "Stop requested: the workflow's steps are being stopped.",
+                    "started" => "Workflow started.",
                     "held" => "Hold placed.",
                     "released" => "Holds released.",
                     "created" => "Endpoint created.",

@@ -202,6 +202,7 @@ struct ShowPage {
     events: Vec<EventRow>,
     /// The link to a longer page, when older events exist.
     more: Option<String>,
+    graphs: Option<super::graphs::NodeGraphs>,
 }
 
 pub async fn show(
@@ -217,6 +218,7 @@ pub async fn show(
         since: None,
     };
     let d = api::detail(&st, &web.caller, &name, &q).await?;
+    let graphs = super::graphs::for_node(&st, &d.node.name).await;
     // Newest first: a person opening the page wants what just happened.
     let events: Vec<EventRow> = d
         .events
@@ -251,6 +253,7 @@ pub async fn show(
         node: node_row(&d.node),
         events,
         more,
+        graphs,
     }))
 }
 

@@ -221,7 +221,7 @@ impl FromRequestParts<AppState> for Web {
 
 /// A form post from a signed-in user: the session's CSRF token was sent with it and it came
 /// from this origin. Every POST of the UI goes through this (or the sign-in form's own check).
-pub struct WebForm<T> {
+pub struct WebForm<T, const LIMIT: usize = FORM_LIMIT> {
     pub web: Web,
     pub form: T,
 }
@@ -244,8 +244,8 @@ fn same_origin(st: &AppState, headers: &HeaderMap) -> Result<(), WebError> {
     Ok(())
 }
 
-async fn form_fields(body: axum::body::Body) -> Result<axum::body::Bytes, WebError> {
-    axum::body::to_bytes(body, FORM_LIMIT)
+async fn form_fields(body: axum::body::Body, limit: usize) -> Result<axum::body::Bytes, WebError> {
+    axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| WebError::Api(ApiError::BadRequest("the form is too large".into())))
 }
@@ -261,14 +261,14 @@ struct CsrfField {
     csrf: String,
 }
 
-impl<T: DeserializeOwned> FromRequest<AppState> for WebForm<T> {
+impl<T: DeserializeOwned, const LIMIT: usize> FromRequest<AppState> for WebForm<T, LIMIT> {
     type Rejection = WebError;
 
     async fn from_request(req: Request, st: &AppState) -> Result<Self, WebError> {
         let (mut parts, body) = req.into_parts();
         same_origin(st, &parts.headers)?;
         let web = Web::from_request_parts(&mut parts, st).await?;
-        let bytes = form_fields(body).await?;
+        let bytes = form_fields(body, LIMIT).await?;
         let sent: CsrfField = decode(&bytes)?;
         if !same_secret(&sent.csrf, &web.csrf) {
             return Err(WebError::Csrf);
@@ -346,7 +346,7 @@ pub async fn sign_in(
 ) -> Result<Response, WebError> {
     let (parts, body) = req.into_parts();
     same_origin(&st, &parts.headers)?;
-    let form: SignInForm = decode(&form_fields(body).await?)?;
+    let form: SignInForm = decode(&form_fields(body, FORM_LIMIT).await?)?;
     let expected = cookie(&parts.headers, SIGNIN_COOKIE).unwrap_or("");
     if expected.is_empty() || !same_secret(&form.csrf, expected) {
         return Err(WebError::Csrf);

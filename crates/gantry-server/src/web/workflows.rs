@@ -594,6 +594,57 @@ pub async fn live(
     Ok(sse(stream))
 }
 
+#[derive(askama::Template)]
+#[template(path = "web/stop.html")]
+struct StopPage {
+    ctx: Ctx,
+    id: String,
+    name: String,
+    status: String,
+    terminal: bool,
+    /// "2 running, 1 pending": what the stop ends.
+    unfinished: String,
+    /// Endpoints this workflow serves: they lose their backend.
+    endpoints: Vec<String>,
+}
+
+/// The confirmation before a stop: what will stop, and the endpoints that lose their backend.
+/// A page, not a script's dialog, so it works without JavaScript; a GET changes nothing.
+pub async fn stop_confirm(
+    State(st): State<AppState>,
+    web: Web,
+    Path(id): Path<String>,
+) -> Result<Response, WebError> {
+    let d = detail(&st, &web.caller, &id).await?;
+    let s = &d.summary;
+    let mut by: BTreeMap<String, usize> = BTreeMap::new();
+    for t in d.tasks.iter().filter(|t| !t.status.is_terminal()) {
+        *by.entry(t.status.as_str().to_lowercase()).or_default() += 1;
+    }
+    let endpoints = st
+        .store
+        .endpoints()
+        .await
+        .map_err(crate::api::ApiError::from)?
+        .into_iter()
+        .filter(|e| e.workflow_id == Some(s.id))
+        .map(|e| e.name)
+        .collect();
+    Ok(ok_page(&StopPage {
+        ctx: web.ctx("workflows"),
+        id: s.id.to_string(),
+        name: s.name.clone(),
+        status: s.status.to_string(),
+        terminal: s.status.is_terminal(),
+        unfinished: by
+            .iter()
+            .map(|(st, n)| format!("{n} {st}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        endpoints,
+    }))
+}
+
 pub async fn stop(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -646,6 +697,20 @@ pub struct AttemptLink {
     pub current: bool,
 }
 
+/// One stream shown on a log page, with its live continuation and its download.
+pub struct Pane {
+    pub stream: &'static str,
+    pub text: String,
+    pub live_url: String,
+    pub download_url: String,
+}
+
+pub struct ViewLink {
+    pub name: &'static str,
+    pub url: String,
+    pub current: bool,
+}
+
 #[derive(askama::Template)]
 #[template(path = "web/log.html")]
 struct LogPage {
@@ -653,13 +718,13 @@ struct LogPage {
     id: String,
     name: String,
     label: String,
-    stream: &'static str,
-    stdout_url: String,
-    stderr_url: String,
+    view: &'static str,
+    /// The view was chosen for the reader: the task failed, its error is on stderr.
+    failed_default: bool,
+    views: Vec<ViewLink>,
     attempts: Vec<AttemptLink>,
     attempt: u32,
-    text: String,
-    live_url: String,
+    panes: Vec<Pane>,
     ended: bool,
 }
 
@@ -671,6 +736,53 @@ fn header_num(resp: &Response, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a log page shows: one stream or both. Without a choice, stdout, but stderr for a
+/// task that failed: its error is there. The store keeps each stream as a file of bytes with
+/// no time per line, so "both" shows them one above the other, not interleaved.
+fn view_of(q: Option<&str>, failed: bool) -> &'static str {
+    match q {
+        Some("stdout") => "stdout",
+        Some("stderr") => "stderr",
+        Some("both") => "both",
+        _ if failed => "stderr",
+        _ => "stdout",
+    }
+}
+
+/// The first page of one stream of an attempt (the latest unless `attempt`), as text; with
+/// the attempt it belongs to and the byte length of the text.
+async fn first_page(
+    st: &AppState,
+    caller: &Caller,
+    wf: &str,
+    job: &str,
+    task: Option<u32>,
+    attempt: Option<u32>,
+    stream: &str,
+) -> Result<(String, u32, usize), WebError> {
+    let resp = crate::logs::read(
+        State(st.clone()),
+        UserCaller(caller.clone()),
+        Path((wf.to_string(), job.to_string())),
+        Query(LogQuery {
+            task,
+            attempt,
+            stream: Some(stream.into()),
+            offset: 0,
+            follow: false,
+            limit: Some(LOG_PAGE),
+        }),
+    )
+    .await?;
+    let shown = header_num(&resp, "x-gantry-attempt") as u32;
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .map_err(|e| crate::api::ApiError::Internal(e.to_string()))?;
+    let mut carry = body.to_vec();
+    let (text, n) = take_utf8(&mut carry);
+    Ok((text, shown, n))
+}
+
 pub async fn log(
     State(st): State<AppState>,
     web: Web,
@@ -679,38 +791,43 @@ pub async fn log(
 ) -> Result<Response, WebError> {
     let d = detail(&st, &web.caller, &id).await?;
     let wf = d.summary.id.to_string();
-    let resp = crate::logs::read(
-        State(st.clone()),
-        UserCaller(web.caller.clone()),
-        Path((wf.clone(), job.clone())),
-        Query(LogQuery {
-            stream: Some(stream_of(&p).into()),
-            offset: 0,
-            follow: false,
-            limit: Some(LOG_PAGE),
-            ..p
-        }),
-    )
-    .await?;
-    let attempt = header_num(&resp, "x-gantry-attempt") as u32;
-    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .map_err(|e| crate::api::ApiError::Internal(e.to_string()))?;
-    let mut carry = body.to_vec();
-    let (text, n) = take_utf8(&mut carry);
     let task = d
         .tasks
         .iter()
         .find(|t| t.job == job && (p.task.is_none() || t.index == p.task));
-    let stream = stream_of(&p);
+    let failed = task.is_some_and(|t| t.status == TaskStatus::Failed);
+    let view = view_of(p.stream.as_deref(), failed);
+    let streams: &[&'static str] = match view {
+        "both" => &["stdout", "stderr"],
+        "stderr" => &["stderr"],
+        _ => &["stdout"],
+    };
     let base = format!("/workflows/{wf}/logs/{}", segment(&job));
+    let mut panes = vec![];
+    let mut attempt = 0;
+    for &stream in streams {
+        // Every pane stays on the attempt the first one showed, even if another starts now.
+        let at = (attempt > 0).then_some(attempt).or(p.attempt);
+        let (text, shown, n) = first_page(&st, &web.caller, &wf, &job, p.task, at, stream).await?;
+        attempt = attempt.max(shown);
+        let live = (shown > 0).then_some(shown).or(p.attempt);
+        panes.push(Pane {
+            stream,
+            text,
+            live_url: format!(
+                "{base}/live?{}",
+                log_link(p.task, live, stream, Some(n as u64))
+            ),
+            download_url: format!("{base}/download?{}", log_link(p.task, live, stream, None)),
+        });
+    }
     let attempts = task
         .map(|t| {
             t.attempts
                 .iter()
                 .map(|a| AttemptLink {
                     number: a.number,
-                    url: format!("{base}?{}", log_link(p.task, Some(a.number), stream, None)),
+                    url: format!("{base}?{}", log_link(p.task, Some(a.number), view, None)),
                     current: a.number == attempt,
                 })
                 .collect()
@@ -723,25 +840,107 @@ pub async fn log(
             .is_some_and(|a| a.ended_at.is_some())
             || (attempt == 0 && t.status.is_terminal())
     });
-    // The live stream stays on the attempt shown, from where the page's text ends.
-    let live = (attempt > 0).then_some(attempt).or(p.attempt);
+    let views = ["stdout", "stderr", "both"]
+        .into_iter()
+        .map(|v| ViewLink {
+            name: v,
+            url: format!("{base}?{}", log_link(p.task, p.attempt, v, None)),
+            current: v == view,
+        })
+        .collect();
     Ok(ok_page(&LogPage {
         ctx: web.ctx("workflows"),
         name: d.summary.name.clone(),
         label: task.map(task_label).unwrap_or(job.clone()),
-        stream,
-        stdout_url: format!("{base}?{}", log_link(p.task, p.attempt, "stdout", None)),
-        stderr_url: format!("{base}?{}", log_link(p.task, p.attempt, "stderr", None)),
+        view,
+        failed_default: failed && p.stream.is_none(),
+        views,
         attempts,
         attempt,
-        text,
-        live_url: format!(
-            "{base}/live?{}",
-            log_link(p.task, live, stream, Some(n as u64))
-        ),
+        panes,
         ended,
         id: wf,
     }))
+}
+
+/// A downloaded log holds at most this much (the newest output past it is cut, and says so).
+const DOWNLOAD_LIMIT: u64 = 256 << 20;
+
+/// One stream of one attempt as a text file to save, read through the API's own log read
+/// (so with its visibility check) page by page.
+pub async fn log_download(
+    State(st): State<AppState>,
+    web: Web,
+    Path((id, job)): Path<(String, String)>,
+    Query(p): Query<LogQuery>,
+) -> Result<Response, WebError> {
+    let stream = stream_of(&p);
+    let d = detail(&st, &web.caller, &id).await?;
+    let wf = d.summary.id;
+    let mut out: Vec<u8> = vec![];
+    let mut offset = 0;
+    let mut attempt = p.attempt;
+    loop {
+        let resp = crate::logs::read(
+            State(st.clone()),
+            UserCaller(web.caller.clone()),
+            Path((wf.to_string(), job.clone())),
+            Query(LogQuery {
+                task: p.task,
+                attempt,
+                stream: Some(stream.into()),
+                offset,
+                follow: false,
+                limit: None,
+            }),
+        )
+        .await?;
+        let shown = header_num(&resp, "x-gantry-attempt") as u32;
+        // Later pages stay on the attempt of the first.
+        if shown > 0 {
+            attempt = Some(shown);
+        }
+        let next = header_num(&resp, "x-gantry-next-offset");
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .map_err(|e| crate::api::ApiError::Internal(e.to_string()))?;
+        if body.is_empty() || next <= offset {
+            break;
+        }
+        out.extend_from_slice(&body);
+        offset = next;
+        if offset >= DOWNLOAD_LIMIT {
+            out.extend_from_slice(b"\n[gantry: the download stops here; the log goes on]\n");
+            break;
+        }
+    }
+    let task = p.task.map(|t| format!("-{t}")).unwrap_or_default();
+    let at = attempt.map(|a| format!("-attempt{a}")).unwrap_or_default();
+    // Job names are letters, digits, '-' and '_'; anything else becomes '_' all the same.
+    let file: String = format!("{}-{job}{task}{at}.{stream}.txt", short(&wf))
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; charset=utf-8".to_string(),
+            ),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}\""),
+            ),
+        ],
+        out,
+    )
+        .into_response())
 }
 
 /// A task's output as it is written, from `offset` (or `Last-Event-ID`) on; each event's id

@@ -182,6 +182,26 @@ const newPage = async (perms = []) => {
   return page;
 };
 
+// WEB_ONLY=no-monitoring: a cluster started without --monitoring (web.rs's second test):
+// its node pages have no graph section at all.
+if (env.WEB_ONLY === 'no-monitoring') {
+  try {
+    const page = await newPage();
+    await step('without monitoring, the node page has no graphs', async () => {
+      await signIn(page, 'admin');
+      const node = (await api('admin', 'GET', '/nodes')).map((n) => n.name).sort()[0];
+      await page.goto(`${BASE}/nodes/${node}`);
+      await page.waitForSelector('[data-node-state]');
+      assert.equal(await page.locator('[data-node-graphs]').count(), 0, 'no graph section');
+      assert.doesNotMatch(await page.textContent('main'), /The last hour|Prometheus/);
+      await shot(page, 'node-without-monitoring');
+    });
+  } finally {
+    await browser.close();
+  }
+  process.exit(0);
+}
+
 try {
   const page = await newPage(['clipboard-read', 'clipboard-write']);
 
@@ -246,14 +266,123 @@ try {
     assert.match(await page.textContent('#log'), /square of 2 is 4/);
   });
 
-  await step('a workflow is stopped from its page', async () => {
+  let broken;
+  await step("a failed task's log opens on stderr, shows both, is searched and downloaded", async () => {
+    broken = await submit('alice', env.WF_BROKEN);
+    await until('the broken workflow to fail', async () => (await api('alice', 'GET', `/workflows/${broken}`)).status === 'FAILED');
+    await page.goto(`${BASE}/workflows/${broken}/logs/broken`);
+    await page.waitForSelector('[data-failed-default]');
+    assert.equal(await page.textContent('nav[aria-label="Stream"] a[aria-current="page"]'), 'stderr');
+    await page.waitForSelector('text=End of output');
+    assert.match(await page.textContent('#log'), /error: the input file is missing/);
+    assert.doesNotMatch(await page.textContent('#log'), /starting up/, 'only stderr');
+    await checkContrast(page, 'failed log page');
+    await shot(page, 'log-failed-stderr');
+
+    await page.click('nav[aria-label="Stream"] a[data-view="both"]');
+    await page.waitForSelector('#log-stdout');
+    await page.waitForFunction(() => document.querySelectorAll('[data-live-log]').length === 2
+      && document.querySelector('[data-log-state]').textContent.includes('End of output'), null, { timeout: PATIENCE });
+    assert.match(await page.textContent('#log-stdout'), /starting up\nreading the input/);
+    assert.match(await page.textContent('#log-stderr'), /error: the input file is missing/);
+
+    await tabTo(page, 'log page', (f) => f.id === 'log-q');
+    await page.waitForFunction(() => document.querySelector('[data-log-state]').textContent.includes('End of output'), null, { timeout: PATIENCE });
+    await page.keyboard.type('INPUT');
+    await page.waitForSelector('text=2 matching lines');
+    assert.equal(await page.isHidden('#log-stdout'), true, 'the full text gives way to the matches');
+    assert.equal(await page.textContent('[data-matches-of="stdout"]'), 'reading the input\n');
+    assert.equal(await page.textContent('[data-matches-of="stderr"]'), 'error: the input file is missing\n');
+    assert.deepEqual(await page.locator('pre.log-matches mark').allTextContents(), ['input', 'input']);
+    await page.fill('#log-q', 'no such words');
+    await page.waitForSelector('text=0 matching lines');
+    await shot(page, 'log-search');
+    await page.fill('#log-q', '');
+    assert.equal(await page.isVisible('#log-stdout'), true, 'an empty search shows everything again');
+
+    for (const [stream, want] of [['stdout', 'starting up\nreading the input\n'], ['stderr', 'error: the input file is missing\n']]) {
+      const [dl] = await Promise.all([page.waitForEvent('download'), page.click(`a[data-download="${stream}"]`)]);
+      assert.match(dl.suggestedFilename(), new RegExp(`^${broken.slice(0, 8)}-broken-attempt1\\.${stream}\\.txt$`));
+      assert.equal(fs.readFileSync(await dl.path(), 'utf8'), want, `the downloaded ${stream}`);
+    }
+  });
+
+  await step('stopping a workflow asks first; dismissing keeps it running', async () => {
     const long = await submit('alice', env.WF_LONG);
+    await until('the long workflow to run', async () => (await api('alice', 'GET', `/workflows/${long}`)).status === 'RUNNING');
     await page.goto(`${BASE}/workflows/${long}`);
     await tabTo(page, 'workflow page', (f) => f.tag === 'button' && f.text === 'Stop workflow');
     await page.keyboard.press('Enter');
+    await page.waitForSelector('[data-stop-confirm]');
+    assert.match(await page.textContent('[data-stop-confirm]'), new RegExp(long));
+    assert.match(await page.textContent('[data-stop-tasks]'), /1 running/);
+    assert.equal(await page.locator('[data-stop-endpoints]').count(), 0, 'it serves no endpoint');
+    await checkContrast(page, 'stop confirmation');
+    await shot(page, 'stop-confirm');
+    await page.click('a:has-text("Cancel, keep it running")');
+    await page.waitForURL(`${BASE}/workflows/${long}`);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.equal((await api('alice', 'GET', `/workflows/${long}`)).status, 'RUNNING', 'dismissed: nothing stopped');
+    assert.equal(await page.textContent('[data-wf-status]'), 'RUNNING');
+
+    await page.click('button:has-text("Stop workflow")');
+    await page.waitForSelector('[data-stop-confirm]');
+    await page.click('[data-stop-confirm] button.danger');
     await page.waitForSelector('text=Stop requested');
     await page.waitForFunction(() => document.querySelector('[data-wf-status]').textContent === 'STOPPED', null, { timeout: PATIENCE });
     await shot(page, 'workflow-stopped');
+    // Once ended, the confirmation says there is nothing to stop.
+    await page.goto(`${BASE}/workflows/${long}/stop`);
+    await page.waitForSelector('text=there is nothing to stop');
+    assert.equal(await page.locator('[data-stop-confirm]').count(), 0);
+  });
+
+  await step('a workflow is started from the New workflow page after a refused file', async () => {
+    const before = (await api('alice', 'GET', '/workflows')).length;
+    await page.goto(BASE + '/workflows');
+    await page.click('a:has-text("New workflow")');
+    await page.waitForURL(BASE + '/workflows/new');
+    await checkContrast(page, 'new workflow page');
+    await tabTo(page, 'new workflow page', (f) => f.tag === 'button' && f.text === 'Validate');
+    await page.fill('#spec', fs.readFileSync(env.WF_MISSPELT, 'utf8'));
+    await page.click('button:has-text("Validate")');
+    await page.waitForSelector('[data-validation="invalid"]');
+    const d = page.locator('[data-diagnostic]').first();
+    const line = Number(await d.getAttribute('data-line'));
+    assert.equal(line, 5, 'the problem is on the misspelt line');
+    assert.match(await d.textContent(), /line 5, column \d+/);
+    assert.match(await d.textContent(), /comand/);
+    assert.match(await page.inputValue('#spec'), /comand/, 'the text is kept');
+    await checkContrast(page, 'new workflow page with problems');
+    await shot(page, 'new-workflow-invalid');
+    await d.locator('a.diag-pos').click();
+    const selected = await page.evaluate(() => {
+      const ta = document.querySelector('#spec');
+      return document.activeElement === ta ? ta.value.slice(ta.selectionStart, ta.selectionEnd) : null;
+    });
+    assert.equal(selected, '    comand: [ echo, hi ]', 'the position selects its line');
+    // Starting the bad file is refused the same way, and stores nothing.
+    await page.click('button:has-text("Start workflow")');
+    await page.waitForSelector('[data-validation="invalid"]');
+    assert.equal(page.url(), BASE + '/workflows/new');
+    assert.equal((await api('alice', 'GET', '/workflows')).length, before, 'a bad file starts nothing');
+
+    await page.fill('#spec', '');
+    await page.fill('#wf-name', '');
+    await page.setInputFiles('#spec-file', env.WF_HELLO);
+    await page.waitForFunction(() => document.querySelector('#spec').value.includes('hello from the web'));
+    assert.equal(await page.inputValue('#wf-name'), 'hello', 'named after the file');
+    await page.click('button:has-text("Validate")');
+    await page.waitForSelector('[data-validation="valid"]');
+    await page.click('button:has-text("Start workflow")');
+    await page.waitForURL(/\/workflows\/[0-9a-f-]{36}\?done=started$/);
+    await page.waitForSelector('text=Workflow started.');
+    const id = page.url().match(/workflows\/([0-9a-f-]{36})/)[1];
+    const w = await api('alice', 'GET', `/workflows/${id}`);
+    assert.equal(w.owner, 'alice');
+    assert.equal(w.name, 'hello');
+    await page.waitForFunction(() => document.querySelector('[data-wf-status]').textContent === 'FINISHED', null, { timeout: PATIENCE });
+    await shot(page, 'new-workflow-started');
   });
 
   await step("another group's user sees none of it (404)", async () => {
@@ -266,6 +395,22 @@ try {
     assert.equal(await bob.locator(`a[href="/workflows/${wf}"]`).count(), 0);
     const live = await bob.request.get(`${BASE}/workflows/${wf}/logs/count`);
     assert.equal(live.status(), 404);
+    for (const p of [`/workflows/${broken}/logs/broken/download?stream=stderr`, `/workflows/${broken}/stop`]) {
+      const r2 = await bob.request.get(BASE + p);
+      assert.equal(r2.status(), 404, p);
+      assert.doesNotMatch(await r2.text(), /input file/, p);
+    }
+    // Starting a workflow needs the session's CSRF token, like every form.
+    const before = (await api('bob', 'GET', '/workflows')).length;
+    const forged = await bob.request.post(BASE + '/workflows/new', { form: { spec: fs.readFileSync(env.WF_HELLO, 'utf8'), action: 'start' } });
+    assert.equal(forged.status(), 403, 'a form without the CSRF token');
+    assert.equal((await api('bob', 'GET', '/workflows')).length, before, 'nothing started');
+    // Without a session: sent to sign in, nothing shown.
+    for (const p of ['/workflows/new', `/workflows/${broken}/stop`, `/workflows/${broken}/logs/broken/download?stream=stderr`]) {
+      const r3 = await fetch(BASE + p, { redirect: 'manual' });
+      assert.equal(r3.status, 303, p);
+      assert.match(r3.headers.get('location'), /^\/signin\?next=/, p);
+    }
     await shot(bob, 'other-user-404');
     await bob.context().close();
     current = page;
@@ -305,6 +450,19 @@ try {
     assert.match(await admin.textContent('main'), /released .* by admin: web test: DIMM replaced/);
     await checkContrast(admin, 'node page');
     await shot(admin, 'node-released');
+
+    // The graphs of the last hour, once Prometheus has scraped the node a few times.
+    await until('three graphs with samples', async () => {
+      await admin.reload();
+      const n = await admin.evaluate(() => Array.from(document.querySelectorAll('[data-node-graphs] figure[data-graph]'))
+        .filter((f) => Number(f.dataset.samples) > 0 && f.querySelector('polyline')).map((f) => f.dataset.graph));
+      return n.length === 3 && n.join() === 'cpu,memory,running';
+    });
+    assert.equal(await admin.locator('[data-graphs-error]').count(), 0);
+    assert.match(await admin.textContent('figure[data-graph="memory"] [data-graph-now]'), /[KMG]iB/);
+    assert.match(await admin.textContent('figure[data-graph="running"] [data-graph-now]'), /^\d+$/);
+    await checkContrast(admin, 'node page with graphs');
+    await shot(admin, 'node-graphs');
     await admin.context().close();
     current = page;
   });
@@ -353,6 +511,13 @@ try {
     assert.equal(await (await fetch(`${BASE}/e/chat/`)).text(), 'v2\n');
     await until('v1 to stop', async () => (await api('alice', 'GET', `/workflows/${v1}`)).status === 'STOPPED');
     await shot(page, 'takeover-done');
+    // Stopping v2 would leave chat without a backend: its confirmation says so.
+    await page.goto(`${BASE}/workflows/${v2}/stop`);
+    assert.match(await page.textContent('[data-stop-endpoints]'), /the endpoint chat: it has no backend once it stops/);
+    await shot(page, 'stop-confirm-endpoint');
+    await page.click('a:has-text("Cancel, keep it running")');
+    await page.waitForURL(`${BASE}/workflows/${v2}`);
+    assert.equal(await (await fetch(`${BASE}/e/chat/`)).text(), 'v2\n', 'still served');
   });
 
   await step('deleting an endpoint needs its name typed', async () => {
@@ -384,6 +549,29 @@ try {
     await page.goto(BASE + '/images');
     await page.waitForSelector('h3:has-text("user/alice")');
     assert.match(await page.textContent('main'), /tool:/);
+    const key = page.locator('code[data-image-key]').filter({ hasText: 'tool:' }).first();
+    const full = await key.getAttribute('data-image-key');
+    assert.match(full, /^[0-9a-f]{64}$/, 'a build key');
+    assert.match(await key.textContent(), new RegExp(`tool:${full.slice(0, 12)}…$`), 'shown shortened');
+    assert.match(await key.getAttribute('title'), new RegExp(`tool:${full}$`));
+    const row = page.locator('tr', { has: key });
+    await row.locator('button.copy').click();
+    await row.locator('button.copy:has-text("Copied")').waitFor();
+    assert.match(await page.evaluate(() => navigator.clipboard.readText()), new RegExp(`tool:${full}$`), 'the full key is copied');
+    // The layout: every table within the window and its box, the page not wider than the window.
+    const layout = await page.evaluate(() => ({
+      width: document.documentElement.clientWidth,
+      page: document.documentElement.scrollWidth,
+      tables: Array.from(document.querySelectorAll('main table')).map((t) => ({
+        right: t.getBoundingClientRect().right, over: t.parentElement.scrollWidth - t.parentElement.clientWidth,
+      })),
+    }));
+    assert.ok(layout.tables.length >= 2, 'the images and builds tables');
+    for (const t of layout.tables) {
+      assert.ok(t.right <= layout.width, `a table ends at ${t.right}px, past the window (${layout.width}px)`);
+      assert.equal(t.over, 0, 'a table overflows its box');
+    }
+    assert.ok(layout.page <= layout.width, `the page is ${layout.page}px wide in a ${layout.width}px window`);
     await checkContrast(page, 'images page');
     await tabTo(page, 'images page', (f) => f.tag === 'a' && f.text.startsWith('Build log'));
     await shot(page, 'images');
@@ -406,6 +594,21 @@ try {
     assert.equal(await page.locator('nav a[aria-current="page"]').textContent(), 'Volumes');
     await checkContrast(page, 'volumes page');
     await shot(page, 'volumes');
+  });
+
+  await step('without a Prometheus, the node page has no graphs', async () => {
+    const key = 'monitoring.prometheus_url';
+    const was = (await api('admin', 'GET', `/admin/settings/${key}`)).value;
+    assert.match(was, /^http:\/\/127\.0\.0\.1:\d+$/, 'gantry up --monitoring set it');
+    const node = (await api('admin', 'GET', '/nodes')).map((n) => n.name).sort()[0];
+    await page.goto(`${BASE}/nodes/${node}`);
+    assert.equal(await page.locator('[data-node-graphs] figure').count(), 3, 'a user sees them too');
+    await api('admin', 'PUT', `/admin/settings/${key}`, { key, value: '' });
+    await page.reload();
+    await page.waitForSelector('h1');
+    assert.equal(await page.locator('[data-node-graphs]').count(), 0, 'no graph section');
+    await shot(page, 'node-no-graphs');
+    await api('admin', 'PUT', `/admin/settings/${key}`, { key, value: was });
   });
 
   await step('signing out ends the session', async () => {
