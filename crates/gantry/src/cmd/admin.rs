@@ -57,18 +57,21 @@ pub enum UserCmd {
     },
     /// One user and their tokens (ids, never secrets).
     Show {
+        /// The user's name (see `gantry admin user list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Every token of the user stops working at once; their running workflows go on.
     Disable {
+        /// The user's name (see `gantry admin user list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
     },
     /// Undo `disable`: their tokens work again (unless expired).
     Enable {
+        /// The user's name (see `gantry admin user list`).
         name: String,
         #[command(flatten)]
         out: OutputArg,
@@ -76,6 +79,7 @@ pub enum UserCmd {
     /// Delete a user and revoke their tokens. Refused for the last administrator, and while
     /// they own workflows that have not ended unless --force (which leaves those running).
     Delete {
+        /// The user's name (see `gantry admin user list`).
         name: String,
         #[arg(long)]
         force: bool,
@@ -94,6 +98,7 @@ pub enum TokenCmd {
     },
     /// The token stops working at once.
     Revoke {
+        /// The token's id (see `gantry admin token list`).
         id: String,
         #[command(flatten)]
         out: OutputArg,
@@ -101,6 +106,7 @@ pub enum TokenCmd {
     /// A new secret for the token (printed once); the old one stops at once. Same id, user and
     /// role.
     Rotate {
+        /// The token's id (see `gantry admin token list`).
         id: String,
         /// As for `admin user create`.
         #[arg(long)]

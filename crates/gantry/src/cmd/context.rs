@@ -18,9 +18,15 @@ pub enum ContextCmd {
         out: OutputArg,
     },
     /// Make NAME the current context: the one the client verbs use.
-    Use { name: String },
+    Use {
+        /// The context's name (see `gantry context list`).
+        name: String,
+    },
     /// Forget a context (its token too).
-    Delete { name: String },
+    Delete {
+        /// The context's name (see `gantry context list`).
+        name: String,
+    },
 }
 
 pub fn run(cmd: ContextCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
