@@ -60,6 +60,15 @@ pub fn time(t: OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
+/// A token's EXPIRES column: its time, `expired TIME` once past, or `never`.
+pub fn expiry(at: Option<OffsetDateTime>, expired: bool) -> String {
+    match at {
+        Some(at) if expired => format!("expired {}", time(at)),
+        Some(at) => time(at),
+        None => "never".into(),
+    }
+}
+
 pub fn short_id(id: &uuid::Uuid) -> String {
     id.to_string()[..8].to_string()
 }

@@ -6,7 +6,7 @@ use gantry_api::v1::{
     UserInfo,
 };
 
-use crate::output::{json, table, time, Format, UsageError};
+use crate::output::{expiry, json, table, time, Format, UsageError};
 use crate::{Conn, OutputArg};
 
 #[derive(Subcommand)]
@@ -173,7 +173,7 @@ pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                     u.role.as_str(),
                     u.name,
                     u.group,
-                    expiry(u.expires_at)
+                    expires_phrase(u.expires_at)
                 );
                 println!("{}", u.token);
             }
@@ -281,7 +281,7 @@ pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                     "rotated token {} of {}; the old secret no longer works. The new one ({}; shown once):",
                     t.info.id,
                     t.info.user,
-                    expiry(t.info.expires_at)
+                    expires_phrase(t.info.expires_at)
                 );
                 println!("{}", t.token);
             }
@@ -321,7 +321,7 @@ pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn expiry(at: Option<time::OffsetDateTime>) -> String {
+fn expires_phrase(at: Option<time::OffsetDateTime>) -> String {
     match at {
         Some(t) => format!("expires {}", time(t)),
         None => "never expires".into(),
@@ -343,11 +343,7 @@ fn token_table(list: &[TokenInfo]) {
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|t| {
-            let expires = match t.expires_at {
-                Some(at) if t.expired => format!("expired {}", time(at)),
-                Some(at) => time(at),
-                None => "never".into(),
-            };
+            let expires = expiry(t.expires_at, t.expired);
             vec![
                 t.id.clone(),
                 t.user.clone(),

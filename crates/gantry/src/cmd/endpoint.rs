@@ -6,7 +6,7 @@ use gantry_api::v1::{
     TakeoverInfo,
 };
 
-use crate::output::{age, json, short_id, table, time, Format, UsageError};
+use crate::output::{age, expiry, json, short_id, table, time, Format, UsageError};
 use crate::{Conn, OutputArg};
 
 #[derive(Subcommand)]
@@ -330,11 +330,7 @@ async fn run_token(client: &crate::client::Client, cmd: EndpointTokenCmd) -> any
                 let rows: Vec<Vec<String>> = list
                     .iter()
                     .map(|t| {
-                        let expires = match t.expires_at {
-                            Some(at) if t.expired => format!("expired {}", time(at)),
-                            Some(at) => time(at),
-                            None => "never".into(),
-                        };
+                        let expires = expiry(t.expires_at, t.expired);
                         vec![
                             t.id.clone(),
                             t.endpoint.clone(),
