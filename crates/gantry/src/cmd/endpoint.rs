@@ -40,8 +40,13 @@ pub enum EndpointCmd {
         #[command(flatten)]
         out: OutputArg,
     },
-    /// Delete an endpoint (its URL stops answering).
-    Delete { name: String },
+    /// Delete an endpoint (its URL stops answering); asks first (or pass --yes).
+    Delete {
+        name: String,
+        /// Delete without asking (required when stdin is not a terminal).
+        #[arg(long)]
+        yes: bool,
+    },
     /// Every attach and switch of an endpoint.
     History {
         name: String,
@@ -196,7 +201,21 @@ pub async fn run(cmd: EndpointCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 print_endpoint(&e);
             }
         }
-        EndpointCmd::Delete { name } => {
+        EndpointCmd::Delete { name, yes } => {
+            if !yes {
+                let e: EndpointInfo = client.get(&format!("/endpoints/{name}")).await?;
+                let what = match (&e.workflow_id, &e.service) {
+                    (Some(w), Some(s)) => format!(
+                        "deleting endpoint {name} stops serving {s} of workflow {} at {}",
+                        short_id(w),
+                        e.url
+                    ),
+                    _ => format!("deleting endpoint {name} removes {}", e.url),
+                };
+                if !super::confirm(&what)? {
+                    return Ok(ExitCode::from(1));
+                }
+            }
             client
                 .check(client.request(reqwest::Method::DELETE, &format!("/endpoints/{name}")))
                 .await?;
