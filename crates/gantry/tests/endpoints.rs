@@ -305,7 +305,15 @@ fn scopes_and_tokens_are_enforced_and_tokens_never_reach_the_backend() {
 
     // No backend: a clear 503.
     c.ok(&["workflow", "stop", &v1, "--yes"]);
-    c.wait_endpoint("private", "idle", |e| e["status"] == "IDLE");
+    // A stopped serving workflow leaves the endpoint IDLE (not FAILED), saying which and how.
+    let e = c.wait_endpoint("private", "idle", |e| {
+        e["status"] == "IDLE"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("was stopped"))
+    });
+    let why = e["reason"].as_str().unwrap();
+    assert!(why.contains(&v1[..8]), "{why}");
     let (code, body) = get(Some(&admin));
     assert_eq!(code, 503);
     assert!(body.contains("no backend"), "{body}");

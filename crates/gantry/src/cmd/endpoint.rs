@@ -105,7 +105,10 @@ fn print_endpoint(e: &EndpointInfo) {
     println!("Endpoint: {}", e.name);
     println!("URL:      {}", e.url);
     println!("Host:     {}", e.host);
-    println!("Status:   {}", e.status);
+    match &e.reason {
+        Some(r) => println!("Status:   {} ({r})", e.status),
+        None => println!("Status:   {}", e.status),
+    }
     println!(
         "Scope:    {} (owner {}, group {})",
         e.scope, e.owner, e.group
