@@ -525,6 +525,9 @@ pub struct EndpointInfo {
     pub group: String,
     /// SERVING, SWITCHING, DRAINING, IDLE (no backend) or FAILED.
     pub status: String,
+    /// Why it is IDLE or FAILED: which workflow served it last and how that ended.
+    #[serde(default)]
+    pub reason: Option<String>,
     #[serde(default)]
     pub workflow_id: Option<Uuid>,
     #[serde(default)]

@@ -77,16 +77,14 @@ async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
     let all = st.store.takeovers(Some(&e.name), false).await?;
     let open = all.iter().rev().find(|t| t.ended_at.is_none()).cloned();
     let last = all.last();
-    let status = match (
-        open.as_ref().map(|t| t.phase.as_str()),
-        &e.workflow_id,
-        last,
-    ) {
-        (Some("SWITCHING"), _, _) => "SWITCHING",
-        (Some("DRAINING"), _, _) => "DRAINING",
-        (_, Some(_), _) => "SERVING",
-        (None, None, Some(t)) if t.phase == "FAILED" => "FAILED",
-        _ => "IDLE",
+    let (status, reason) = match (open.as_ref().map(|t| t.phase.as_str()), &e.workflow_id) {
+        (Some("SWITCHING"), _) => ("SWITCHING", None),
+        (Some("DRAINING"), _) => ("DRAINING", None),
+        (_, Some(_)) => ("SERVING", None),
+        _ => {
+            let (failed, why) = idle_reason(st, last).await;
+            (if failed { "FAILED" } else { "IDLE" }, Some(why))
+        }
     };
     Ok(EndpointInfo {
         url: format!("{}/e/{}/", st.public_url(), e.name),
@@ -99,12 +97,65 @@ async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
         owner: e.owner,
         group: e.group,
         status: status.into(),
+        reason,
         workflow_id: e.workflow_id,
         service: e.service,
         since: e.since.map(ts),
         created_at: ts(e.created_at),
         takeover: open.map(takeover_info),
     })
+}
+
+/// Why an endpoint has no backend, from its last takeover's workflow and how it ended; true
+/// only for a real failure (the workflow FAILED), not for one stopped or finished.
+async fn idle_reason(st: &AppState, last: Option<&TakeoverRow>) -> (bool, String) {
+    let Some(t) = last else {
+        return (false, "nothing has attached to it yet".into());
+    };
+    let Ok(w) = st.store.workflow(t.to_workflow).await else {
+        return (false, format!("workflow {} is gone", t.to_workflow));
+    };
+    let who = format!("workflow {} ({})", &w.id.to_string()[..8], w.name);
+    let at = w
+        .ended_at
+        .map(|m| {
+            let t = ts(m);
+            format!(
+                " at {:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second()
+            )
+        })
+        .unwrap_or_default();
+    let before_ready = if t.phase == "FAILED" {
+        " before it was ready"
+    } else {
+        ""
+    };
+    let why = w.reason.map(|r| format!(": {r}")).unwrap_or_default();
+    match w.status {
+        gantry_api::WorkflowStatus::Failed => {
+            (true, format!("{who} failed{at}{before_ready}{why}"))
+        }
+        gantry_api::WorkflowStatus::Stopped => {
+            (false, format!("{who} was stopped{at}{before_ready}"))
+        }
+        gantry_api::WorkflowStatus::Finished => (false, format!("{who} finished{at}")),
+        _ if t.phase == "FAILED" => (
+            false,
+            format!(
+                "{who}: {}",
+                t.reason
+                    .clone()
+                    .unwrap_or_else(|| "its takeover failed".into())
+            ),
+        ),
+        _ => (false, format!("{who} is ending")),
+    }
 }
 
 async fn visible(st: &AppState, c: &Caller, name: &str) -> Result<EndpointRow, ApiError> {

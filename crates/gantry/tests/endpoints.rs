@@ -169,7 +169,7 @@ fn a_new_service_that_never_becomes_ready_leaves_the_old_one_serving() {
     assert_eq!(e["workflow_id"], v1.as_str());
     assert_eq!(e["takeover"]["phase"], "WAITING_READY");
     assert_eq!(curl(&[&url(&c, "/e/steady/")]).1, "v1\n");
-    c.ok(&["workflow", "stop", &v2]);
+    c.ok(&["workflow", "stop", &v2, "--yes"]);
     c.wait_endpoint("steady", "the takeover failed", |e| e["takeover"].is_null());
     let last = c.json(&["endpoint", "history", "steady"]);
     let last = last.as_array().unwrap().last().unwrap();
@@ -378,9 +378,25 @@ fn scopes_and_tokens_are_enforced_and_tokens_never_reach_the_backend() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // Stopping a serving workflow without a terminal to ask on is refused without --yes
+    // (exit 2, naming the endpoint), and nothing stops.
+    let out = c.gantry(&["workflow", "stop", &v1]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--yes") && err.contains("private"), "{err}");
+    serving(&c, "private", &v1);
+
     // No backend: a clear 503.
-    c.ok(&["workflow", "stop", &v1]);
-    c.wait_endpoint("private", "idle", |e| e["status"] == "IDLE");
+    c.ok(&["workflow", "stop", &v1, "--yes"]);
+    // A stopped serving workflow leaves the endpoint IDLE (not FAILED), saying which and how.
+    let e = c.wait_endpoint("private", "idle", |e| {
+        e["status"] == "IDLE"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("was stopped"))
+    });
+    let why = e["reason"].as_str().unwrap();
+    assert!(why.contains(&v1[..8]), "{why}");
     let (code, body) = get(Some(&admin));
     assert_eq!(code, 503);
     assert!(body.contains("no backend"), "{body}");
@@ -452,7 +468,7 @@ jobs:
         401,
         "a user-scoped endpoint needs a token"
     );
-    c.ok(&["workflow", "stop", &id]);
+    c.ok(&["workflow", "stop", &id, "--yes"]);
     c.wait_status(&id, "STOPPED");
 }
 
@@ -503,8 +519,8 @@ services:
         assert!(Instant::now() < deadline, "{ra:?} {rb:?}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    c.ok(&["workflow", "stop", &a]);
-    c.ok(&["workflow", "stop", &b]);
+    c.ok(&["workflow", "stop", &a, "--yes"]);
+    c.ok(&["workflow", "stop", &b, "--yes"]);
 }
 
 #[test]
@@ -533,8 +549,19 @@ fn stop_first_stops_the_old_workflow_before_the_new_one_takes_over() {
         (Some("DONE"), Some("stop-first"))
     );
 
+    // Deleting asks first: without a terminal and --yes it is refused and the URL still
+    // answers.
+    let out = c.gantry(&["endpoint", "delete", "tight"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--yes") && err.contains("stops serving"),
+        "{err}"
+    );
+    assert_eq!(curl(&[&url(&c, "/e/tight/")]).1, "v2\n");
+
     // Deleting the endpoint ends its URL.
-    c.ok(&["endpoint", "delete", "tight"]);
+    c.ok(&["endpoint", "delete", "tight", "--yes"]);
     assert_eq!(curl(&[&url(&c, "/e/tight/")]).0, 404);
     assert!(!c.gantry(&["endpoint", "show", "tight"]).status.success());
 }
@@ -574,7 +601,7 @@ services:
     );
 
     c.start();
-    c.ok(&["workflow", "stop", &wf]);
+    c.ok(&["workflow", "stop", &wf, "--yes"]);
     c.wait_status(&wf, "STOPPED");
     let agent = std::fs::read_dir(c.data_dir().join("agents"))
         .unwrap()

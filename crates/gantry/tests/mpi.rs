@@ -457,7 +457,7 @@ jobs:
     c.wait_endpoint("site", "site serving", |e| e["status"] == "SERVING");
     let (code, body) = curl(&format!("http://127.0.0.1:{}/e/site/", c.port));
     assert_eq!((code, body.trim()), (200, "served from web"));
-    c.ok(&["workflow", "stop", &id]);
+    c.ok(&["workflow", "stop", &id, "--yes"]);
     c.wait_status(&id, "STOPPED");
 }
 
@@ -489,5 +489,5 @@ jobs:
     let reason = Cluster::task(&d, "gpu")["reason"].as_str().unwrap();
     assert!(reason.contains("nvidia.com/gpu.model=T4"), "{reason}");
     assert_eq!(Cluster::task(&d, "gpu")["status"], "PENDING");
-    c.ok(&["workflow", "stop", &id]);
+    c.ok(&["workflow", "stop", &id, "--yes"]);
 }

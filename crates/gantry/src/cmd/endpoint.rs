@@ -71,10 +71,13 @@ pub enum EndpointCmd {
         #[command(flatten)]
         out: OutputArg,
     },
-    /// Delete an endpoint (its URL stops answering).
+    /// Delete an endpoint (its URL stops answering); asks first (or pass --yes).
     Delete {
         /// The endpoint's name (see `gantry endpoint list`).
         name: String,
+        /// Delete without asking (required when stdin is not a terminal).
+        #[arg(long)]
+        yes: bool,
     },
     /// Every attach and switch of an endpoint.
     History {
@@ -142,7 +145,10 @@ fn print_endpoint(e: &EndpointInfo) {
     println!("Endpoint: {}", e.name);
     println!("URL:      {}", e.url);
     println!("Host:     {}", e.host);
-    println!("Status:   {}", e.status);
+    match &e.reason {
+        Some(r) => println!("Status:   {} ({r})", e.status),
+        None => println!("Status:   {}", e.status),
+    }
     println!(
         "Scope:    {} (owner {}, group {})",
         e.scope, e.owner, e.group
@@ -238,7 +244,21 @@ pub async fn run(cmd: EndpointCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 print_endpoint(&e);
             }
         }
-        EndpointCmd::Delete { name } => {
+        EndpointCmd::Delete { name, yes } => {
+            if !yes {
+                let e: EndpointInfo = client.get(&format!("/endpoints/{name}")).await?;
+                let what = match (&e.workflow_id, &e.service) {
+                    (Some(w), Some(s)) => format!(
+                        "deleting endpoint {name} stops serving {s} of workflow {} at {}",
+                        short_id(w),
+                        e.url
+                    ),
+                    _ => format!("deleting endpoint {name} removes {}", e.url),
+                };
+                if !super::confirm(&what)? {
+                    return Ok(ExitCode::from(1));
+                }
+            }
             client
                 .check(client.request(reqwest::Method::DELETE, &format!("/endpoints/{name}")))
                 .await?;

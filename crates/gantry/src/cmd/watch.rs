@@ -89,9 +89,9 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
     let mut after = 0i64;
     let mut following: HashSet<Uuid> = HashSet::new();
     let mut log_tasks = Vec::new();
-    // Why each job's first waiting task waits, as last printed: a change is printed once per
-    // job (an array's or a gang's waiting members share their reason).
-    let mut waiting: HashMap<String, String> = HashMap::new();
+    // The reasons each job's waiting tasks have, as last printed: an array's or a gang's
+    // members sharing one reason make one line.
+    let mut waiting: HashMap<String, HashSet<String>> = HashMap::new();
     let status = loop {
         let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
         let evs: Vec<Event> = client
@@ -163,27 +163,75 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
     Ok(status)
 }
 
-/// A line for each job whose first waiting task's reason changed since `seen` (which is
-/// updated); a job with no task waiting any more is forgotten, so a reason that comes back is
-/// said again.
-fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, String>) -> Vec<String> {
-    let mut now: HashMap<&str, (String, &str)> = HashMap::new();
+/// A line for each reason a job's waiting tasks newly have since `seen` (which is updated): one
+/// line per job and distinct reason, naming the tasks that share it by index ranges
+/// (`job[0-499] (500 tasks) waiting: ...`), so a 500-task array prints one line, not 500. A
+/// reason no task has any more is forgotten, so one that comes back is said again.
+fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, HashSet<String>>) -> Vec<String> {
+    // job -> reason -> (indexes, tasks without an index)
+    let mut now: HashMap<&str, HashMap<&str, (Vec<u32>, usize)>> = HashMap::new();
     for t in &d.tasks {
         if let (TaskStatus::Pending, Some(why)) = (t.status, &t.reason) {
-            now.entry(t.job.as_str())
-                .or_insert_with(|| (task_label(&t.job, t.index), why.as_str()));
+            let e = now
+                .entry(t.job.as_str())
+                .or_default()
+                .entry(why.as_str())
+                .or_default();
+            match t.index {
+                Some(i) => e.0.push(i),
+                None => e.1 += 1,
+            }
         }
     }
-    seen.retain(|job, _| now.contains_key(job.as_str()));
+    seen.retain(|job, reasons| {
+        let Some(n) = now.get(job.as_str()) else {
+            return false;
+        };
+        reasons.retain(|r| n.contains_key(r.as_str()));
+        true
+    });
     let mut out = vec![];
-    for (job, (label, why)) in now {
-        if seen.get(job).map(String::as_str) != Some(why) {
-            seen.insert(job.to_string(), why.to_string());
-            out.push(format!("{label} waiting: {why}"));
+    for (job, reasons) in now {
+        let known = seen.entry(job.to_string()).or_default();
+        for (why, (mut idx, plain)) in reasons {
+            if !known.insert(why.to_string()) {
+                continue;
+            }
+            idx.sort_unstable();
+            idx.dedup();
+            out.push(format!("{} waiting: {why}", group_label(job, &idx, plain)));
         }
     }
     out.sort();
     out
+}
+
+/// `job`, `job[3]`, or `job[0-3,7] (5 tasks)`.
+fn group_label(job: &str, idx: &[u32], plain: usize) -> String {
+    let n = idx.len() + plain;
+    if idx.is_empty() {
+        return job.to_string();
+    }
+    let mut ranges: Vec<String> = vec![];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && idx[j + 1] == idx[j] + 1 {
+            j += 1;
+        }
+        ranges.push(if i == j {
+            idx[i].to_string()
+        } else {
+            format!("{}-{}", idx[i], idx[j])
+        });
+        i = j + 1;
+    }
+    let label = format!("{job}[{}]", ranges.join(","));
+    if n == 1 {
+        label
+    } else {
+        format!("{label} ({n} tasks)")
+    }
 }
 
 pub async fn follow_events(
@@ -382,12 +430,12 @@ mod tests {
         };
         assert_eq!(
             waiting_changes(&gang("needs 2 nodes"), &mut seen),
-            ["mpi[0] waiting: needs 2 nodes"]
+            ["mpi[0-1] (2 tasks) waiting: needs 2 nodes"]
         );
         assert!(waiting_changes(&gang("needs 2 nodes"), &mut seen).is_empty());
         assert_eq!(
             waiting_changes(&gang("no node has the label x=y"), &mut seen),
-            ["mpi[0] waiting: no node has the label x=y"]
+            ["mpi[0-1] (2 tasks) waiting: no node has the label x=y"]
         );
         // Placed, then waiting again for the same reason: said again.
         let placed = detail(&[("mpi", Some(0), "RUNNING", None)]);
@@ -395,6 +443,33 @@ mod tests {
         assert_eq!(
             waiting_changes(&gang("no node has the label x=y"), &mut seen).len(),
             1
+        );
+    }
+
+    #[test]
+    fn an_array_waiting_for_one_reason_is_one_line_and_distinct_reasons_one_each() {
+        let mut seen = HashMap::new();
+        let never = "never fits: needs 64 CPUs, the largest node has 2";
+        let mut tasks: Vec<(&str, Option<u32>, &str, Option<&str>)> = (0..500)
+            .map(|i| ("job", Some(i), "PENDING", Some(never)))
+            .collect();
+        assert_eq!(
+            waiting_changes(&detail(&tasks), &mut seen),
+            [format!("job[0-499] (500 tasks) waiting: {never}")]
+        );
+        assert!(waiting_changes(&detail(&tasks), &mut seen).is_empty());
+        // Some members wait for something else: only the new reason is said, with its ranges.
+        for i in [3u32, 4, 5, 9] {
+            tasks[i as usize].3 = Some("waiting for a node to join");
+        }
+        assert_eq!(
+            waiting_changes(&detail(&tasks), &mut seen),
+            ["job[3-5,9] (4 tasks) waiting: waiting for a node to join"]
+        );
+        let single = detail(&[("one", None, "PENDING", Some(never))]);
+        assert_eq!(
+            waiting_changes(&single, &mut HashMap::new()),
+            [format!("one waiting: {never}")]
         );
     }
 }

@@ -81,6 +81,9 @@ pub enum WorkflowCmd {
     Stop {
         /// The workflow's id, or its first 8 characters or more (see `gantry workflow list`).
         id: String,
+        /// Stop it even when it serves persistent endpoints (asked on a terminal otherwise).
+        #[arg(long)]
+        yes: bool,
         #[command(flatten)]
         out: OutputArg,
     },
@@ -398,8 +401,29 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             watch::print_logs(&client, &id, &job, task, attempt, follow, None).await?;
             Ok(ExitCode::SUCCESS)
         }
-        WorkflowCmd::Stop { id, out } => {
+        WorkflowCmd::Stop { id, yes, out } => {
             let client = conn.client()?;
+            if !yes {
+                let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+                let list: Vec<gantry_api::v1::EndpointInfo> = client.get("/endpoints").await?;
+                let serving: Vec<String> = list
+                    .into_iter()
+                    .filter(|e| e.workflow_id == Some(d.summary.id))
+                    .map(|e| e.name)
+                    .collect();
+                // A workflow that serves nothing stops at once, as scripts expect.
+                if !serving.is_empty() {
+                    let what = format!(
+                        "stopping workflow {} ({}) stops serving endpoint(s) {}",
+                        d.summary.id,
+                        d.summary.name,
+                        serving.join(", ")
+                    );
+                    if !super::confirm(&what)? {
+                        return Ok(ExitCode::from(1));
+                    }
+                }
+            }
             let s: WorkflowSummary = client
                 .send(client.request(reqwest::Method::POST, &format!("/workflows/{id}/stop")))
                 .await
