@@ -179,6 +179,8 @@ struct Agent {
     peers: std::sync::mpsc::Sender<(Uuid, Vec<String>)>,
     /// The current server records `TransferEnded` (its `Welcome` said so).
     transfer_events: Arc<AtomicBool>,
+    /// The current server records `ProbeFailed` (its `Welcome` said so).
+    probe_results: Arc<AtomicBool>,
     /// Where the exec service listens, once bound.
     exec_addr: Option<std::net::SocketAddr>,
     /// The node's address as other nodes reach it: `--advertise`, else learnt from the
@@ -331,6 +333,7 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         metrics_addr,
         starts: Arc::new(tokio::sync::Semaphore::new(start_permits())),
         transfer_events: Arc::default(),
+        probe_results: Arc::default(),
         exec_addr,
         address: Arc::new(Mutex::new(advertised)),
     };
@@ -453,7 +456,19 @@ fn spawn_probe(agent: Agent, id: Uuid, probe: Probe, address: Option<String>) {
                 .get(&id)
                 .is_some_and(|t| t.stop_cause.is_none() && t.done.is_none())
         };
-        if probe::wait_ready(&probe, &target, wanted).await == probe::Readiness::Ready {
+        let reporter = agent.clone();
+        let failed = move |why: &str, count: u32| {
+            if reporter.probe_results.load(Ordering::Relaxed) {
+                reporter.send(AgentMessage::ProbeFailed {
+                    attempt_id: id,
+                    why: why.to_string(),
+                    count,
+                });
+            }
+        };
+        if probe::wait_ready_reporting(&probe, &target, wanted, failed).await
+            == probe::Readiness::Ready
+        {
             let marker = agent.runtime.container_dir(&target.id).join(READY_MARKER);
             if let Err(e) = std::fs::write(&marker, b"") {
                 tracing::warn!(attempt = %id, "writing {}: {e}", marker.display());
@@ -656,11 +671,13 @@ fn handle(agent: &Agent, msg: ServerMessage) {
         ServerMessage::Welcome {
             subnet,
             transfer_events,
+            probe_results,
             ..
         } => {
             agent
                 .transfer_events
                 .store(transfer_events, Ordering::Relaxed);
+            agent.probe_results.store(probe_results, Ordering::Relaxed);
             match subnet {
                 Some(s) => match agent.net.set_subnet(&s) {
                     Ok(s) => {

@@ -711,6 +711,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
             heartbeat_interval_ms: 1000,
             subnet: None,
             transfer_events: false,
+            probe_results: false,
         }))
         .await
         .unwrap();

@@ -210,6 +210,7 @@ impl Node {
             heartbeat_interval_ms: 1000,
             subnet: None,
             transfer_events: false,
+            probe_results: false,
         })
         .await;
         self.send(&ServerMessage::Desired { attempts: desired })

@@ -1285,6 +1285,7 @@ async fn welcome(
             heartbeat_interval_ms: 1000,
             subnet: Some(subnet.to_owned()),
             transfer_events: false,
+            probe_results: false,
         },
     )
     .await;

@@ -69,6 +69,15 @@ pub enum AgentMessage {
         attempt_id: Uuid,
         progress: crate::v1::TransferProgress,
     },
+    /// A check of a service's readiness probe failed (sent for each, while the service is not
+    /// ready). Sent only to a server whose `Welcome` said it takes these.
+    ProbeFailed {
+        attempt_id: Uuid,
+        /// What failed, e.g. `GET http://10.0.0.2:8080/notthere answered 404 Not Found`.
+        why: String,
+        /// Consecutive failed checks with this same outcome (1: the outcome just changed).
+        count: u32,
+    },
 }
 
 /// One item of a transfer step ended: its event on the workflow.
@@ -147,6 +156,9 @@ pub enum ServerMessage {
         /// The server records `TransferEnded` messages (older servers do not send this).
         #[serde(default)]
         transfer_events: bool,
+        /// The server records `ProbeFailed` messages (older servers do not send this).
+        #[serde(default)]
+        probe_results: bool,
     },
     /// The complete set of attempts this node should run. Anything else the agent runs is
     /// stopped; anything listed that the agent does not know is started (or reported lost if it

@@ -195,6 +195,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
         heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
         subnet: Some(subnet_of(st.subnet_base, node.seq)),
         transfer_events: true,
+        probe_results: true,
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
     for stop in stops {
@@ -272,12 +273,60 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
                 lock(&st.transfer_progress).insert(attempt_id, progress);
             }
         }
+        AgentMessage::ProbeFailed {
+            attempt_id,
+            why,
+            count,
+        } => probe_failed(st, node, attempt_id, why, count).await?,
     }
     Ok(())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps a service's latest failed readiness check for its task's reason, and records an event
+/// when the outcome changes (not for every check: a probe failing each second for an hour is
+/// one event, not 3,600).
+async fn probe_failed(
+    st: &AppState,
+    node: &str,
+    attempt_id: Uuid,
+    why: String,
+    count: u32,
+) -> anyhow::Result<()> {
+    let attempt = match st.store.attempt(attempt_id).await {
+        Ok(a) if a.node == node && a.ended_at.is_none() => a,
+        Ok(_) | Err(gantry_store::StoreError::NotFound) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let step = serde_json::from_str::<Assignment>(&attempt.assignment)
+        .map(|a| a.task)
+        .unwrap_or_default();
+    let failure = crate::state::ProbeFailure {
+        workflow: attempt.workflow_id,
+        service: step.clone(),
+        why,
+        count: count.max(1),
+    };
+    let new = {
+        let mut all = lock(&st.probe_failures);
+        let new = all.get(&attempt_id).is_none_or(|f| f.why != failure.why);
+        all.insert(attempt_id, failure.clone());
+        new
+    };
+    if new {
+        let event = gantry_store::NewEvent {
+            workflow_id: Some(attempt.workflow_id),
+            node: Some(node.to_string()),
+            task: Some(step),
+            kind: "probe.failed".into(),
+            message: format!("readiness probe: {} (not ready yet)", failure.why),
+        };
+        st.store.record_event(&event, now_ms()).await?;
+    }
+    Ok(())
 }
 
 /// Records a transfer's end as an event of its workflow, naming the step (`ingress:VOLUME`),
@@ -331,6 +380,7 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
     let (exit_code, cause, reason) = match report.phase {
         AttemptPhase::Preparing => return Ok(()),
         AttemptPhase::Running { address } => {
+            lock(&st.probe_failures).remove(&id);
             let networked = address.is_some();
             if let Some(addr) = address {
                 st.store.set_attempt_address(id, &addr).await?;
@@ -397,6 +447,7 @@ async fn end_read_attempt(
 ) -> anyhow::Result<()> {
     let attempt_id = attempt.id;
     lock(&st.transfer_progress).remove(&attempt_id);
+    lock(&st.probe_failures).remove(&attempt_id);
     let task = st.store.task(attempt.task_id).await?;
     let plan = st
         .cache

@@ -102,7 +102,20 @@ async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
         service: e.service,
         since: e.since.map(ts),
         created_at: ts(e.created_at),
-        takeover: open.map(takeover_info),
+        takeover: open.map(|t| {
+            let waiting = t.phase == Phase::WaitingReady.as_str() && t.reason.is_none();
+            let (workflow, service) = (t.to_workflow, t.to_service.clone());
+            let mut info = takeover_info(t);
+            if waiting {
+                // Why the new service is not ready yet, while its probe fails.
+                let all = st.probe_failures.lock().unwrap_or_else(|e| e.into_inner());
+                info.reason = all
+                    .values()
+                    .find(|f| f.workflow == workflow && f.service == service)
+                    .map(|f| f.reason());
+            }
+            info
+        }),
     })
 }
 

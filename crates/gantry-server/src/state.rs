@@ -31,6 +31,32 @@ pub struct AppState {
     /// for `describe`, not worth a write (a restarted server shows it again from the next
     /// report).
     pub(crate) transfer_progress: Arc<std::sync::Mutex<HashMap<Uuid, TransferProgress>>>,
+    /// Why services that are not ready yet fail their readiness probe, by attempt: shown as
+    /// their task's reason and on their endpoint's takeover; in memory for the same reason as
+    /// `transfer_progress` (the change of outcome is an event, which is stored).
+    pub(crate) probe_failures: Arc<std::sync::Mutex<HashMap<Uuid, ProbeFailure>>>,
+}
+
+/// The latest failed check of a service's readiness probe.
+#[derive(Debug, Clone)]
+pub struct ProbeFailure {
+    pub workflow: Uuid,
+    /// The service's name.
+    pub service: String,
+    pub why: String,
+    /// Consecutive failed checks with this outcome.
+    pub count: u32,
+}
+
+impl ProbeFailure {
+    /// The task's reason while it waits to be ready, e.g. `readiness probe: GET
+    /// http://10.0.0.2:8080/notthere answered 404 Not Found, 30 times in a row`.
+    pub fn reason(&self) -> String {
+        match self.count {
+            1 => format!("readiness probe: {}", self.why),
+            n => format!("readiness probe: {}, {n} times in a row", self.why),
+        }
+    }
 }
 
 impl AppState {
@@ -52,6 +78,7 @@ impl AppState {
             subnet_base,
             cache: Arc::default(),
             transfer_progress: Arc::default(),
+            probe_failures: Arc::default(),
         }
     }
 

@@ -162,12 +162,47 @@ fn a_new_service_that_never_becomes_ready_leaves_the_old_one_serving() {
     c.ok(&["endpoint", "create", "steady", "--scope", "public"]);
     let v1 = c.start_workflow(&c.write("v1.yaml", &model("v1", "steady", 0, 8080)));
     serving(&c, "steady", &v1);
-    // v2's probe asks a port nothing listens on.
-    let v2 = c.start_workflow(&c.write("v2.yaml", &model("v2", "steady", 0, 9999)));
-    std::thread::sleep(Duration::from_secs(5));
+    // v2's probe asks a path its server does not have (404), once a second.
+    let v2_file = model("v2", "steady", 0, 8080).replace("path: /,", "path: /notthere,");
+    let v2 = c.start_workflow(&c.write("v2.yaml", &v2_file));
+    // Why it is not ready is its task's reason, with how many checks failed so...
+    let d = c.wait_for(&v2, "the probe's failures counted in the reason", |d| {
+        d["tasks"][0]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("times in a row"))
+    });
+    let reason = d["tasks"][0]["reason"].as_str().unwrap();
+    assert_eq!(d["tasks"][0]["status"], "STARTED", "{d:#}");
+    assert!(
+        reason.starts_with("readiness probe: GET ")
+            && reason.contains("/notthere")
+            && reason.contains("404"),
+        "{reason}"
+    );
+    // ... the endpoint's waiting takeover says the same ...
     let e = endpoint(&c, "steady");
     assert_eq!(e["workflow_id"], v1.as_str());
     assert_eq!(e["takeover"]["phase"], "WAITING_READY");
+    let why = e["takeover"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("readiness probe") && why.contains("404"),
+        "{e:#}"
+    );
+    let shown = c.ok(&["endpoint", "show", "steady"]);
+    assert!(shown.contains("404"), "{shown}");
+    // ... and the events have it once: a change of outcome, not every failed check.
+    let events = c.json(&["workflow", "events", &v2]);
+    let probe_events: Vec<_> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "probe.failed")
+        .collect();
+    assert_eq!(probe_events.len(), 1, "{events:#}");
+    assert!(
+        probe_events[0]["message"].as_str().unwrap().contains("404"),
+        "{events:#}"
+    );
     assert_eq!(curl(&[&url(&c, "/e/steady/")]).1, "v1\n");
     c.ok(&["workflow", "stop", &v2, "--yes"]);
     c.wait_endpoint("steady", "the takeover failed", |e| e["takeover"].is_null());

@@ -174,12 +174,21 @@ async fn pause(until: Instant, target: &Target, wanted: &mut impl FnMut() -> boo
 
 /// Probes until the service is ready or gone. `wanted` is asked between checks; returning
 /// false ends the wait (the attempt is being stopped or forgotten).
-pub async fn wait_ready(
+pub async fn wait_ready(probe: &Probe, target: &Target, wanted: impl FnMut() -> bool) -> Readiness {
+    wait_ready_reporting(probe, target, wanted, |_, _| {}).await
+}
+
+/// [`wait_ready`], telling `failed` of each failed check: why, and how many checks in a row
+/// have failed so (1 when the outcome is new), so that a person can see why a service is not
+/// ready without the agent's log.
+pub async fn wait_ready_reporting(
     probe: &Probe,
     target: &Target,
     mut wanted: impl FnMut() -> bool,
+    mut failed: impl FnMut(&str, u32),
 ) -> Readiness {
     let t = Timing::of(probe);
+    let mut last: Option<(String, u32)> = None;
     if !pause(Instant::now() + t.initial_delay, target, &mut wanted).await {
         return Readiness::Gone;
     }
@@ -192,6 +201,7 @@ pub async fn wait_ready(
         match check(&probe.check, target, t.timeout).await {
             Ok(()) => {
                 passes += 1;
+                last = None;
                 if passes >= t.success_threshold {
                     return Readiness::Ready;
                 }
@@ -199,6 +209,12 @@ pub async fn wait_ready(
             Err(why) => {
                 passes = 0;
                 tracing::debug!(container = %target.id, "readiness probe failed: {why}");
+                let count = match &last {
+                    Some((w, n)) if *w == why => n + 1,
+                    _ => 1,
+                };
+                failed(&why, count);
+                last = Some((why, count));
             }
         }
         if !pause(started + t.period, target, &mut wanted).await {

@@ -449,6 +449,18 @@ pub async fn detail(
             })
             .collect()
     };
+    // Why services not ready yet fail their probe, by task.
+    let mut probing: HashMap<Uuid, String> = {
+        let all = st.probe_failures.lock().unwrap_or_else(|e| e.into_inner());
+        tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Started)
+            .filter_map(|t| {
+                let attempt = attempts.get(&t.id)?.last()?;
+                Some((t.id, all.get(&attempt.id)?.reason()))
+            })
+            .collect()
+    };
     let infos = tasks
         .iter()
         .map(|t| TaskInfo {
@@ -459,6 +471,7 @@ pub async fn detail(
             status: t.status,
             reason: match (&t.reason, t.status) {
                 (None, TaskStatus::Pending) => first_waiting.get(t.job.as_str()).cloned(),
+                (r, TaskStatus::Started) => probing.remove(&t.id).or_else(|| r.clone()),
                 (r, _) => r.clone(),
             },
             node: t.node.clone(),

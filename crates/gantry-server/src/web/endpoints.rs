@@ -88,6 +88,8 @@ pub struct EndpointRow {
     pub owner: String,
     pub status: String,
     pub status_words: &'static str,
+    /// Why it is IDLE or FAILED (empty when serving).
+    pub reason: String,
     pub workflow: Option<(String, String)>,
     pub service: String,
     pub since: Option<When>,
@@ -110,6 +112,7 @@ fn endpoint_row(web: &Web, e: &EndpointInfo) -> EndpointRow {
         owner: e.owner.clone(),
         status: e.status.clone(),
         status_words: status_words(&e.status),
+        reason: e.reason.clone().unwrap_or_default(),
         workflow: e.workflow_id.as_ref().map(wf_link),
         service: e.service.clone().unwrap_or_default(),
         since: e.since.map(when),

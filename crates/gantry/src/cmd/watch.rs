@@ -171,11 +171,18 @@ fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, HashSet<String
     // job -> reason -> (indexes, tasks without an index)
     let mut now: HashMap<&str, HashMap<&str, (Vec<u32>, usize)>> = HashMap::new();
     for t in &d.tasks {
-        if let (TaskStatus::Pending, Some(why)) = (t.status, &t.reason) {
+        // A service started but not ready says why its probe fails; the count of failed checks
+        // is left out here, or each check would print a line.
+        let why = match (t.status, &t.reason) {
+            (TaskStatus::Pending, Some(why)) => Some(why.as_str()),
+            (TaskStatus::Started, Some(why)) => Some(without_count(why)),
+            _ => None,
+        };
+        if let Some(why) = why {
             let e = now
                 .entry(t.job.as_str())
                 .or_default()
-                .entry(why.as_str())
+                .entry(why)
                 .or_default();
             match t.index {
                 Some(i) => e.0.push(i),
@@ -204,6 +211,20 @@ fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, HashSet<String
     }
     out.sort();
     out
+}
+
+/// A reason less its `, N times in a row` (the server's count of failed probe checks).
+fn without_count(why: &str) -> &str {
+    match why.rsplit_once(", ") {
+        Some((head, tail))
+            if tail
+                .strip_suffix(" times in a row")
+                .is_some_and(|n| n.parse::<u32>().is_ok()) =>
+        {
+            head
+        }
+        _ => why,
+    }
 }
 
 /// `job`, `job[3]`, or `job[0-3,7] (5 tasks)`.
@@ -443,6 +464,19 @@ mod tests {
         assert_eq!(
             waiting_changes(&gang("no node has the label x=y"), &mut seen).len(),
             1
+        );
+    }
+
+    #[test]
+    fn a_failing_probe_is_one_line_however_many_checks_fail() {
+        assert_eq!(
+            without_count("readiness probe: GET http://x/ answered 404, 30 times in a row"),
+            "readiness probe: GET http://x/ answered 404"
+        );
+        assert_eq!(without_count("a, b"), "a, b");
+        assert_eq!(
+            without_count("x, many times in a row"),
+            "x, many times in a row"
         );
     }
 
