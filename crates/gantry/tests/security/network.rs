@@ -225,6 +225,6 @@ jobs:
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&via.stdout), "a-v1\n");
-    as_user(&c, &alice, &["workflow", "stop", &a]);
+    as_user(&c, &alice, &["workflow", "stop", &a, "--yes"]);
     c.wait_status(&a, "STOPPED");
 }
