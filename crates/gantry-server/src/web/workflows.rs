@@ -621,11 +621,10 @@ pub async fn stop_confirm(
     for t in d.tasks.iter().filter(|t| !t.status.is_terminal()) {
         *by.entry(t.status.as_str().to_lowercase()).or_default() += 1;
     }
-    let endpoints = st
-        .store
-        .endpoints()
-        .await
-        .map_err(crate::api::ApiError::from)?
+    // The endpoints the caller can see, by the API's own rule (as `workflow stop` asks them).
+    let Json(all) =
+        crate::endpoints::list(State(st.clone()), UserCaller(web.caller.clone())).await?;
+    let endpoints = all
         .into_iter()
         .filter(|e| e.workflow_id == Some(s.id))
         .map(|e| e.name)
