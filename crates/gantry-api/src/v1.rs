@@ -212,6 +212,18 @@ pub struct TaskInfo {
     /// A running transfer step's progress, as its agent last reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<TransferProgress>,
+    /// Why a started service is not ready yet: its readiness probe's latest failed check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeFailing>,
+}
+
+/// A readiness probe failing, as its agent last reported it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeFailing {
+    /// What failed, e.g. `GET http://10.0.0.2:8080/notthere answered 404 Not Found`.
+    pub why: String,
+    /// Consecutive failed checks with this outcome.
+    pub count: u32,
 }
 
 /// Where a transfer step is: the item moving now, its bytes done (of its total, when known)

@@ -173,6 +173,13 @@ fn a_new_service_that_never_becomes_ready_leaves_the_old_one_serving() {
     });
     let reason = d["tasks"][0]["reason"].as_str().unwrap();
     assert_eq!(d["tasks"][0]["status"], "STARTED", "{d:#}");
+    // The same as fields, for scripts (and `--watch`, which prints one line per outcome).
+    let probe = &d["tasks"][0]["probe"];
+    assert!(probe["count"].as_u64().is_some_and(|n| n >= 2), "{d:#}");
+    assert!(
+        probe["why"].as_str().is_some_and(|w| w.contains("404")),
+        "{d:#}"
+    );
     assert!(
         reason.starts_with("readiness probe: GET ")
             && reason.contains("/notthere")

@@ -450,33 +450,42 @@ pub async fn detail(
             .collect()
     };
     // Why services not ready yet fail their probe, by task.
-    let mut probing: HashMap<Uuid, String> = {
+    let mut probing: HashMap<Uuid, crate::state::ProbeFailure> = {
         let all = st.probe_failures.lock().unwrap_or_else(|e| e.into_inner());
         tasks
             .iter()
             .filter(|t| t.status == TaskStatus::Started)
             .filter_map(|t| {
                 let attempt = attempts.get(&t.id)?.last()?;
-                Some((t.id, all.get(&attempt.id)?.reason()))
+                Some((t.id, all.get(&attempt.id)?.clone()))
             })
             .collect()
     };
     let infos = tasks
         .iter()
-        .map(|t| TaskInfo {
-            progress: progress.remove(&t.id),
-            id: t.id,
-            job: t.job.clone(),
-            index: t.index,
-            status: t.status,
-            reason: match (&t.reason, t.status) {
-                (None, TaskStatus::Pending) => first_waiting.get(t.job.as_str()).cloned(),
-                (r, TaskStatus::Started) => probing.remove(&t.id).or_else(|| r.clone()),
-                (r, _) => r.clone(),
-            },
-            node: t.node.clone(),
-            exit_code: t.exit_code,
-            attempts: attempts.remove(&t.id).unwrap_or_default(),
+        .map(|t| {
+            let probe = probing.remove(&t.id);
+            TaskInfo {
+                progress: progress.remove(&t.id),
+                id: t.id,
+                job: t.job.clone(),
+                index: t.index,
+                status: t.status,
+                reason: match (&t.reason, t.status) {
+                    (None, TaskStatus::Pending) => first_waiting.get(t.job.as_str()).cloned(),
+                    (r, TaskStatus::Started) => {
+                        probe.as_ref().map(|p| p.reason()).or_else(|| r.clone())
+                    }
+                    (r, _) => r.clone(),
+                },
+                node: t.node.clone(),
+                exit_code: t.exit_code,
+                attempts: attempts.remove(&t.id).unwrap_or_default(),
+                probe: probe.map(|p| gantry_api::v1::ProbeFailing {
+                    why: p.why,
+                    count: p.count,
+                }),
+            }
         })
         .collect();
     Ok(Json(WorkflowDetail {

@@ -169,13 +169,16 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
 /// reason no task has any more is forgotten, so one that comes back is said again.
 fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, HashSet<String>>) -> Vec<String> {
     // job -> reason -> (indexes, tasks without an index)
-    let mut now: HashMap<&str, HashMap<&str, (Vec<u32>, usize)>> = HashMap::new();
+    let mut now: HashMap<&str, HashMap<String, (Vec<u32>, usize)>> = HashMap::new();
     for t in &d.tasks {
         // A service started but not ready says why its probe fails; the count of failed checks
         // is left out here, or each check would print a line.
         let why = match (t.status, &t.reason) {
-            (TaskStatus::Pending, Some(why)) => Some(why.as_str()),
-            (TaskStatus::Started, Some(why)) => Some(without_count(why)),
+            (TaskStatus::Pending, Some(why)) => Some(why.clone()),
+            (TaskStatus::Started, _) => t
+                .probe
+                .as_ref()
+                .map(|p| format!("readiness probe: {}", p.why)),
             _ => None,
         };
         if let Some(why) = why {
@@ -211,20 +214,6 @@ fn waiting_changes(d: &WorkflowDetail, seen: &mut HashMap<String, HashSet<String
     }
     out.sort();
     out
-}
-
-/// A reason less its `, N times in a row` (the server's count of failed probe checks).
-fn without_count(why: &str) -> &str {
-    match why.rsplit_once(", ") {
-        Some((head, tail))
-            if tail
-                .strip_suffix(" times in a row")
-                .is_some_and(|n| n.parse::<u32>().is_ok()) =>
-        {
-            head
-        }
-        _ => why,
-    }
 }
 
 /// `job`, `job[3]`, or `job[0-3,7] (5 tasks)`.
@@ -469,15 +458,24 @@ mod tests {
 
     #[test]
     fn a_failing_probe_is_one_line_however_many_checks_fail() {
+        let mut seen = HashMap::new();
+        let why = "GET http://x/ answered 404";
+        let probing = |count: u32| -> WorkflowDetail {
+            let mut d = detail(&[("llm", None, "STARTED", Some("readiness probe: ..."))]);
+            d.tasks[0].probe = Some(gantry_api::v1::ProbeFailing {
+                why: why.into(),
+                count,
+            });
+            d
+        };
         assert_eq!(
-            without_count("readiness probe: GET http://x/ answered 404, 30 times in a row"),
-            "readiness probe: GET http://x/ answered 404"
+            waiting_changes(&probing(1), &mut seen),
+            [format!("llm waiting: readiness probe: {why}")]
         );
-        assert_eq!(without_count("a, b"), "a, b");
-        assert_eq!(
-            without_count("x, many times in a row"),
-            "x, many times in a row"
-        );
+        assert!(waiting_changes(&probing(30), &mut seen).is_empty());
+        // A started task whose probe does not fail (or has none) is not waiting.
+        let plain = detail(&[("llm", None, "STARTED", Some("pulling"))]);
+        assert!(waiting_changes(&plain, &mut seen).is_empty());
     }
 
     #[test]
