@@ -8,16 +8,7 @@ use uuid::Uuid;
 
 use crate::EndCause;
 
-/// What an agent can offer. Detected on the node, overridable on the command line.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
-pub struct Capacity {
-    /// Logical cores.
-    pub cpus: u32,
-    pub memory_bytes: u64,
-    /// Devices such as `nvidia.com/gpu` and their counts.
-    #[serde(default)]
-    pub devices: std::collections::BTreeMap<String, u32>,
-}
+pub use crate::common::Capacity;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -3,6 +3,7 @@
 //! so the CLI, the agent and MCP can depend on this without pulling in the server.
 
 pub mod agent;
+pub mod common;
 pub mod status;
 pub mod v1;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::{agent::Capacity, EndCause, NodeState, TaskStatus, WorkflowStatus};
+use crate::{common::Capacity, EndCause, NodeState, TaskStatus, WorkflowStatus};
 
 /// The largest workflow file the server takes, in bytes (4 MiB).
 pub const MAX_WORKFLOW_FILE_BYTES: usize = 4 << 20;

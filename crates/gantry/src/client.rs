@@ -133,7 +133,7 @@ impl Contexts {
     pub fn get(&self, name: &str) -> anyhow::Result<&NamedContext> {
         self.contexts.get(name).ok_or_else(|| {
             let names: Vec<&str> = self.contexts.keys().map(String::as_str).collect();
-            crate::output::UsageError(if names.is_empty() {
+            crate::usage::UsageError(if names.is_empty() {
                 format!("no context {name:?}: there are none yet (`gantry up` creates one)")
             } else {
                 format!("no context {name:?}; there are: {}", names.join(", "))
@@ -144,14 +144,14 @@ impl Contexts {
 }
 
 /// A context's name: what `gantry context use` takes, so nothing a shell or TOML key mangles.
-pub fn check_context_name(name: &str) -> Result<(), crate::output::UsageError> {
+pub fn check_context_name(name: &str) -> Result<(), crate::usage::UsageError> {
     if name.is_empty()
         || name.len() > 64
         || !name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
-        return Err(crate::output::UsageError(format!(
+        return Err(crate::usage::UsageError(format!(
             "{name:?} is not a context name: use 1-64 letters, digits, '-', '_' or '.'"
         )));
     }

@@ -4,6 +4,7 @@
 mod client;
 mod cmd;
 mod output;
+mod usage;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -75,17 +75,7 @@ pub fn short_id(id: &uuid::Uuid) -> String {
 
 pub use gantry_api::v1::iec_bytes as bytes;
 
-/// An error for bad input (exit 2) rather than a failed operation (exit 1).
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
+pub use crate::usage::UsageError;
 
 pub fn is_usage_error(e: &anyhow::Error) -> bool {
     e.downcast_ref::<UsageError>().is_some()

@@ -1,0 +1,60 @@
+//! The layout rules of ARCHITECTURE.md ("Invariants: layout"), checked on the sources.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn crates_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Import circles that exist today and are being taken apart (issue 17), as
+/// `crate: member, member, ...`. A circle not listed fails; so does a listed one that is gone
+/// (take it off the list), so this list only shrinks.
+const KNOWN: &[&str] = &[
+    "gantry-server: agents, api, auth, builds, controller, endpoints, gateway, holds, logs, mcp, \
+     monitoring, netpolicy, placement, registry, secrets, state, volumes, web",
+];
+
+#[test]
+fn no_crate_has_an_import_circle() {
+    let mut found = BTreeSet::new();
+    let mut report = String::new();
+    for (name, root) in gantry_layout::workspace_crates(&crates_dir()).unwrap() {
+        let k = gantry_layout::load(&name, &root).unwrap();
+        assert!(
+            k.modules.len() > 1 || name.starts_with("gantry-layout"),
+            "{name}: no modules read"
+        );
+        for c in k.circles() {
+            let line = format!("{name}: {}", c.paths().join(", "));
+            report.push_str(&format!("\n  {line}"));
+            let a = &c.members[0];
+            for b in &c.members[1..] {
+                for (x, y) in [(a, b), (b, a)] {
+                    if let Some(p) = k.path(&c.scope, x, y) {
+                        let hops: Vec<String> = p
+                            .iter()
+                            .map(|e| format!("{} -> {} ({})", e.from, e.to, e.at))
+                            .collect();
+                        report.push_str(&format!("\n      {}", hops.join(", ")));
+                    }
+                }
+            }
+            found.insert(line);
+        }
+    }
+    let known: BTreeSet<String> = KNOWN
+        .iter()
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let new: Vec<&String> = found.difference(&known).collect();
+    let gone: Vec<&String> = known.difference(&found).collect();
+    assert!(
+        new.is_empty() && gone.is_empty(),
+        "import circles changed.\n  new (break them: see each path below): {new:?}\n  \
+         gone or changed (update KNOWN in this file): {gone:?}\nall circles:{report}"
+    );
+}
