@@ -17,8 +17,8 @@ use uuid::Uuid;
 use crate::api::ApiError;
 use crate::auth::{hash_token, Caller};
 use crate::endpoints::Routes;
-use crate::proxy::{Access, Authorize, Backend, Proxy, ProxyConfig};
 use crate::state::{now_ms, AppState};
+use gantry_proxy::{Access, Authorize, Backend, Proxy, ProxyConfig};
 
 /// What a route needs for access decisions.
 #[derive(Debug, Clone, PartialEq)]

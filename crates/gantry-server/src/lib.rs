@@ -17,7 +17,6 @@ mod monitoring;
 mod netpolicy;
 pub mod placement;
 mod private;
-pub mod proxy;
 mod registry;
 mod secrets;
 mod state;

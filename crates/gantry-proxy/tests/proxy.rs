@@ -15,9 +15,7 @@ use axum::response::IntoResponse;
 use axum::routing::{any, get, post};
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
-use gantry_server::proxy::{
-    host_endpoint, split_path, Access, Authorize, Backend, Proxy, ProxyConfig,
-};
+use gantry_proxy::{host_endpoint, split_path, Access, Authorize, Backend, Proxy, ProxyConfig};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
