@@ -6,7 +6,7 @@ use gantry_api::v1::Role;
 use gantry_store::{TokenRefusal, User, Visibility};
 use sha2::{Digest, Sha256};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
 pub fn hash_token(token: &str) -> String {
@@ -116,7 +116,7 @@ pub fn refusal_text(r: &TokenRefusal) -> String {
 }
 
 pub fn rfc3339(ms: i64) -> String {
-    crate::api::workflows::ts(ms)
+    crate::clock::ts(ms)
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_else(|_| ms.to_string())
 }

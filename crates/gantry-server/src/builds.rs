@@ -10,7 +10,7 @@ use gantry_intake::builds::{step_key, BuildPlan, PLATFORM};
 use gantry_spec::{ImageScope, Workflow};
 use sha2::{Digest, Sha256};
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// `docker://host/repo:tag` -> `docker://host/repo@digest`, so every node builds on exactly the

@@ -17,8 +17,10 @@ use gantry_intake::requests::{self, NewEndpoint};
 use gantry_store::{EndpointChange, EndpointRow, EndpointTokenRow, NewEvent, TakeoverRow};
 use uuid::Uuid;
 
-use crate::api::{ts, ApiError, JsonBody};
+use crate::api::JsonBody;
 use crate::auth::{hash_token, new_token, Caller, UserCaller};
+use crate::clock::ts;
+use crate::error::ApiError;
 use crate::plan::WorkflowPlan;
 use crate::state::{now_ms, AppState};
 

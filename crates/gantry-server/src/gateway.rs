@@ -14,9 +14,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
-use crate::api::ApiError;
 use crate::auth::{hash_token, Caller};
 use crate::endpoints::Routes;
+use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 use gantry_proxy::{Access, Authorize, Backend, Proxy, ProxyConfig};
 

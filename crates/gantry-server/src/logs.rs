@@ -15,8 +15,8 @@ use gantry_api::agent::{LogChunk, Stream};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::api::ApiError;
 use crate::auth::UserCaller;
+use crate::error::ApiError;
 use crate::state::AppState;
 
 fn stream_name(s: Stream) -> &'static str {

@@ -17,8 +17,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::api::ApiError;
 use crate::auth::MonitoringCaller;
+use crate::error::ApiError;
 use crate::holds::{apply_alerts, Applied};
 use crate::state::{now_ms, AppState};
 

@@ -17,8 +17,9 @@ use gantry_api::v1::{PutSecret, SecretInfo};
 use gantry_intake::requests::{self, SecretScope, SecretType, TypedSecret};
 use gantry_store::SecretKey;
 
-use crate::api::{ApiError, JsonBody};
+use crate::api::JsonBody;
 use crate::auth::{Caller, UserCaller};
+use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
 /// The sealing key, created on first start.
@@ -306,7 +307,7 @@ pub async fn list(
                 name: r.name,
                 kind: r.kind,
                 updated_by: r.updated_by,
-                updated_at: crate::api::ts(r.updated_at),
+                updated_at: crate::clock::ts(r.updated_at),
             })
             .collect(),
     ))

@@ -107,6 +107,4 @@ impl AppState {
     }
 }
 
-pub fn now_ms() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1_000_000
-}
+pub use crate::clock::now_ms;

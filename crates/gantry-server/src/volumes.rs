@@ -15,8 +15,9 @@ use gantry_intake::requests::{self, DEFAULT_STORAGE};
 use gantry_store::{StorageRow, VolumeRow};
 use uuid::Uuid;
 
-use crate::api::{ApiError, JsonBody};
+use crate::api::JsonBody;
 use crate::auth::{Caller, UserCaller};
+use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
 /// Where the built-in storage keeps volumes, beneath each agent's `--storage-root`.
@@ -100,7 +101,7 @@ fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
         name: v.name,
         storage: v.storage,
         created_by: v.created_by,
-        created_at: crate::api::ts(v.created_at),
+        created_at: crate::clock::ts(v.created_at),
         mounted_by,
     }
 }

@@ -9,9 +9,9 @@ use gantry_store::{StoreError, TokenRow, User, UserRow};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::workflows::ts;
 use super::{ApiError, JsonBody};
 use crate::auth::{hash_token, new_token, UserCaller};
+use crate::clock::ts;
 use crate::state::{now_ms, AppState};
 
 pub async fn create_user(

@@ -4,14 +4,14 @@
 pub(crate) mod admin;
 pub(crate) mod nodes;
 pub(crate) mod workflows;
-pub use workflows::{channel_of, ts, visible_workflow};
+pub use crate::error::ApiError;
+pub use workflows::{channel_of, visible_workflow};
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use gantry_api::v1::{Diagnostic, ErrorBody, WhoAmI};
-use gantry_store::StoreError;
+use gantry_api::v1::{ErrorBody, WhoAmI};
 
 use crate::auth::UserCaller;
 use crate::state::AppState;
@@ -154,50 +154,6 @@ async fn whoami(UserCaller(c): UserCaller) -> Json<WhoAmI> {
         group: c.user.group,
         role: c.role,
     })
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("missing or invalid bearer token")]
-    Unauthorized,
-    /// 401 for a token we know but refuse (expired, its user disabled), saying why.
-    #[error("{0}")]
-    TokenRefused(String),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{message}")]
-    Invalid {
-        message: String,
-        diagnostics: Vec<Diagnostic>,
-    },
-    #[error("{0}")]
-    Conflict(String),
-    /// 413: what was sent is larger than the server takes; `limit` is that size in bytes.
-    #[error("{message}")]
-    TooLarge { message: String, limit: u64 },
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl From<StoreError> for ApiError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound => ApiError::NotFound("not found".into()),
-            StoreError::Ambiguous(p) => ApiError::BadRequest(format!(
-                "{p} matches more than one id: give more characters"
-            )),
-            StoreError::Conflict(m) => ApiError::Conflict(m),
-            other => {
-                tracing::error!("store: {other}");
-                // 503: the store's trouble is usually transient (busy, disk); callers may retry.
-                ApiError::Internal(other.to_string())
-            }
-        }
-    }
 }
 
 impl IntoResponse for ApiError {

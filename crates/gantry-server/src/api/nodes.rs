@@ -7,9 +7,10 @@ use gantry_store::NodeRow;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::workflows::{event, ts};
+use super::workflows::event;
 use super::ApiError;
 use crate::auth::{Caller, UserCaller};
+use crate::clock::ts;
 use crate::state::{now_ms, AppState};
 
 async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {

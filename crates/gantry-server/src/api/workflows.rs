@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 
+use crate::clock::ts;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{
@@ -10,17 +11,11 @@ use gantry_api::TaskStatus;
 use gantry_intake::requests::{self, Refusal};
 use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use serde::Deserialize;
-use time::OffsetDateTime;
 use uuid::Uuid;
 
 use super::{ApiError, JsonBody, WORKFLOW_BODY_LIMIT};
 use crate::auth::{Caller, UserCaller};
 use crate::state::{now_ms, AppState};
-
-pub fn ts(ms: i64) -> OffsetDateTime {
-    OffsetDateTime::from_unix_timestamp_nanos(ms as i128 * 1_000_000)
-        .unwrap_or(OffsetDateTime::UNIX_EPOCH)
-}
 
 /// A refusal of a workflow file (or of a submit) before the store.
 fn refused(r: Refusal) -> ApiError {

@@ -32,8 +32,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler};
 use uuid::Uuid;
 
-use crate::api::ApiError;
 use crate::auth::{Caller, UserCaller};
+use crate::error::ApiError;
 use crate::state::AppState;
 
 /// How the MCP server behaves; from `gantry server`/`gantry up` flags.

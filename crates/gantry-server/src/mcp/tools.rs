@@ -23,8 +23,9 @@ use serde_json::json;
 
 use super::confirm::Action;
 use super::Shared;
-use crate::api::{self, ApiError, JsonBody};
+use crate::api::{self, JsonBody};
 use crate::auth::{Caller, UserCaller};
+use crate::error::ApiError;
 use crate::state::now_ms;
 
 pub(crate) struct ToolDef {

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::api::{ts, ApiError};
 use crate::auth::{Caller, UserCaller};
+use crate::clock::ts;
+use crate::error::ApiError;
 
 use super::manifest::{self, Descriptor};
 use super::names::{sha256_hex, Repo, Scope};

@@ -202,7 +202,7 @@ impl Registry {
         }
         match crate::auth::authenticate(&self.state, Some(&format!("Bearer {token}"))).await {
             Ok(c) => Ok(c),
-            Err(crate::api::ApiError::Unauthorized | crate::api::ApiError::TokenRefused(_)) => {
+            Err(crate::error::ApiError::Unauthorized | crate::error::ApiError::TokenRefused(_)) => {
                 Err(OciError::unauthorized())
             }
             Err(e) => Err(OciError::internal(e)),

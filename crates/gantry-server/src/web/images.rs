@@ -11,8 +11,8 @@ use axum::{Extension, Json};
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
 use crate::api::workflows::{self as wf_api, ListQuery};
-use crate::api::ApiError;
 use crate::auth::UserCaller;
+use crate::error::ApiError;
 use crate::registry::api::ImageInfo;
 use crate::registry::Registry;
 use crate::state::AppState;
@@ -145,7 +145,7 @@ pub async fn list(
                 node: t.node.clone().unwrap_or_default(),
                 reason: t.reason.clone().unwrap_or_default(),
                 log: format!("/workflows/{}/logs/{}", w.id, segment(&t.job)),
-                when: when(wf_api::ts(t.ended_at.unwrap_or(t.created_at))),
+                when: when(crate::clock::ts(t.ended_at.unwrap_or(t.created_at))),
             });
         }
     }

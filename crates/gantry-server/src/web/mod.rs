@@ -28,7 +28,7 @@ use axum::{Extension, Router};
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::registry::Registry;
 use crate::state::AppState;
 

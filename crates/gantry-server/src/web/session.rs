@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{page, Ctx, WebError};
-use crate::api::ApiError;
 use crate::auth::{self, Caller};
+use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
 const SESSION_COOKIE: &str = "gantry_session";

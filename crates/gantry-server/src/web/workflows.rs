@@ -776,7 +776,7 @@ async fn first_page(
     let shown = header_num(&resp, "x-gantry-attempt") as u32;
     let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
         .await
-        .map_err(|e| crate::api::ApiError::Internal(e.to_string()))?;
+        .map_err(|e| crate::error::ApiError::Internal(e.to_string()))?;
     let mut carry = body.to_vec();
     let (text, n) = take_utf8(&mut carry);
     Ok((text, shown, n))
@@ -902,7 +902,7 @@ pub async fn log_download(
         let next = header_num(&resp, "x-gantry-next-offset");
         let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
-            .map_err(|e| crate::api::ApiError::Internal(e.to_string()))?;
+            .map_err(|e| crate::error::ApiError::Internal(e.to_string()))?;
         if body.is_empty() || next <= offset {
             break;
         }
