@@ -50,7 +50,7 @@ pub async fn plan(
             credential: None,
             secret: None,
         };
-        let digest = gantry_agent::image::resolve_digest(&src, &st.config.pull)
+        let digest = gantry_oci::resolve_digest(&src, &st.config.pull, st.config.read_layout)
             .await
             .map_err(|e| {
                 ApiError::BadRequest(format!(

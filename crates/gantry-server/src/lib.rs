@@ -58,7 +58,12 @@ pub struct ServerConfig {
     pub endpoint_domain: String,
     /// How the server reaches registries (to pin build bases to digests): the agents' mirrors
     /// and plain-HTTP hosts.
-    pub pull: gantry_agent::image::PullConfig,
+    pub pull: gantry_oci::PullConfig,
+    /// Reads an `oci://` build base's digest beneath `pull.oci_roots`. Reading a layout on disk
+    /// safely is node code (`openat2`, no symlinks) that this crate does not link, so the
+    /// binary passes the agent's; the default reads none (and with no `oci_roots`, submit
+    /// refuses every layout before one is asked for).
+    pub read_layout: gantry_oci::ReadLayout,
     /// The MCP server at `/mcp`: read-only mode, allowed browser origins.
     pub mcp: mcp::McpConfig,
 }
@@ -74,6 +79,7 @@ impl ServerConfig {
             public_url: None,
             endpoint_domain: "endpoints.localhost".into(),
             pull: Default::default(),
+            read_layout: gantry_oci::read_no_layouts,
             mcp: Default::default(),
         }
     }

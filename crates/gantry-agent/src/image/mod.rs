@@ -12,15 +12,16 @@
 //!
 //! Layer directories are named without a `:` because overlayfs splits `lowerdir` on colons.
 
-pub mod hint;
 mod layout;
-mod reference;
 pub mod sif;
 pub mod unpack;
 
 pub use layout::LayoutDir;
+// References, pull configuration, the registry client and its errors' hints are shared with
+// the server (which must not link this crate): they live in gantry-oci.
+pub use gantry_oci::{check_oci_roots, hint, oci_path_allowed, parse_source, PullConfig, Source};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -31,35 +32,15 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use gantry_api::agent::{ImageSource, RegistryCredential};
-use oci_client::client::{linux_amd64_resolver, ClientConfig, ClientProtocol};
-use oci_client::errors::{OciDistributionError, OciErrorCode};
+use gantry_oci::{layout_whole, OciError};
+use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
-use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use crate::lock;
-
-pub use reference::{parse_source, Source};
-
-/// How this node reaches registries.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PullConfig {
-    /// Registry host -> base URL of a mirror to pull from instead, e.g.
-    /// `docker.io` -> `http://127.0.0.1:5000` (air-gapped sites). A mirror given as `http://`
-    /// is spoken to in plain HTTP. There is no fallback to the original registry.
-    #[serde(default)]
-    pub mirrors: BTreeMap<String, String>,
-    /// Registry hosts (`host` or `host:port`) that speak plain HTTP.
-    #[serde(default)]
-    pub insecure_hosts: Vec<String>,
-    /// Directories under which `oci://PATH` layouts may be read (`--oci-root`, absolute). A
-    /// layout elsewhere is refused, and none is read when the list is empty.
-    #[serde(default)]
-    pub oci_roots: Vec<PathBuf>,
-}
 
 /// What a container needs from its image's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +115,36 @@ pub enum ImageError {
     },
 }
 
+/// gantry-oci's errors keep their variants and messages here, so a pull's error reads (and
+/// matches) the same whether it came from a reference, the configuration or the registry.
+impl From<OciError> for ImageError {
+    fn from(e: OciError) -> Self {
+        match e {
+            OciError::InvalidSource { uri, reason } => ImageError::InvalidSource { uri, reason },
+            OciError::InvalidConfig(s) => ImageError::InvalidConfig(s),
+            OciError::Unauthorized {
+                registry,
+                reference,
+                detail,
+            } => ImageError::Unauthorized {
+                registry,
+                reference,
+                detail,
+            },
+            OciError::NotFound { reference, detail } => ImageError::NotFound { reference, detail },
+            OciError::Registry {
+                registry,
+                reference,
+                detail,
+            } => ImageError::Registry {
+                registry,
+                reference,
+                detail,
+            },
+        }
+    }
+}
+
 type Result<T, E = ImageError> = std::result::Result<T, E>;
 
 fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ImageError {
@@ -193,7 +204,7 @@ impl ImageStore {
     pub fn new(root: impl Into<PathBuf>, config: PullConfig) -> Result<Self> {
         let root = root.into();
         for (host, base) in &config.mirrors {
-            reference::mirror_host(base).map_err(|reason| {
+            gantry_oci::mirror_host(base).map_err(|reason| {
                 ImageError::InvalidConfig(format!("mirror for {host}: {reason}"))
             })?;
         }
@@ -290,7 +301,7 @@ impl ImageStore {
     ) -> Result<PreparedImage> {
         let display = original.whole();
         let (target, plain_http) =
-            reference::apply_mirror(&original, &self.config).map_err(ImageError::InvalidConfig)?;
+            gantry_oci::apply_mirror(&original, &self.config).map_err(ImageError::InvalidConfig)?;
         let registry = target.resolve_registry().to_owned();
         let mut plain: Vec<String> = self.config.insecure_hosts.clone();
         plain.extend(plain_http);
@@ -312,24 +323,10 @@ impl ImageStore {
             }
             clients
                 .entry(key)
-                .or_insert_with(|| {
-                    Client::new(ClientConfig {
-                        protocol: ClientProtocol::HttpsExcept(plain.clone()),
-                        platform_resolver: Some(Box::new(linux_amd64_resolver)),
-                        connect_timeout: Some(Duration::from_secs(30)),
-                        read_timeout: Some(Duration::from_secs(120)),
-                        ..Default::default()
-                    })
-                })
+                .or_insert_with(|| gantry_oci::client(plain.clone(), gantry_oci::PULL_READ_TIMEOUT))
                 .clone()
         };
-        let auth = match credential {
-            None => RegistryAuth::Anonymous,
-            Some(RegistryCredential::Basic { username, password }) => {
-                RegistryAuth::Basic(username.clone(), password.clone())
-            }
-            Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
-        };
+        let auth = gantry_oci::registry_auth(credential);
         let ctx = RegistryCtx {
             plain_http: plain.contains(&registry),
             client,
@@ -666,97 +663,7 @@ impl RegistryCtx {
     fn error(&self, e: OciDistributionError) -> ImageError {
         let registry = self.registry.clone();
         let reference = self.display.clone();
-        registry_error(e, registry, reference, self.plain_http)
-    }
-}
-
-/// A registry's error as an `ImageError`, its detail keeping the causes and the hint that fits
-/// them (see `hint`).
-fn registry_error(
-    e: OciDistributionError,
-    registry: String,
-    reference: String,
-    plain_http: bool,
-) -> ImageError {
-    let detail = hint::describe(&e, &registry, plain_http);
-    match &e {
-        OciDistributionError::AuthenticationFailure(_)
-        | OciDistributionError::UnauthorizedError { .. } => ImageError::Unauthorized {
-            registry,
-            reference,
-            detail,
-        },
-        OciDistributionError::ImageManifestNotFoundError(_) => {
-            ImageError::NotFound { reference, detail }
-        }
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope
-                .errors
-                .iter()
-                .any(|x| matches!(x.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)) =>
-        {
-            ImageError::Unauthorized {
-                registry,
-                reference,
-                detail,
-            }
-        }
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope.errors.iter().any(|x| {
-                matches!(
-                    x.code,
-                    OciErrorCode::ManifestUnknown
-                        | OciErrorCode::NameUnknown
-                        | OciErrorCode::NotFound
-                )
-            }) =>
-        {
-            ImageError::NotFound { reference, detail }
-        }
-        _ => ImageError::Registry {
-            registry,
-            reference,
-            detail,
-        },
-    }
-}
-
-/// The roots a node reads `oci://` layouts from must be absolute, without `..`: layout paths
-/// are matched against them component by component.
-pub fn check_oci_roots(roots: &[PathBuf]) -> Result<()> {
-    for r in roots {
-        if !r.is_absolute() || r.components().any(|c| c == std::path::Component::ParentDir) {
-            return Err(ImageError::InvalidConfig(format!(
-                "--oci-root {} must be an absolute path without `..`",
-                r.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Whether `path` lies beneath one of `roots` by its name alone (nothing is opened): what the
-/// server can check at submit. The node still opens it beneath its root, refusing symlinks.
-pub fn oci_path_allowed(roots: &[PathBuf], uri: &str) -> bool {
-    match parse_source(uri) {
-        Ok(Source::Layout { path, tag }) => {
-            let whole = layout_whole(&path, tag.as_deref());
-            roots.iter().any(|r| {
-                let inside = |p: &Path| {
-                    p.components().all(|c| c != std::path::Component::ParentDir) && p.starts_with(r)
-                };
-                inside(&path) || inside(&whole)
-            })
-        }
-        _ => false,
-    }
-}
-
-/// `PATH:TAG` as one path: a layout's directory may itself have a `:` in its name.
-fn layout_whole(path: &Path, tag: Option<&str>) -> PathBuf {
-    match tag {
-        Some(t) => PathBuf::from(format!("{}:{t}", path.display())),
-        None => path.to_path_buf(),
+        gantry_oci::registry_error(e, registry, reference, self.plain_http).into()
     }
 }
 
@@ -902,10 +809,6 @@ fn sync_fs(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
-fn plain_http_to(registry: &str, insecure: &[String], extra: &[String]) -> bool {
-    insecure.iter().chain(extra).any(|h| h == registry)
-}
-
 pub(crate) fn pid_alive(pid: i32) -> bool {
     if pid <= 0 {
         return false;
@@ -915,45 +818,27 @@ pub(crate) fn pid_alive(pid: i32) -> bool {
 }
 
 /// The manifest digest an image source names now, without pulling it: what a build is keyed
-/// on (never a tag, which can move). Goes through the same mirrors and plain-HTTP list as
-/// pulls. For a registry it returns the digest of the platform manifest (linux/amd64).
+/// on (see [`gantry_oci::resolve_digest`]), an `oci://` layout read as a pull reads it.
 pub async fn resolve_digest(src: &ImageSource, config: &PullConfig) -> Result<String> {
-    match parse_source(&src.uri)? {
-        Source::Registry(original) | Source::Sif(original) => {
-            let (target, plain_http) =
-                reference::apply_mirror(&original, config).map_err(ImageError::InvalidConfig)?;
-            let plain_extra: Vec<String> = plain_http.into_iter().collect();
-            let mut plain: Vec<String> = config.insecure_hosts.clone();
-            plain.extend(plain_extra.iter().cloned());
-            let client = Client::new(ClientConfig {
-                protocol: ClientProtocol::HttpsExcept(plain),
-                platform_resolver: Some(Box::new(linux_amd64_resolver)),
-                connect_timeout: Some(Duration::from_secs(30)),
-                read_timeout: Some(Duration::from_secs(60)),
-                ..Default::default()
-            });
-            let auth = match &src.credential {
-                None => RegistryAuth::Anonymous,
-                Some(RegistryCredential::Basic { username, password }) => {
-                    RegistryAuth::Basic(username.clone(), password.clone())
-                }
-                Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
-            };
-            let (_, digest) = client
-                .pull_image_manifest(&target, &auth)
-                .await
-                .map_err(|e| {
-                    let registry = target.resolve_registry().to_owned();
-                    let plain = plain_http_to(&registry, &config.insecure_hosts, &plain_extra);
-                    registry_error(e, registry, original.whole(), plain)
-                })?;
-            Ok(digest)
-        }
-        Source::Layout { path, tag } => {
-            let (dir, tag) = open_layout(&config.oci_roots, &path, tag)?;
-            Ok(layout::resolve(&dir, tag.as_deref())?.0)
-        }
-    }
+    gantry_oci::resolve_digest(src, config, layout_digest).await
+}
+
+/// The digest of the layout at `path` (with its tag), opened beneath `roots` as a pull opens
+/// it: a missing or refused layout answers as a pull would.
+fn layout_digest(roots: &[PathBuf], path: &Path, tag: Option<String>) -> Result<String> {
+    let (dir, tag) = open_layout(roots, path, tag)?;
+    Ok(layout::resolve(&dir, tag.as_deref())?.0)
+}
+
+/// This node's layout reader, for a server in the same binary: the server resolves a build's
+/// `oci://` base to its digest at submit (the build's cache keys start from it) but must not
+/// link this crate, so the binary hands it this function.
+pub fn read_layout(
+    roots: &[PathBuf],
+    path: &Path,
+    tag: Option<String>,
+) -> std::result::Result<String, gantry_oci::BoxError> {
+    layout_digest(roots, path, tag).map_err(Into::into)
 }
 
 #[cfg(test)]
@@ -984,5 +869,42 @@ mod tests {
         assert_eq!(bare, ImageConfig::default());
         let arm = parse_image_config("d", "r", br#"{"os":"linux","architecture":"arm64"}"#);
         assert!(matches!(arm, Err(ImageError::WrongPlatform { .. })));
+    }
+
+    /// gantry-oci's errors read the same as the agent's: the messages users see of a failed
+    /// pull did not change when they moved.
+    #[test]
+    fn oci_errors_keep_their_messages() {
+        let (r, g, d) = ("docker.io/library/x:1", "docker.io", "401 Unauthorized");
+        let cases = [
+            OciError::InvalidSource {
+                uri: "http://x".into(),
+                reason: "expected docker://REF".into(),
+            },
+            OciError::InvalidConfig("mirror for docker.io: bad".into()),
+            OciError::Unauthorized {
+                registry: g.into(),
+                reference: r.into(),
+                detail: d.into(),
+            },
+            OciError::NotFound {
+                reference: r.into(),
+                detail: d.into(),
+            },
+            OciError::Registry {
+                registry: g.into(),
+                reference: r.into(),
+                detail: d.into(),
+            },
+        ];
+        for e in cases {
+            let text = e.to_string();
+            let converted = ImageError::from(e);
+            assert_eq!(converted.to_string(), text);
+        }
+        assert!(matches!(
+            ImageError::from(parse_source("http://x").unwrap_err()),
+            ImageError::InvalidSource { .. }
+        ));
     }
 }

@@ -195,7 +195,7 @@ fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiErr
     let roots = &st.config.pull.oci_roots;
     let outside: Vec<String> = crate::plan::layouts(wf)
         .into_iter()
-        .filter(|(_, uri)| !gantry_agent::image::oci_path_allowed(roots, uri))
+        .filter(|(_, uri)| !gantry_oci::oci_path_allowed(roots, uri))
         .map(|(at, uri)| format!("{at}: {uri}"))
         .collect();
     if outside.is_empty() {

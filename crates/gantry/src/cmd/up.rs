@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use gantry_agent::image::PullConfig;
 use gantry_agent::node::{detect_capacity, AgentConfig};
 use gantry_agent::runtime::{IdRange, JOB_IDS};
 use gantry_api::agent::Capacity;
 use gantry_api::v1::Role;
+use gantry_oci::PullConfig;
 use gantry_server::{Server, ServerConfig};
 
 use super::monitoring::{MonitoringOptions, Stack};
@@ -52,8 +52,7 @@ impl RegistryArgs {
             };
             mirrors.insert(reg.to_string(), url.to_string());
         }
-        gantry_agent::image::check_oci_roots(&self.oci_roots)
-            .map_err(|e| UsageError(e.to_string()))?;
+        gantry_oci::check_oci_roots(&self.oci_roots).map_err(|e| UsageError(e.to_string()))?;
         Ok(PullConfig {
             mirrors,
             insecure_hosts: self.insecure.clone(),
@@ -325,6 +324,7 @@ async fn embedded(
     }
     let mut config = ServerConfig::new(listen, data_dir.join("server"));
     config.pull = pull.clone();
+    config.read_layout = gantry_agent::image::read_layout;
     config.heartbeat_interval = Duration::from_secs(2);
     config.heartbeat_timeout = Duration::from_secs(15);
     config.mcp = mcp.config();
@@ -735,6 +735,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     config.public_url = args.public_url;
     config.endpoint_domain = args.endpoint_domain;
     config.pull = args.registry.pull_config()?;
+    config.read_layout = gantry_agent::image::read_layout;
     config.mcp = args.mcp.config();
     let server = Server::start(config).await?;
     let url = format!("http://{}", server.addr);

@@ -1,7 +1,7 @@
 //! Why a registry could not be reached, from the error's chain of causes, and the hint that
 //! fits that cause: a name that does not resolve, nothing listening, TLS spoken to a plain-HTTP
 //! registry, a timeout. Refusals (401/403) and unknown manifests (404) are variants of
-//! oci-client's error and have their own `ImageError`s.
+//! oci-client's error and have their own `OciError`s.
 
 use std::error::Error as StdError;
 use std::io;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use oci_client::Reference;
 
-use super::{ImageError, PullConfig};
+use crate::{OciError, PullConfig};
 
 /// Where an image comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,8 +19,8 @@ pub enum Source {
     Sif(Reference),
 }
 
-pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
-    let invalid = |reason: &str| ImageError::InvalidSource {
+pub fn parse_source(uri: &str) -> Result<Source, OciError> {
+    let invalid = |reason: &str| OciError::InvalidSource {
         uri: uri.to_owned(),
         reason: reason.to_owned(),
     };
@@ -50,7 +50,7 @@ pub fn parse_source(uri: &str) -> Result<Source, ImageError> {
         }
         // Split by the name alone: looking at the path here would tell a workflow what exists
         // on the node. A layout whose directory has a `:` in its name is still found when it
-        // is opened (`open_layout` tries the whole name too).
+        // is opened (the agent's `open_layout` tries the whole name too).
         if let Some((path, tag)) = rest.rsplit_once(':') {
             if !tag.is_empty() && !tag.contains('/') {
                 return Ok(Source::Layout {
