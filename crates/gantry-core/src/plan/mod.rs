@@ -3,23 +3,27 @@
 //! controller never re-parses YAML and a server upgrade cannot change a running workflow.
 //!
 //! Pure, as the rest of core: the server compiles at submit and stores the plan; the controller
-//! reads it back. The server checks what the file asks for against what Gantry supports first
-//! ([`support`]).
+//! reads it back and builds what each agent is told from it ([`assign`]). The server checks
+//! what the file asks for against what Gantry supports first ([`support`]).
 
 use std::collections::BTreeMap;
 
 use gantry_api::agent::{InjectedFile, Probe, ServicePort, TransferSpec};
 use serde::{Deserialize, Serialize};
 
+pub mod assign;
 pub mod builds;
 mod compile;
 mod steps;
 mod support;
+mod view;
 mod volumes;
 
+pub use assign::{assignment, endpoint_location, task_label, Placed, Site, EXCLUSIVE};
 pub use compile::compile;
 pub use support::{layouts, support, Support};
-pub use volumes::{PersistentPlan, ResolvedVolume};
+pub use view::job_view_of;
+pub use volumes::{volume_dir, PersistentPlan, ResolvedVolume};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkflowPlan {

@@ -1,5 +1,5 @@
-//! A workflow's volumes in its plan: the persistent ones the server resolves at submit, and the
-//! transfer steps that move a volume's data in and out.
+//! A workflow's volumes in its plan: the persistent ones the server resolves at submit, the
+//! transfer steps that move a volume's data in and out, and where each volume lives on a node.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::compile::b64;
-use super::{DepPlan, JobPlan};
+use super::{DepPlan, JobPlan, WorkflowPlan};
 
 /// A persistent volume a workflow mounts: what the file asks for, and (filled in by the server
 /// at submit) the volume it is.
@@ -149,6 +149,24 @@ pub(super) fn attach_transfers(wf: &Workflow, jobs: &mut Vec<JobPlan>) {
         }
     }
     jobs.splice(0..0, first);
+}
+
+/// Where a workflow's volume lives on a node: a persistent one in its storage (resolved at
+/// submit), an ephemeral one beneath the storage root, per workflow.
+pub fn volume_dir(
+    plan: &WorkflowPlan,
+    pool: &str,
+    wf: Uuid,
+    volume: &str,
+) -> (String, Option<String>) {
+    match plan
+        .persistent
+        .get(volume)
+        .and_then(|v| v.resolved.as_ref())
+    {
+        Some(r) => (r.dir.clone(), r.root.clone()),
+        None => (format!("{pool}/ephemeral/{wf}/{volume}"), None),
+    }
 }
 
 #[cfg(test)]
