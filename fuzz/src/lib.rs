@@ -7,10 +7,10 @@ use gantry_api::v1::{
     CreateEndpoint, CreateEndpointToken, CreateUser, PlaceHold, PutSecret, ReleaseHolds, Setting,
     SubmitWorkflow, ValidateWorkflow,
 };
+use gantry_core::plan::{self, WorkflowPlan};
 use gantry_core::takeover::Mode;
 use gantry_intake::alertmanager;
 use gantry_intake::mcp::{self, Call};
-use gantry_intake::plan::{self, WorkflowPlan};
 use gantry_intake::requests::{self, Refusal};
 use serde::Deserialize;
 

@@ -1,7 +1,7 @@
 //! What the server takes in from callers, read and checked before anything touches the store:
 //! the `/api/v1` request bodies ([`requests`]), the MCP tools' arguments ([`mcp`]), the
-//! Alertmanager webhook's payload ([`alertmanager`]), and workflow files compiled into the
-//! plans the controller runs ([`plan`]).
+//! Alertmanager webhook's payload ([`alertmanager`]). A workflow file's body is checked here
+//! and compiled by core (`gantry_core::plan`).
 //!
 //! Pure: no I/O, no async, no clock reads (the time is passed in). The server's handlers call
 //! these functions and then do what needs the store; the fuzz targets (`fuzz/`) call the same
@@ -10,10 +10,13 @@
 //! Errors are messages for the caller; the server chooses the status.
 
 pub mod alertmanager;
-pub mod builds;
 pub mod mcp;
-pub mod plan;
 pub mod requests;
+
+// The plan moved to core; the server's files still name it here until they import it from
+// there (`crate::plan`, the server's one re-export).
+pub use gantry_core::plan;
+pub use gantry_core::plan::builds;
 
 /// Decodes a JSON body as the server does: axum's `Json` (behind the API's `JsonBody`) and the
 /// webhook both read the whole body with `serde_json` and refuse trailing data.

@@ -10,10 +10,9 @@ use gantry_api::v1::{
 };
 use gantry_api::WorkflowStatus;
 use gantry_core::holds::HoldType;
+use gantry_core::plan::{self, WorkflowPlan};
 use gantry_core::takeover::Mode;
 use gantry_spec::Workflow;
-
-use crate::plan::{self, WorkflowPlan};
 
 /// Why a workflow file or a submit is refused.
 #[derive(Debug, Clone, PartialEq)]

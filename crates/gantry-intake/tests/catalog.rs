@@ -10,7 +10,8 @@
 //! Each file states the refusals that remain expected (none now): a refusal that disappears,
 //! or a new one, fails the test.
 
-use gantry_intake::{plan, requests};
+use gantry_core::plan;
+use gantry_intake::requests;
 use std::collections::BTreeMap;
 
 /// Per file, what `support` refuses today. A file not listed must pass: since issue 15

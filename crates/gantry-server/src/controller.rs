@@ -12,19 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gantry_api::agent::{
-    Assignment, BuildSpec, Capacity, ChoreKind, GangMember, HostEntry, ImageSource, MultinodeSpec,
-    NetworkSpec, Resources, ServerMessage, ServiceSpec, TransferSpec, VolumeMount,
+    Assignment, Capacity, ChoreKind, GangMember, MultinodeSpec, Resources, ServerMessage,
 };
 use gantry_api::{EndCause, NodeState, TaskStatus};
-use gantry_core::engine::{
-    self, Action, Ended, JobView, LiveAttempt, RetryOn, TaskView, WorkflowView,
-};
+use gantry_core::engine::{self, Action, Ended, LiveAttempt, TaskView, WorkflowView};
 use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
 use gantry_store::{ActiveWorkflow, AttemptRow, Change, ChoreRow, NewEvent, TaskRow, WorkflowRow};
 use uuid::Uuid;
 
 use crate::placement::request_of;
-use crate::plan::{JobPlan, WorkflowPlan};
+use crate::plan::{self, WorkflowPlan, EXCLUSIVE};
 use crate::state::{now_ms, AppState};
 
 pub fn spawn(st: AppState) {
@@ -113,40 +110,11 @@ impl Cache {
     }
 }
 
-pub fn job_view_of(j: &JobPlan) -> JobView {
-    JobView {
-        name: j.name.clone(),
-        depends_on: j
-            .depends_on
-            .iter()
-            .map(|d| gantry_core::engine::Dependency {
-                name: d.name.clone(),
-                running: d.running,
-            })
-            .collect(),
-        service: j
-            .service
-            .as_ref()
-            .map(|s| gantry_core::engine::ServiceView { persist: s.persist }),
-        concurrency: j.concurrency,
-        attempts: j.attempts,
-        retry_on: RetryOn {
-            failure: j.retry_on_failure,
-            node: j.retry_on_node,
-        },
-        timeout_ms: j.timeout_ms,
-        tasks: vec![],
-        ended: Default::default(),
-        pending_unlisted: 0,
-        gang: j.multinode.as_ref().map(|m| m.nodes),
-    }
-}
+// Agent sessions build their job views as the tick does.
+pub use crate::plan::job_view_of;
 
 pub(crate) fn task_label(t: &TaskRow) -> String {
-    match t.index {
-        Some(i) => format!("{}[{i}]", t.job),
-        None => t.job.clone(),
-    }
+    plan::task_label(&t.job, t.index)
 }
 
 /// An egress step that will never run (a step before it failed, or the workflow was stopped)
@@ -543,6 +511,12 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             .collect();
         let rows: HashMap<&str, &gantry_store::NodeRow> =
             nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let (public_url, registry_host) = (st.public_url(), st.registry_host());
+        let site = plan::Site {
+            public_url: &public_url,
+            endpoint_domain: &st.config.endpoint_domain,
+            registry_host: &registry_host,
+        };
         let plan = scheduler::schedule(&views, &requests);
         for placed in plan.placements {
             let p = &placing[placed.key];
@@ -564,17 +538,23 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 .job(&p.task.job)
                 .is_some_and(|j| j.multinode.is_some())
                 .then(|| gang_spec(p, &tasks, &nodes, &ids, &rows));
+            let services = service_addresses(p.aw, p.plan);
+            let peers = crate::netpolicy::addresses(p.aw);
             for (i, ((task, node), attempt_id)) in tasks.iter().zip(&nodes).zip(&ids).enumerate() {
-                let member = Placing {
-                    aw: p.aw,
+                let member = plan::Placed {
                     plan: p.plan,
-                    task,
-                    others: vec![],
+                    workflow: p.aw.workflow.id,
+                    group: &p.aw.workflow.group,
+                    job: &task.job,
+                    index: task.index,
+                    attempts_made: task.attempts,
+                    services: &services,
+                    peers: &peers,
                 };
                 let pool = rows
                     .get(node.as_str())
                     .map_or("default", |n| n.pool.as_str());
-                let mut asg = assignment(st, &member, *attempt_id, pool);
+                let mut asg = plan::assignment(&site, &member, *attempt_id, pool);
                 if let Some(spec) = &gang {
                     asg.multinode = Some(MultinodeSpec {
                         index: i as u32,
@@ -657,206 +637,21 @@ fn stop(
     ));
 }
 
-/// Marks an exclusive attempt in its resources, so the node stays whole for it.
-const EXCLUSIVE: &str = "gantry.io/exclusive";
-
-/// Where users reach an endpoint: (URL, path the app sees). Per-workflow path endpoints keep
-/// the full path; persistent ones (`/e/NAME/`) and subdomains are stripped to `/`.
-pub fn endpoint_location(
-    st: &AppState,
-    wf: Uuid,
-    e: &crate::plan::EndpointPlan,
-) -> (String, String) {
-    let base = st.public_url();
-    match (&e.attach, e.kind.as_str()) {
-        (Some(name), _) => (format!("{base}/e/{name}/"), "/".into()),
-        (None, "subdomain") => {
-            let (scheme, port) = scheme_and_port(&base);
-            (
-                format!(
-                    "{scheme}://{}-{}.{}{port}/",
-                    e.name,
-                    &wf.to_string()[..8],
-                    st.config.endpoint_domain
-                ),
-                "/".into(),
-            )
-        }
-        (None, _) => {
-            let path = format!("/w/{wf}/{}/", e.name);
-            (format!("{base}{path}"), path)
-        }
-    }
-}
-
-/// The scheme of a base URL and its explicit port as `:PORT` (empty without one), for URLs on
-/// other hosts of the same server: `https://gantry.example.com` has no port to keep.
-fn scheme_and_port(base: &str) -> (&str, String) {
-    let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let port = authority
-        .rsplit_once(':')
-        .filter(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-        .map(|(_, p)| format!(":{p}"))
-        .unwrap_or_default();
-    (scheme, port)
-}
-
-fn env_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-fn assignment(st: &AppState, p: &Placing, attempt_id: Uuid, pool: &str) -> Assignment {
-    let wf = &p.aw.workflow;
-    let jp = p
-        .plan
-        .job(&p.task.job)
-        .expect("placed tasks have a job plan");
-    let mut env = jp.env.clone();
-    if let Some(svc) = &jp.service {
-        for e in &svc.endpoints {
-            let (url, path) = endpoint_location(st, wf.id, e);
-            env.push(format!("FB_ENDPOINT_URL_{}={url}", env_name(&e.name)));
-            env.push(format!("FB_ENDPOINT_PATH_{}={path}", env_name(&e.name)));
-        }
-    }
-    // Every container of a workflow with services is on its node's bridge (or, with host
-    // networking, in its node's namespace), reaches each ready service as `<service>.svc`,
-    // and its workflow's other containers (the node's firewall keeps it from everyone
-    // else's). A host-network service's address is its node's, as its agent reports it, so
-    // the same entry names it; its node ports are listed for the firewall to let through.
-    // Egress is filled in when it is sent.
-    let services: Vec<(&JobPlan, &AttemptRow)> = p
-        .plan
-        .jobs
+/// (service job, address) of each of the workflow's services whose task has a live attempt
+/// with an address: what its other containers reach it at.
+fn service_addresses<'a>(
+    aw: &'a ActiveWorkflow,
+    plan: &'a WorkflowPlan,
+) -> Vec<(&'a str, &'a str)> {
+    plan.jobs
         .iter()
         .filter(|j| j.service.is_some())
         .filter_map(|j| {
-            let task = p.aw.tasks.iter().find(|t| t.job == j.name)?;
-            let live = p.aw.live.iter().find(|a| Some(a.id) == task.live_attempt)?;
-            Some((j, live))
+            let task = aw.tasks.iter().find(|t| t.job == j.name)?;
+            let live = aw.live.iter().find(|a| Some(a.id) == task.live_attempt)?;
+            Some((j.name.as_str(), live.address.as_deref()?))
         })
-        .collect();
-    let network = (p.plan.has_services() || jp.host_network).then(|| NetworkSpec {
-        egress: true,
-        node_services: services
-            .iter()
-            .filter_map(|(j, a)| Some((j, a.address.as_deref()?)))
-            .flat_map(|(j, address)| {
-                j.host_ports
-                    .iter()
-                    .map(move |port| format!("{address}:{port}"))
-            })
-            .collect(),
-        peers: crate::netpolicy::addresses(p.aw),
-        hosts: services
-            .iter()
-            .filter_map(|(j, a)| {
-                Some(HostEntry {
-                    name: format!("{}.svc", j.name),
-                    address: a.address.clone()?,
-                })
-            })
-            .collect(),
-    });
-    env.push(format!("FB_WORKFLOW_ID={}", wf.id));
-    env.push(format!("FB_ACCOUNT_ID={}", wf.group));
-    // A multinode member's index is its rank of node, not an array's FB_TASK_ID.
-    if let (Some(i), None) = (p.task.index, &jp.multinode) {
-        env.push(format!("FB_TASK_ID={i}"));
-    }
-    let mut devices = jp.devices.clone();
-    if jp.exclusive {
-        devices.insert(EXCLUSIVE.into(), 1);
-    }
-    Assignment {
-        attempt_id,
-        workflow_id: wf.id,
-        task: task_label(p.task),
-        attempt: p.task.attempts + 1,
-        image: ImageSource {
-            uri: jp.image.clone(),
-            credential: None,
-            secret: jp.image_secret.clone(),
-        },
-        argv: jp.argv.clone(),
-        env,
-        cwd: jp.cwd.clone(),
-        mounts: jp
-            .mounts
-            .iter()
-            .map(|(target, volume)| {
-                let (source, root) = volume_dir(p, pool, wf.id, volume);
-                VolumeMount {
-                    target: target.clone(),
-                    source,
-                    root,
-                    read_only: false,
-                }
-            })
-            .collect(),
-        files: jp.files.clone(),
-        resources: Resources {
-            cpus: jp.cores as f64,
-            memory_bytes: jp.memory_bytes,
-            devices,
-        },
-        network,
-        service: jp.service.as_ref().map(|s| ServiceSpec {
-            ports: s.ports.clone(),
-            readiness: s.readiness.clone(),
-        }),
-        build: jp.build.as_ref().and_then(|name| {
-            let b = p.plan.builds.iter().find(|b| &b.name == name)?;
-            Some(BuildSpec {
-                registry: st.registry_host(),
-                repository: b.repository.clone(),
-                tag: b.final_key(),
-                base: ImageSource {
-                    uri: b.base.clone(),
-                    credential: None,
-                    secret: None,
-                },
-                steps: b.steps.clone(),
-                cached: vec![],
-                env: b.env.clone(),
-                network: "none".into(),
-                timeout_secs: 3600,
-            })
-        }),
-        transfer: jp.transfer.as_ref().map(|t| {
-            let (volume, root) = volume_dir(p, pool, wf.id, &t.volume);
-            TransferSpec {
-                volume,
-                root,
-                ..t.clone()
-            }
-        }),
-        host_network: jp.host_network,
-        multinode: None,
-    }
-}
-
-/// Where a workflow's volume lives on a node: a persistent one in its storage (resolved at
-/// submit), an ephemeral one beneath the storage root, per workflow.
-fn volume_dir(p: &Placing, pool: &str, wf: Uuid, volume: &str) -> (String, Option<String>) {
-    match p
-        .plan
-        .persistent
-        .get(volume)
-        .and_then(|v| v.resolved.as_ref())
-    {
-        Some(r) => (r.dir.clone(), r.root.clone()),
-        None => (format!("{pool}/ephemeral/{wf}/{volume}"), None),
-    }
+        .collect()
 }
 
 /// A node whose agent has been silent past the heartbeat timeout is DOWN; its attempts end
@@ -941,7 +736,7 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
 /// its storage.
 pub(crate) async fn remove_persistent(
     st: &AppState,
-    v: &gantry_intake::plan::ResolvedVolume,
+    v: &plan::ResolvedVolume,
 ) -> anyhow::Result<()> {
     let pools: BTreeSet<String> = match &v.pool {
         Some(p) => [p.clone()].into(),
@@ -992,30 +787,4 @@ async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::scheme_and_port;
-
-    #[test]
-    fn scheme_and_port_keeps_only_an_explicit_port() {
-        assert_eq!(
-            scheme_and_port("http://127.0.0.1:8080"),
-            ("http", ":8080".to_string())
-        );
-        assert_eq!(
-            scheme_and_port("https://gantry.example.com"),
-            ("https", String::new())
-        );
-        assert_eq!(
-            scheme_and_port("https://gantry.example.com:8443/base"),
-            ("https", ":8443".to_string())
-        );
-        assert_eq!(scheme_and_port("http://[::1]"), ("http", String::new()));
-        assert_eq!(
-            scheme_and_port("http://[::1]:9000"),
-            ("http", ":9000".to_string())
-        );
-    }
 }

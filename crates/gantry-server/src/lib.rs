@@ -33,7 +33,7 @@ use std::time::Duration;
 use anyhow::Context;
 use gantry_store::{SqliteStore, Store};
 
-pub use gantry_intake::plan;
+pub use gantry_core::plan;
 pub use state::AppState;
 
 /// One controller tick, as the server's loop runs it. For `benches/controller.rs` only: a

@@ -2,8 +2,8 @@
 //! step keyed (`gantry_core::build`). The server resolves the base and computes the keys at
 //! submit (it needs the base's registry for that); the plan only holds the result.
 
+use crate::build as keys;
 use gantry_api::agent::BuildStep;
-use gantry_core::build as keys;
 use serde::{Deserialize, Serialize};
 
 /// Builds run for this platform.
