@@ -13,11 +13,6 @@ pub mod alertmanager;
 pub mod mcp;
 pub mod requests;
 
-// The plan moved to core; the server's files still name it here until they import it from
-// there (`crate::plan`, the server's one re-export).
-pub use gantry_core::plan;
-pub use gantry_core::plan::builds;
-
 /// Decodes a JSON body as the server does: axum's `Json` (behind the API's `JsonBody`) and the
 /// webhook both read the whole body with `serde_json` and refuse trailing data.
 pub fn json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, serde_json::Error> {

@@ -3,10 +3,10 @@
 //! (`build:NAME`) that the jobs using the image depend on, unless the object cache already
 //! holds its result, in which case no build runs at all.
 
+use crate::plan::builds::{step_key, BuildPlan, PLATFORM};
 use base64::Engine;
 use gantry_api::agent::{BuildFile, BuildStep, ImageSource};
 use gantry_core::build::{self as keys, FileInput, Step};
-use gantry_intake::builds::{step_key, BuildPlan, PLATFORM};
 use gantry_spec::{ImageScope, Workflow};
 use sha2::{Digest, Sha256};
 

@@ -141,7 +141,7 @@ fn env_value(secret: TypedSecret) -> String {
 /// purpose have a type that serves it, so it fails there, not later.
 pub async fn check_refs(
     st: &AppState,
-    plan: &gantry_intake::plan::WorkflowPlan,
+    plan: &crate::plan::WorkflowPlan,
     user: &str,
     group: &str,
 ) -> Result<(), ApiError> {
@@ -188,10 +188,7 @@ pub async fn check_refs(
 
 /// The remote ends of transfers that name `uri` as their secret, with the secret type each
 /// needs.
-fn transfer_uses(
-    plan: &gantry_intake::plan::WorkflowPlan,
-    uri: &str,
-) -> Vec<(String, &'static str)> {
+fn transfer_uses(plan: &crate::plan::WorkflowPlan, uri: &str) -> Vec<(String, &'static str)> {
     plan.jobs
         .iter()
         .filter_map(|j| j.transfer.as_ref())

@@ -6,11 +6,11 @@
 //! (made on first use, as Fuzzball v3 did); the server resolves them at submit and the plan
 //! carries where each lives.
 
+use crate::plan::{ResolvedVolume, WorkflowPlan};
 use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::Json;
 use gantry_api::v1::{AddStorage, CreateVolume, StorageInfo, VolumeInfo};
-use gantry_intake::plan::{ResolvedVolume, WorkflowPlan};
 use gantry_intake::requests::{self, DEFAULT_STORAGE};
 use gantry_store::{StorageRow, VolumeRow};
 use uuid::Uuid;
