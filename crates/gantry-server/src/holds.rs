@@ -106,8 +106,10 @@ async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<Hold>), 
     ))
 }
 
-/// Applies deferred holds of a pool while its cap allows.
-pub async fn promote(st: &AppState, pool: &str) -> Result<usize, ApiError> {
+/// Applies deferred holds of a pool while its cap allows. The caller holds the decision lock,
+/// as for every hold decision: a promotion read outside it could take the pool's last slot
+/// under the cap while an alert's decision, reading the same count, takes it too.
+async fn promote_locked(st: &AppState, pool: &str) -> Result<usize, ApiError> {
     let (view, holds) = pool_state(st, pool).await?;
     let ids = holds::promotions(&holds, &view);
     let changes: Vec<HoldChange> = ids
@@ -123,10 +125,12 @@ pub async fn promote(st: &AppState, pool: &str) -> Result<usize, ApiError> {
     Ok(changes.len())
 }
 
-/// Promotes in every pool (room frees when holds are released or nodes join).
+/// Promotes in every pool (room frees when holds are released or nodes join), under the
+/// decision lock.
 pub async fn promote_all(st: &AppState) -> Result<(), ApiError> {
+    let _guard = st.hold_lock.lock().await;
     for p in crate::placement::pools(st).await? {
-        promote(st, &p).await?;
+        promote_locked(st, &p).await?;
     }
     Ok(())
 }
@@ -361,7 +365,7 @@ pub async fn release(
     c.require_admin()?;
     let requests::Release { hold, reason } =
         requests::release_holds(req).map_err(ApiError::BadRequest)?;
-    let pool = {
+    {
         let _guard = st.hold_lock.lock().await;
         let node = st
             .store
@@ -413,9 +417,9 @@ pub async fn release(
             }
         }
         st.store.apply_holds(&changes, now_ms()).await?;
-        node.pool
-    };
-    promote(&st, &pool).await?;
+        // The room this frees goes to deferred holds in the same decision.
+        promote_locked(&st, &node.pool).await?;
+    }
     st.wake_controller();
     let after = st.store.holds(Some(&name), true).await?;
     Ok(Json(
@@ -452,4 +456,93 @@ pub fn describe(h: &HoldRow) -> String {
         &h.id.to_string()[..8],
         h.reason
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use gantry_store::{HoldChange, HoldRow, NodeRegistration, SqliteStore, Store};
+    use uuid::Uuid;
+
+    use super::promote_all;
+    use crate::state::AppState;
+
+    fn hold(node: &str, state: &str) -> HoldRow {
+        HoldRow {
+            id: Uuid::new_v4(),
+            node: node.into(),
+            pool: "default".into(),
+            kind: "cordon".into(),
+            source: "monitoring".into(),
+            state: state.into(),
+            alertname: Some("DiskFull".into()),
+            fingerprint: Some(format!("fp-{node}")),
+            episode: Some("2026-12-02T00:00:00Z".into()),
+            release_rule: "auto".into(),
+            reason: "disk full".into(),
+            created_by: "monitoring".into(),
+            created_at: 1,
+            activated_at: None,
+            alert_resolved_at: None,
+            released_by: None,
+            released_at: None,
+            release_reason: None,
+        }
+    }
+
+    /// A promotion (here an agent's connect; a release's is in its own decision) and an alert's decision race
+    /// for a pool's last slot under the cap. The promotion must wait for the decision in
+    /// flight and then see the slot taken; read outside the lock, it would take the slot too
+    /// and the pool would be held past its cap.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_promotion_waits_for_an_alert_decision_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(&dir.path().join("g.db")).await.unwrap());
+        // Five nodes: the default cap of 20 % lets monitoring hold one.
+        for i in 0..5 {
+            let reg = NodeRegistration {
+                name: format!("n{i}"),
+                pool: "default".into(),
+                capacity: r#"{"cpus":2,"memory_bytes":1073741824}"#.into(),
+                version: "test".into(),
+                ..Default::default()
+            };
+            store.register_node(&reg, 1).await.unwrap();
+        }
+        let config = crate::ServerConfig::new("127.0.0.1:0".parse().unwrap(), dir.path().into());
+        let st = AppState::new(store.clone(), config, [7; 32], 1);
+        // n0's hold waits for room.
+        let deferred = hold("n0", "DEFERRED");
+        store
+            .apply_holds(&[HoldChange::Place(Box::new(deferred.clone()))], 2)
+            .await
+            .unwrap();
+
+        // An alert's decision is in flight: it holds the lock, has read that nothing is held,
+        // and is about to place an active hold on n1.
+        let decision = st.hold_lock.lock().await;
+        let promoting = tokio::spawn({
+            let st = st.clone();
+            async move { promote_all(&st).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        store
+            .apply_holds(&[HoldChange::Place(Box::new(hold("n1", "ACTIVE")))], 3)
+            .await
+            .unwrap();
+        drop(decision);
+
+        promoting.await.unwrap();
+        let holds = store.holds(None, false).await.unwrap();
+        let active: Vec<&str> = holds
+            .iter()
+            .filter(|h| h.state == "ACTIVE")
+            .map(|h| h.node.as_str())
+            .collect();
+        assert_eq!(active, vec!["n1"], "the pool is held within its cap");
+        assert_eq!(store.hold(deferred.id).await.unwrap().state, "DEFERRED");
+    }
 }
