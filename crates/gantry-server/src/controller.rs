@@ -8,21 +8,21 @@
 //! written (plans, assignments) is parsed once and kept in [`Cache`].
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gantry_api::agent::{
-    Assignment, Capacity, ChoreKind, GangMember, MultinodeSpec, Resources, ServerMessage,
+    Assignment, Capacity, ChoreKind, GangMember, MultinodeSpec, ServerMessage,
 };
 use gantry_api::{EndCause, NodeState, TaskStatus};
-use gantry_core::engine::{self, Action, Ended, LiveAttempt, TaskView, WorkflowView};
+use gantry_core::engine::{self, Action};
 use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
-use gantry_store::{ActiveWorkflow, AttemptRow, Change, ChoreRow, NewEvent, TaskRow, WorkflowRow};
+use gantry_store::{ActiveWorkflow, Change, ChoreRow, NewEvent, TaskRow};
 use uuid::Uuid;
 
 use crate::placement::request_of;
-use crate::plan::{self, WorkflowPlan, EXCLUSIVE};
+use crate::plan::{self, WorkflowPlan};
 use crate::state::{now_ms, AppState};
+use crate::views::{task_label, view_of};
 
 pub fn spawn(st: AppState) {
     tokio::spawn(async move {
@@ -37,84 +37,6 @@ pub fn spawn(st: AppState) {
             }
         }
     });
-}
-
-/// What the controller keeps between ticks: only what never changes once written (a
-/// workflow's plan, an attempt's assignment), parsed. So it cannot go stale, and the store
-/// stays the truth: a restarted server starts with an empty cache and fills it from the store.
-#[derive(Default)]
-pub(crate) struct Cache {
-    plans: Mutex<HashMap<Uuid, Arc<WorkflowPlan>>>,
-    /// What each live attempt takes of its node; `None` when its assignment does not parse.
-    usage: Mutex<HashMap<Uuid, Option<Usage>>>,
-}
-
-#[derive(Clone)]
-struct Usage {
-    res: Res,
-    exclusive: bool,
-}
-
-impl Cache {
-    /// The compiled plan of the workflow with this id. Its row (with its file) is read only
-    /// when the plan is not parsed yet.
-    pub(crate) async fn plan_of(
-        &self,
-        store: &dyn gantry_store::Store,
-        workflow: Uuid,
-    ) -> anyhow::Result<Arc<WorkflowPlan>> {
-        let cached = self.plans.lock().unwrap().get(&workflow).cloned();
-        match cached {
-            Some(p) => Ok(p),
-            None => Ok(self.plan(&store.workflow(workflow).await?)?),
-        }
-    }
-
-    /// The workflow's compiled plan.
-    pub(crate) fn plan(&self, wf: &WorkflowRow) -> serde_json::Result<Arc<WorkflowPlan>> {
-        if let Some(p) = self.plans.lock().unwrap().get(&wf.id) {
-            return Ok(p.clone());
-        }
-        let plan = Arc::new(serde_json::from_str::<WorkflowPlan>(&wf.plan)?);
-        self.plans.lock().unwrap().insert(wf.id, plan.clone());
-        Ok(plan)
-    }
-
-    fn usage(&self, a: &AttemptRow) -> Option<Usage> {
-        if let Some(u) = self.usage.lock().unwrap().get(&a.id) {
-            return u.clone();
-        }
-        let u = serde_json::from_str::<Assignment>(&a.assignment)
-            .ok()
-            .map(|asg| {
-                let mut res = Res::default();
-                add_used(&mut res, &asg.resources);
-                Usage {
-                    res,
-                    exclusive: asg.resources.devices.contains_key(EXCLUSIVE),
-                }
-            });
-        self.usage.lock().unwrap().insert(a.id, u.clone());
-        u
-    }
-
-    /// Forgets workflows that ended and attempts that are no longer live.
-    fn retain(&self, active: &[ActiveWorkflow]) {
-        let wfs: std::collections::HashSet<Uuid> = active.iter().map(|a| a.workflow.id).collect();
-        let live: std::collections::HashSet<Uuid> = active
-            .iter()
-            .flat_map(|a| a.live.iter().map(|l| l.id))
-            .collect();
-        self.plans.lock().unwrap().retain(|id, _| wfs.contains(id));
-        self.usage.lock().unwrap().retain(|id, _| live.contains(id));
-    }
-}
-
-// Agent sessions build their job views as the tick does.
-pub use crate::plan::job_view_of;
-
-pub(crate) fn task_label(t: &TaskRow) -> String {
-    plan::task_label(&t.job, t.index)
 }
 
 /// An egress step that will never run (a step before it failed, or the workflow was stopped)
@@ -138,73 +60,6 @@ fn egress_skipped(workflow: Uuid, plan: &WorkflowPlan, job: &str, reason: &str) 
     }))
 }
 
-/// A task as core sees it, with its live attempt (the one `live_attempt` names).
-pub(crate) fn task_view_of(t: &TaskRow, live: Option<&AttemptRow>) -> TaskView {
-    TaskView {
-        id: t.id,
-        status: t.status,
-        index: t.index,
-        reason: t.reason.clone(),
-        attempts_made: t.attempts,
-        not_before: t.not_before,
-        live: live.map(|a| LiveAttempt {
-            id: a.id,
-            status: a.status,
-            running_since: a.running_at,
-            stop_sent: a.stop_sent,
-        }),
-    }
-}
-
-fn view_of(aw: &ActiveWorkflow, plan: &WorkflowPlan) -> WorkflowView {
-    let live: HashMap<Uuid, &gantry_store::AttemptRow> =
-        aw.live.iter().map(|a| (a.id, a)).collect();
-    let mut by_job: HashMap<&str, Vec<&TaskRow>> = HashMap::new();
-    for t in &aw.tasks {
-        by_job.entry(t.job.as_str()).or_default().push(t);
-    }
-    let mut ended: HashMap<&str, Ended> = HashMap::new();
-    for c in &aw.ended {
-        ended
-            .entry(c.job.as_str())
-            .or_default()
-            .add(c.status, c.count);
-    }
-    let pending: HashMap<&str, u32> = aw
-        .pending
-        .iter()
-        .map(|c| (c.job.as_str(), c.count))
-        .collect();
-    let jobs = plan
-        .jobs
-        .iter()
-        .map(|jp| {
-            let mut jv = job_view_of(jp);
-            jv.ended = ended.get(jp.name.as_str()).copied().unwrap_or_default();
-            let listed = by_job.get(jp.name.as_str()).map_or(0, |ts| {
-                ts.iter()
-                    .filter(|t| t.status == TaskStatus::Pending)
-                    .count() as u32
-            });
-            jv.pending_unlisted = pending
-                .get(jp.name.as_str())
-                .map_or(0, |n| n.saturating_sub(listed));
-            jv.tasks = by_job
-                .remove(jp.name.as_str())
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| task_view_of(t, t.live_attempt.and_then(|a| live.get(&a).copied())))
-                .collect();
-            jv
-        })
-        .collect();
-    WorkflowView {
-        status: aw.workflow.status,
-        stop_requested: aw.workflow.stop_requested,
-        jobs,
-    }
-}
-
 fn capacity_res(c: &Capacity) -> Res {
     Res {
         millicpus: c.cpus as u64 * 1000,
@@ -216,14 +71,6 @@ fn capacity_res(c: &Capacity) -> Res {
 fn add_res(used: &mut Res, r: &Res) {
     used.millicpus += r.millicpus;
     used.memory_bytes += r.memory_bytes;
-    for (d, n) in &r.devices {
-        *used.devices.entry(d.clone()).or_insert(0) += n;
-    }
-}
-
-fn add_used(used: &mut Res, r: &Resources) {
-    used.millicpus += (r.cpus * 1000.0).round() as u64;
-    used.memory_bytes += r.memory_bytes.unwrap_or(0);
     for (d, n) in &r.devices {
         *used.devices.entry(d.clone()).or_insert(0) += n;
     }

@@ -6,7 +6,7 @@ use gantry_store::Store;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{agents::Hub, ServerConfig};
+use crate::{hub::Hub, ServerConfig};
 
 /// Shared by every request handler and background loop.
 #[derive(Clone)]
@@ -26,7 +26,7 @@ pub struct AppState {
     /// The second octet of this cluster's container subnets.
     pub(crate) subnet_base: u8,
     /// Parsed plans and live attempts' resources, kept between controller ticks.
-    pub(crate) cache: Arc<crate::controller::Cache>,
+    pub(crate) cache: Arc<crate::cache::Cache>,
     /// Running transfer steps' latest progress, by attempt, as their agents report it: news
     /// for `describe`, not worth a write (a restarted server shows it again from the next
     /// report).

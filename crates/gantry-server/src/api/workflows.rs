@@ -424,7 +424,7 @@ pub async fn detail(
     for t in &tasks {
         if let (TaskStatus::Pending, 0, Some(why)) = (t.status, t.attempts, &t.reason) {
             first_waiting.entry(t.job.as_str()).or_insert_with(|| {
-                format!("waiting behind {}: {why}", crate::controller::task_label(t))
+                format!("waiting behind {}: {why}", crate::views::task_label(t))
             });
         }
     }
