@@ -1,12 +1,12 @@
 //! A supported workflow compiled into its plan: each step's container, policy and resources.
 
-use base64::Engine;
 use gantry_api::agent::{InjectedFile, Probe, ProbeCheck, ServicePort};
 use gantry_spec::{
     DepStatus, EndpointKind, EnvValue, FileSource, HttpScheme, ImageRef, MultinodeImpl, ProbeKind,
     RetryOn, Scope, Workflow,
 };
 
+use super::b64;
 use super::steps::steps;
 use super::volumes::{attach_transfers, persistent};
 use super::{DepPlan, EndpointPlan, JobPlan, MultinodePlan, ServicePlan, WorkflowPlan};
@@ -27,10 +27,6 @@ fn script_argv(script: &str) -> Vec<String> {
     }
     argv.push(SCRIPT_PATH.into());
     argv
-}
-
-pub(super) fn b64(s: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
 }
 
 fn scope_str(s: Scope) -> &'static str {

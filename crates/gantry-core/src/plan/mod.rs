@@ -216,3 +216,9 @@ impl JobPlan {
         }
     }
 }
+
+/// File contents as the agent's files carry them (a step's files, a transfer's script).
+pub(crate) fn b64(s: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+}

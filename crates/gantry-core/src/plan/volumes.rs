@@ -8,7 +8,7 @@ use gantry_spec::{Scope, VolumeKind, Workflow};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::compile::b64;
+use super::b64;
 use super::{DepPlan, JobPlan, WorkflowPlan};
 
 /// A persistent volume a workflow mounts: what the file asks for, and (filled in by the server
