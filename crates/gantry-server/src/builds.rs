@@ -31,7 +31,7 @@ fn pin(uri: &str, digest: &str) -> String {
 pub async fn plan(
     st: &AppState,
     wf: &Workflow,
-    c: &crate::auth::Caller,
+    c: &crate::caller::Caller,
 ) -> Result<Vec<BuildPlan>, ApiError> {
     let (owner, group) = (&c.user.name, &c.user.group);
     let mut out = vec![];
@@ -254,7 +254,7 @@ pub async fn fill_cached(st: &AppState, asg: &mut gantry_api::agent::Assignment)
 pub fn check_image_access(
     plan: &crate::plan::WorkflowPlan,
     registry: &str,
-    c: &crate::auth::Caller,
+    c: &crate::caller::Caller,
 ) -> Result<(), ApiError> {
     for j in plan
         .jobs
@@ -271,7 +271,7 @@ pub fn check_image_access(
 fn may_use(
     uri: &str,
     registry: &str,
-    c: &crate::auth::Caller,
+    c: &crate::caller::Caller,
     field: &str,
 ) -> Result<(), ApiError> {
     let Some(rest) = uri.strip_prefix(&format!("docker://{registry}/")) else {

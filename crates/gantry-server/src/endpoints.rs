@@ -17,27 +17,18 @@ use gantry_intake::requests::{self, NewEndpoint};
 use gantry_store::{EndpointChange, EndpointRow, EndpointTokenRow, NewEvent, TakeoverRow};
 use uuid::Uuid;
 
-use crate::api::JsonBody;
-use crate::auth::{hash_token, new_token, Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::{hash_token, new_token, Caller};
 use crate::clock::ts;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::plan::WorkflowPlan;
 use crate::state::{now_ms, AppState};
 
 /// Who may call an endpoint (and see it): its scope decides.
 pub fn may_call(e: &EndpointRow, c: Option<&Caller>) -> bool {
-    e.scope == "public" || c.is_some_and(|c| scope_admits(&e.scope, &e.owner, &e.group, c))
-}
-
-/// Whether a signed-in caller may call an endpoint of this scope, owner and group: the rule
-/// both the API and the proxy's access check apply.
-pub fn scope_admits(scope: &str, owner: &str, group: &str, c: &Caller) -> bool {
-    match scope {
-        "public" | "organization" => true,
-        _ if c.is_admin() => true,
-        "group" => c.user.group == group || c.user.name == owner,
-        _ => c.user.name == owner,
-    }
+    e.scope == "public"
+        || c.is_some_and(|c| crate::caller::scope_admits(&e.scope, &e.owner, &e.group, c))
 }
 
 /// Who may manage an endpoint and take it over: its owner, a member of its group when it is
@@ -312,7 +303,7 @@ pub async fn token(
 ) -> Result<Json<EndpointToken>, ApiError> {
     let e = managed(&st, &c, &name, "make tokens for it").await?;
     let now = now_ms();
-    let default = crate::api::admin::default_expiry(&st).await?;
+    let default = crate::caller::default_expiry(st.store.as_ref()).await?;
     let expires_at = requests::token_expiry(req.expires.as_deref(), &default, now)
         .map_err(ApiError::BadRequest)?;
     let token = new_token();
@@ -501,7 +492,7 @@ pub async fn approve(
     headers: axum::http::HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<TakeoverInfo>, ApiError> {
-    let via = crate::api::channel_of(&headers);
+    let via = crate::extract::channel_of(&headers);
     Ok(Json(approve_as(&st, &c, &name, via).await?))
 }
 
@@ -511,7 +502,7 @@ pub async fn reject(
     headers: axum::http::HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<TakeoverInfo>, ApiError> {
-    let via = crate::api::channel_of(&headers);
+    let via = crate::extract::channel_of(&headers);
     Ok(Json(reject_as(&st, &c, &name, via).await?))
 }
 

@@ -14,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
-use crate::auth::{hash_token, Caller};
+use crate::caller::{hash_token, Caller};
 use crate::endpoints::Routes;
 use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
@@ -84,7 +84,7 @@ impl Authorize<RouteMeta> for EndpointAuth {
                 }
             };
             let c = Caller { user, role };
-            let allowed = crate::endpoints::scope_admits(&meta.scope, &meta.owner, &meta.group, &c);
+            let allowed = crate::caller::scope_admits(&meta.scope, &meta.owner, &meta.group, &c);
             return if allowed {
                 Access::Allow {
                     strip_authorization: true,
@@ -108,7 +108,7 @@ impl Authorize<RouteMeta> for EndpointAuth {
             }
         }
         let why = match self.store.token_refusal(&hash, now).await {
-            Ok(Some(r)) => crate::auth::refusal_text(&r),
+            Ok(Some(r)) => crate::caller::refusal_text(&r),
             _ => "invalid or expired token".into(),
         };
         deny(axum::http::StatusCode::UNAUTHORIZED, &why)

@@ -14,10 +14,10 @@ use gantry_intake::requests;
 use gantry_store::{HoldChange, HoldRow, NewEvent};
 use uuid::Uuid;
 
-use crate::api::JsonBody;
 use crate::auth::UserCaller;
 use crate::clock::ts;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 pub fn info(h: HoldRow) -> HoldInfo {

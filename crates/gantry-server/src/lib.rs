@@ -7,11 +7,13 @@ pub mod api;
 pub mod auth;
 mod builds;
 mod cache;
+mod caller;
 mod clock;
 mod controller;
 pub mod endpoints;
 pub mod error;
 pub mod examples;
+mod extract;
 mod gateway;
 mod holds;
 mod hub;
@@ -22,6 +24,7 @@ mod netpolicy;
 pub mod placement;
 mod private;
 mod registry;
+mod router;
 mod secrets;
 mod state;
 mod views;
@@ -122,7 +125,7 @@ impl Server {
             .context("the subnet base")?;
         let state = AppState::new(store, config, key, base);
         controller::spawn(state.clone());
-        let app = api::router(state.clone());
+        let app = router::router(state.clone());
         let task = tokio::spawn(async move {
             let app = app.into_make_service_with_connect_info::<SocketAddr>();
             // Without TCP_NODELAY a keep-alive client's delayed ACK holds each small response
@@ -147,7 +150,7 @@ impl Server {
         group: &str,
         role: gantry_api::v1::Role,
     ) -> anyhow::Result<String> {
-        let token = auth::new_token();
+        let token = caller::new_token();
         let user = gantry_store::User {
             id: uuid::Uuid::new_v4(),
             name: name.into(),
@@ -156,7 +159,7 @@ impl Server {
         };
         self.state
             .store
-            .create_user(&user, &auth::hash_token(&token), None, state::now_ms())
+            .create_user(&user, &caller::hash_token(&token), None, state::now_ms())
             .await?;
         Ok(token)
     }

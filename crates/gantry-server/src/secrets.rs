@@ -17,9 +17,10 @@ use gantry_api::v1::{PutSecret, SecretInfo};
 use gantry_intake::requests::{self, SecretScope, SecretType, TypedSecret};
 use gantry_store::SecretKey;
 
-use crate::api::JsonBody;
-use crate::auth::{Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::Caller;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 /// The sealing key, created on first start.

@@ -15,9 +15,10 @@ use gantry_intake::requests::{self, DEFAULT_STORAGE};
 use gantry_store::{StorageRow, VolumeRow};
 use uuid::Uuid;
 
-use crate::api::JsonBody;
-use crate::auth::{Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::Caller;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 /// Where the built-in storage keeps volumes, beneath each agent's `--storage-root`.

@@ -4,14 +4,16 @@ use axum::Json;
 use gantry_api::v1::{
     CreateUser, RotateToken, Setting, TokenInfo, TokenRotated, UserCreated, UserDetail, UserInfo,
 };
-use gantry_intake::requests::{token_expiry, NewUser, SettingDef, SETTINGS, TOKEN_EXPIRY_KEY};
+use gantry_intake::requests::{token_expiry, NewUser, SettingDef, SETTINGS};
 use gantry_store::{StoreError, TokenRow, User, UserRow};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{ApiError, JsonBody};
-use crate::auth::{hash_token, new_token, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::{hash_token, new_token};
 use crate::clock::ts;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 pub async fn create_user(
@@ -21,8 +23,12 @@ pub async fn create_user(
 ) -> Result<Json<UserCreated>, ApiError> {
     c.require_admin()?;
     let now = now_ms();
-    let expires_at = token_expiry(req.expires.as_deref(), &default_expiry(&st).await?, now)
-        .map_err(ApiError::BadRequest)?;
+    let expires_at = token_expiry(
+        req.expires.as_deref(),
+        &crate::caller::default_expiry(st.store.as_ref()).await?,
+        now,
+    )
+    .map_err(ApiError::BadRequest)?;
     let NewUser { name, group, role } =
         gantry_intake::requests::create_user(req).map_err(ApiError::BadRequest)?;
     let token = new_token();
@@ -99,23 +105,6 @@ pub async fn set_setting(
     Ok(Json(body))
 }
 
-/// The `tokens.default_expiry` setting, for tokens made without `--expires`.
-pub async fn default_expiry(st: &AppState) -> Result<String, ApiError> {
-    Ok(st
-        .store
-        .setting(TOKEN_EXPIRY_KEY)
-        .await?
-        .unwrap_or_else(|| setting_default(TOKEN_EXPIRY_KEY)))
-}
-
-fn setting_default(key: &str) -> String {
-    SETTINGS
-        .iter()
-        .find(|(k, _, _)| *k == key)
-        .map(|(_, d, _)| d.to_string())
-        .unwrap_or_default()
-}
-
 fn opt_ts(ms: Option<i64>) -> Option<time::OffsetDateTime> {
     ms.map(ts)
 }
@@ -187,7 +176,7 @@ pub async fn show_user(
 
 async fn set_disabled(
     st: &AppState,
-    c: &crate::auth::Caller,
+    c: &crate::caller::Caller,
     name: &str,
     disabled: bool,
 ) -> Result<Json<UserInfo>, ApiError> {
@@ -281,8 +270,12 @@ pub async fn rotate_token(
 ) -> Result<Json<TokenRotated>, ApiError> {
     c.require_admin()?;
     let now = now_ms();
-    let expires_at = token_expiry(req.expires.as_deref(), &default_expiry(&st).await?, now)
-        .map_err(ApiError::BadRequest)?;
+    let expires_at = token_expiry(
+        req.expires.as_deref(),
+        &crate::caller::default_expiry(st.store.as_ref()).await?,
+        now,
+    )
+    .map_err(ApiError::BadRequest)?;
     let token = new_token();
     let t = st
         .store

@@ -8,9 +8,10 @@ use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::workflows::event;
-use super::ApiError;
-use crate::auth::{Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::Caller;
 use crate::clock::ts;
+use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
 async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {

@@ -13,8 +13,10 @@ use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::{ApiError, JsonBody, WORKFLOW_BODY_LIMIT};
-use crate::auth::{Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::Caller;
+use crate::error::ApiError;
+use crate::extract::{JsonBody, WORKFLOW_BODY_LIMIT};
 use crate::state::{now_ms, AppState};
 
 /// A refusal of a workflow file (or of a submit) before the store.
@@ -62,21 +64,8 @@ pub async fn submit(
     headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<SubmitWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
-    let prepared = prepare(&st, &c, req, channel_of(&headers)).await?;
+    let prepared = prepare(&st, &c, req, crate::extract::channel_of(&headers)).await?;
     Ok(Json(commit(&st, &c, prepared, None).await?))
-}
-
-/// Which client asked (`x-gantry-channel`): recorded on takeovers and their confirmations.
-pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
-    match headers
-        .get("x-gantry-channel")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some("cli") => "cli",
-        Some("mcp") => "mcp",
-        Some("web") => "web",
-        _ => "api",
-    }
 }
 
 /// A submit checked and compiled, with nothing stored yet: what it would do (the takeovers

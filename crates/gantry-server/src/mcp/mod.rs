@@ -32,7 +32,8 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{RoleServer, ServerHandler};
 use uuid::Uuid;
 
-use crate::auth::{Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 

@@ -23,9 +23,11 @@ use serde_json::json;
 
 use super::confirm::Action;
 use super::Shared;
-use crate::api::{self, JsonBody};
-use crate::auth::{Caller, UserCaller};
+use crate::api;
+use crate::auth::UserCaller;
+use crate::caller::Caller;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::now_ms;
 
 pub(crate) struct ToolDef {

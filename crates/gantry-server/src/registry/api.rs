@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::auth::{Caller, UserCaller};
+use crate::auth::UserCaller;
+use crate::caller::Caller;
 use crate::clock::ts;
 use crate::error::ApiError;
 

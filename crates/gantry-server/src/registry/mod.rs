@@ -46,7 +46,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::state::{now_ms, AppState};
 
 use errors::{OciError, API_VERSION};
@@ -200,7 +200,12 @@ impl Registry {
         if token.is_empty() {
             return Err(OciError::unauthorized());
         }
-        match crate::auth::authenticate(&self.state, Some(&format!("Bearer {token}"))).await {
+        match crate::caller::authenticate(
+            self.state.store.as_ref(),
+            Some(&format!("Bearer {token}")),
+        )
+        .await
+        {
             Ok(c) => Ok(c),
             Err(crate::error::ApiError::Unauthorized | crate::error::ApiError::TokenRefused(_)) => {
                 Err(OciError::unauthorized())

@@ -8,7 +8,7 @@ use std::fmt;
 
 use gantry_api::v1::Role;
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 
 use super::errors::OciError;
 

@@ -179,7 +179,7 @@ impl Upload {
     }
 
     /// Whether this caller may go on with it in this repository.
-    pub fn continues(&self, repo: &super::names::Repo, caller: &crate::auth::Caller) -> bool {
+    pub fn continues(&self, repo: &super::names::Repo, caller: &crate::caller::Caller) -> bool {
         !self.done && self.repo == repo.to_string() && self.user == caller.user.name
     }
 

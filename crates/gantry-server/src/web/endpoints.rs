@@ -10,10 +10,10 @@ use time::OffsetDateTime;
 
 use super::session::{Nothing, Web, WebForm};
 use super::{ok_page, segment, short, span, when, Ctx, Done, WebError, When};
-use crate::api::JsonBody;
 use crate::auth::UserCaller;
 use crate::endpoints as api;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::AppState;
 
 /// The words the page uses for an endpoint's status.

@@ -13,9 +13,9 @@ use serde::Deserialize;
 use super::session::{Web, WebForm};
 use super::{bytes, ok_page, segment, short, when, Ctx, Done, WebError, When};
 use crate::api::nodes as api;
-use crate::api::JsonBody;
 use crate::auth::UserCaller;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::AppState;
 
 pub struct HoldRow {

@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::{page, Ctx, WebError};
-use crate::auth::{self, Caller};
+use crate::caller;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
@@ -205,7 +206,7 @@ impl FromRequestParts<AppState> for Web {
         let Some(s) = cookie(&parts.headers, SESSION_COOKIE).and_then(|c| sessions.open(c)) else {
             return Err(sign_in());
         };
-        let caller = match auth::caller_by_hash(st, &s.th).await {
+        let caller = match crate::caller::caller_by_hash(st.store.as_ref(), &s.th).await {
             Ok(c) => c.user_only()?,
             // The token was revoked or expired since: sign in again.
             Err(ApiError::Unauthorized) => return Err(sign_in()),
@@ -357,7 +358,12 @@ pub async fn sign_in(
     if token.is_empty() {
         return refused("Paste your Gantry token to sign in.");
     }
-    let caller = match auth::authenticate(&st, Some(&format!("Bearer {token}"))).await {
+    let caller = match crate::caller::authenticate(
+        st.store.as_ref(),
+        Some(&format!("Bearer {token}")),
+    )
+    .await
+    {
         Ok(c) => c,
         Err(ApiError::Unauthorized) => {
             return refused("That token is not valid. `gantry admin user create` prints one.")
@@ -370,7 +376,7 @@ pub async fn sign_in(
     }
     let s = Sealed {
         sid: random_hex(16),
-        th: auth::hash_token(token),
+        th: caller::hash_token(token),
         exp: now_ms() + LIFETIME_MS,
         csrf: random_hex(32),
     };

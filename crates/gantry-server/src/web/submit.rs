@@ -13,9 +13,9 @@ use serde::Deserialize;
 use super::session::{Web, WebForm};
 use super::{page, Ctx, WebError};
 use crate::api::workflows as api;
-use crate::api::JsonBody;
 use crate::auth::UserCaller;
 use crate::error::ApiError;
+use crate::extract::JsonBody;
 use crate::state::AppState;
 
 /// A form carrying the largest file the API takes, percent-encoded (up to 3 bytes a byte).

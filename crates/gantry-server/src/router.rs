@@ -1,0 +1,105 @@
+//! Every route of the server in one table: the JSON API under `/api/v1`, the agents' socket,
+//! the web UI, the object cache's registry, MCP, and the endpoint proxy in front of them all.
+
+use axum::routing::{delete, get, post};
+use axum::Router;
+
+use crate::api::{admin, json_errors, nodes, whoami, workflows};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub fn router(state: AppState) -> Router {
+    let images = crate::registry::Registry::new(&state);
+    let api = Router::new()
+        .route("/whoami", get(whoami))
+        .route("/workflows", get(workflows::list).post(workflows::submit))
+        .route("/workflows/validate", post(workflows::validate))
+        .route("/workflows/{id}", get(workflows::detail))
+        .route("/workflows/{id}/events", get(workflows::events))
+        .route("/workflows/{id}/stop", post(workflows::stop))
+        .route("/workflows/{id}/logs/{job}", get(crate::logs::read))
+        .route("/nodes", get(nodes::list))
+        .route("/nodes/{name}", get(nodes::show))
+        .route("/nodes/{name}/holds", post(crate::holds::place))
+        .route("/nodes/{name}/release", post(crate::holds::release))
+        .route("/monitoring/alertmanager", post(crate::monitoring::webhook))
+        .route("/monitoring/targets", get(crate::monitoring::targets))
+        .route(
+            "/endpoints",
+            get(crate::endpoints::list).post(crate::endpoints::create),
+        )
+        .route(
+            "/endpoints/{name}",
+            get(crate::endpoints::show).delete(crate::endpoints::delete),
+        )
+        .route("/endpoints/{name}/history", get(crate::endpoints::history))
+        .route(
+            "/endpoints/{name}/tokens",
+            get(crate::endpoints::tokens).post(crate::endpoints::token),
+        )
+        .route("/endpoint-tokens", get(crate::endpoints::all_tokens))
+        .route(
+            "/endpoint-tokens/{id}",
+            delete(crate::endpoints::revoke_token),
+        )
+        .route("/endpoints/{name}/approve", post(crate::endpoints::approve))
+        .route("/endpoints/{name}/reject", post(crate::endpoints::reject))
+        .route("/secrets", get(crate::secrets::list))
+        .route(
+            "/secrets/{scope}/{name}",
+            axum::routing::put(crate::secrets::put).delete(crate::secrets::delete),
+        )
+        .route(
+            "/volumes",
+            get(crate::volumes::list).post(crate::volumes::create),
+        )
+        .route(
+            "/volumes/{scope}/{name}",
+            get(crate::volumes::show).delete(crate::volumes::delete),
+        )
+        .route("/storages", get(crate::volumes::usable_storages))
+        .route(
+            "/admin/storages",
+            get(crate::volumes::list_storages).post(crate::volumes::add_storage),
+        )
+        .route(
+            "/admin/storages/{name}",
+            axum::routing::delete(crate::volumes::delete_storage),
+        )
+        .route(
+            "/admin/users",
+            get(admin::list_users).post(admin::create_user),
+        )
+        .route(
+            "/admin/users/{name}",
+            get(admin::show_user).delete(admin::delete_user),
+        )
+        .route("/admin/users/{name}/disable", post(admin::disable_user))
+        .route("/admin/users/{name}/enable", post(admin::enable_user))
+        .route("/admin/tokens", get(admin::list_tokens))
+        .route("/admin/tokens/{id}", delete(admin::revoke_token))
+        .route("/admin/tokens/{id}/rotate", post(admin::rotate_token))
+        .route("/admin/settings", get(admin::list_settings))
+        .route(
+            "/admin/settings/{key}",
+            get(admin::get_setting).put(admin::set_setting),
+        )
+        .route("/agent/connect", get(crate::agents::connect))
+        .merge(crate::registry::api_routes(images.clone()))
+        .layer(axum::middleware::map_response(json_errors));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(crate::monitoring::metrics))
+        .nest("/api/v1", api)
+        // The web UI at `/` (its Images page lists the object cache).
+        .merge(crate::web::routes(&state, images.clone()))
+        // The object cache's OCI registry.
+        .merge(crate::registry::v2_routes(images))
+        .merge(crate::mcp::routes(state.clone()))
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .with_state(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::gateway::endpoints_first,
+        ))
+}
