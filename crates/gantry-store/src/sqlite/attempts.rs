@@ -1,0 +1,393 @@
+//! The controller's plans (`apply`) and attempts: placement, running, ends.
+
+use super::*;
+
+/// A statement on `attempts` followed by what the attempt's event names, returned by the
+/// statement that changes the attempt (`RETURNING`), so that no read follows: its task,
+/// workflow, node and number, and the task's job and index. A literal, as sqlx caches
+/// prepared statements by their text: no string is built per job.
+macro_rules! returning_attempt_ident {
+    ($sql:literal) => {
+        concat!(
+            $sql,
+            " RETURNING task_id, workflow_id, node, number,
+              (SELECT job FROM tasks t WHERE t.id = attempts.task_id) AS job,
+              (SELECT idx FROM tasks t WHERE t.id = attempts.task_id) AS idx"
+        )
+    };
+}
+
+/// (workflow, node, task label, attempt number) from a row `returning_attempt_ident!` made.
+pub(super) fn attempt_ident(r: &SqliteRow) -> Result<(Uuid, String, String, i64)> {
+    Ok((
+        uuid(r.get("workflow_id"))?,
+        r.get("node"),
+        task_label(r.get("job"), r.get("idx")),
+        r.get("number"),
+    ))
+}
+
+/// (workflow id, "job[idx]", status) of a task, for event rows.
+pub(super) async fn task_ident(
+    tx: &mut Transaction<'_, Sqlite>,
+    task_id: Uuid,
+) -> Result<(Uuid, String, TaskStatus)> {
+    let r = sqlx::query("SELECT workflow_id, job, idx, status FROM tasks WHERE id = ?")
+        .bind(task_id.to_string())
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok((
+        uuid(r.get("workflow_id"))?,
+        task_label(r.get("job"), r.get("idx")),
+        parse(r.get("status"))?,
+    ))
+}
+
+impl SqliteStore {
+    pub(super) async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        for c in changes {
+            match c {
+                Change::CreateAttempt {
+                    attempt_id,
+                    task_id,
+                    workflow_id,
+                    node,
+                    assignment,
+                } => {
+                    // The task's row numbers the attempt and names it for the event, in the
+                    // same statement that moves it (tasks.live_attempt has no foreign key, so
+                    // the attempt's row may follow).
+                    let r = sqlx::query(
+                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = attempts + 1,
+                                          live_attempt = ?, node = ?
+                         WHERE id = ?
+                         RETURNING workflow_id, job, idx, attempts",
+                    )
+                    .bind(attempt_id.to_string())
+                    .bind(node)
+                    .bind(task_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let wf = uuid(r.get("workflow_id"))?;
+                    let label = task_label(r.get("job"), r.get("idx"));
+                    let number: i64 = r.get("attempts");
+                    sqlx::query(
+                        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
+                         VALUES (?, ?, ?, ?, ?, 'STARTED', ?, ?)",
+                    )
+                    .bind(attempt_id.to_string())
+                    .bind(task_id.to_string())
+                    .bind(workflow_id.to_string())
+                    .bind(number)
+                    .bind(node)
+                    .bind(assignment)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            Some(node),
+                            Some(label),
+                            "task.placed",
+                            format!("attempt {number} placed on {node}"),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::EndTask {
+                    task_id,
+                    status,
+                    reason,
+                } => {
+                    let (wf, label, old) = task_ident(&mut tx, *task_id).await?;
+                    if old.is_terminal() {
+                        continue;
+                    }
+                    sqlx::query(
+                        "UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?",
+                    )
+                    .bind(status.as_str())
+                    .bind(cap_text(reason))
+                    .bind(now)
+                    .bind(task_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            None,
+                            Some(label),
+                            "task.ended",
+                            format!("{status}: {reason}"),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::EndPending {
+                    workflow_id,
+                    job,
+                    status,
+                    reason,
+                } => {
+                    // One event per task, as `EndTask` writes (the label is `task_label`'s,
+                    // spelled in SQL), then the tasks themselves: one statement each, however
+                    // many tasks wait.
+                    sqlx::query(
+                        "INSERT INTO events (time, workflow_id, node, task, kind, message)
+                         SELECT ?1, workflow_id, NULL,
+                                CASE WHEN idx IS NULL THEN job ELSE job || '[' || idx || ']' END,
+                                'task.ended', ?2
+                         FROM tasks INDEXED BY tasks_pending
+                         WHERE workflow_id = ?3 AND job = ?4 AND status = 'PENDING'
+                         ORDER BY idx",
+                    )
+                    .bind(now)
+                    .bind(cap_text(&format!("{status}: {reason}")).into_owned())
+                    .bind(workflow_id.to_string())
+                    .bind(job)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "UPDATE tasks SET status = ?, reason = ?, ended_at = ?
+                         WHERE workflow_id = ? AND job = ? AND status = 'PENDING'",
+                    )
+                    .bind(status.as_str())
+                    .bind(cap_text(reason))
+                    .bind(now)
+                    .bind(workflow_id.to_string())
+                    .bind(job)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Change::TaskWaiting { task_id, reason } => {
+                    sqlx::query("UPDATE tasks SET reason = ? WHERE id = ? AND status = 'PENDING'")
+                        .bind(cap_opt(reason))
+                        .bind(task_id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Change::SetWorkflow {
+                    workflow_id,
+                    status,
+                    reason,
+                } => {
+                    let ended = status.is_terminal().then_some(now);
+                    let n = sqlx::query(
+                        "UPDATE workflows SET status = ?, reason = ?, ended_at = ?
+                         WHERE id = ? AND status IN ('PENDING', 'RUNNING') AND status != ?",
+                    )
+                    .bind(status.as_str())
+                    .bind(cap_opt(reason))
+                    .bind(ended)
+                    .bind(workflow_id.to_string())
+                    .bind(status.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if n > 0 {
+                        let msg = match reason {
+                            Some(r) => format!("workflow {status}: {r}"),
+                            None => format!("workflow {status}"),
+                        };
+                        event(
+                            &mut tx,
+                            &ev(Some(*workflow_id), None, None, "workflow.status", msg),
+                            now,
+                        )
+                        .await?;
+                    }
+                }
+                Change::StopSent { attempt_id, cause } => {
+                    let r = sqlx::query(returning_attempt_ident!(
+                        "UPDATE attempts SET stop_sent = COALESCE(stop_sent, ?) WHERE id = ?"
+                    ))
+                    .bind(cause.as_str())
+                    .bind(attempt_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let (wf, node, label, _) = attempt_ident(&r)?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            Some(&node),
+                            Some(label),
+                            "task.stopping",
+                            format!(
+                                "stopping on {node}: {}",
+                                cause.as_str().to_lowercase().replace('_', " ")
+                            ),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::Event(e) => event(&mut tx, e, now).await?,
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn attempt(&self, id: Uuid) -> Result<AttemptRow> {
+        let r = sqlx::query("SELECT * FROM attempts WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        attempt_row(&r)
+    }
+
+    pub(super) async fn task(&self, id: Uuid) -> Result<TaskRow> {
+        let r = sqlx::query("SELECT * FROM tasks WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        task_row(&r)
+    }
+
+    pub(super) async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
+        let mut tx = self.writer.begin().await?;
+        let Some(r) = sqlx::query(returning_attempt_ident!(
+            "UPDATE attempts SET status = 'RUNNING', running_at = ?
+             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL"
+        ))
+        .bind(now)
+        .bind(id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(false);
+        };
+        let (wf, node, label, _) = attempt_ident(&r)?;
+        sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = ? AND live_attempt = ? AND status = 'STARTED'")
+            .bind(r.get::<&str, _>("task_id"))
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        event(
+            &mut tx,
+            &ev(
+                Some(wf),
+                Some(&node),
+                Some(label),
+                "task.running",
+                format!("running on {node}"),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub(super) async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
+        let mut tx = self.writer.begin().await?;
+        let Some(r) = sqlx::query(returning_attempt_ident!(
+            "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
+             WHERE id = ? AND ended_at IS NULL"
+        ))
+        .bind(end.status.as_str())
+        .bind(end.cause.as_str())
+        .bind(end.exit_code.map(i64::from))
+        .bind(cap_opt(&end.reason))
+        .bind(now)
+        .bind(end.attempt_id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(false);
+        };
+        let task_id = uuid(r.get("task_id"))?;
+        let (wf, node, label, number) = attempt_ident(&r)?;
+        let what = match (end.cause, end.exit_code) {
+            (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
+            (cause, Some(c)) => format!(
+                "{} (exit code {c})",
+                cause.as_str().to_lowercase().replace('_', " ")
+            ),
+            (cause, None) => cause.as_str().to_lowercase().replace('_', " "),
+        };
+        let detail = end
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        event(
+            &mut tx,
+            &ev(
+                Some(wf),
+                Some(&node),
+                Some(label.clone()),
+                "attempt.ended",
+                format!("attempt {number} on {node} {what}{detail}"),
+            ),
+            now,
+        )
+        .await?;
+        // Only the task's current attempt moves the task: a stale attempt never overwrites a newer one.
+        let (status, reason, ended, not_before) = match &end.task {
+            TaskNext::Retry { reason, not_before } => (
+                TaskStatus::Pending,
+                Some(reason.clone()),
+                None,
+                Some(*not_before),
+            ),
+            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
+        };
+        let moved = sqlx::query(
+            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
+             not_before = ? WHERE id = ? AND live_attempt = ?",
+        )
+        .bind(status.as_str())
+        .bind(cap_opt(&reason))
+        .bind(end.exit_code.map(i64::from))
+        .bind(ended)
+        .bind(not_before)
+        .bind(task_id.to_string())
+        .bind(end.attempt_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved > 0 {
+            let msg = match (&end.task, reason) {
+                (TaskNext::Retry { .. }, Some(r)) => format!("PENDING: {r}"),
+                (_, Some(r)) => format!("{status}: {r}"),
+                (_, None) => status.to_string(),
+            };
+            event(
+                &mut tx,
+                &ev(Some(wf), Some(&node), Some(label), "task.status", msg),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub(super) async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {
+        sqlx::query(
+            "SELECT * FROM attempts WHERE node = ? AND ended_at IS NULL ORDER BY created_at",
+        )
+        .bind(node)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(attempt_row)
+        .collect()
+    }
+}
