@@ -22,10 +22,10 @@ pub enum StoreError {
     Ambiguous(String),
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The backend failed (I/O, a lost connection, a failed migration): its error, boxed so
+    /// that no backend's types are part of the trait.
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
-    #[error("migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
     #[error("corrupt row: {0}")]
     Corrupt(String),
 }

@@ -29,6 +29,20 @@ mod workflows;
 
 use rows::*;
 
+// sqlx's errors become the trait's backend-neutral one here, so that `?` works on queries
+// throughout `sqlite/` while no sqlx type appears in `StoreError`.
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Backend(Box::new(e))
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Backend(Box::new(e))
+    }
+}
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 #[derive(Clone)]
@@ -55,7 +69,7 @@ impl SqliteStore {
                 .append(true)
                 .mode(0o600)
                 .open(path)
-                .map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+                .map_err(|e| StoreError::Backend(Box::new(e)))?;
         }
         let private = || -> Result<()> {
             use std::os::unix::fs::PermissionsExt;
@@ -66,7 +80,7 @@ impl SqliteStore {
                 match std::fs::metadata(&p) {
                     Ok(m) if m.permissions().mode() & 0o077 != 0 => {
                         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
-                            .map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+                            .map_err(|e| StoreError::Backend(Box::new(e)))?;
                     }
                     _ => {}
                 }
@@ -142,7 +156,12 @@ fn ev(
 /// name is taken).
 fn conflict_if_taken<T>(res: Result<T>, what: impl FnOnce() -> String) -> Result<T> {
     match res {
-        Err(StoreError::Db(sqlx::Error::Database(d))) if d.is_unique_violation() => {
+        Err(StoreError::Backend(e))
+            if matches!(
+                e.downcast_ref::<sqlx::Error>(),
+                Some(sqlx::Error::Database(d)) if d.is_unique_violation()
+            ) =>
+        {
             Err(StoreError::Conflict(what()))
         }
         other => other,
