@@ -174,6 +174,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
             workflow_id: wf_id,
             node: NODE.into(),
             assignment: assignment.clone(),
+            need: Default::default(),
         })
         .collect();
     store.apply(&creates, t0).await.unwrap();
@@ -192,7 +193,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
     for (i, (a, _)) in attempts.iter().enumerate() {
         store.attempt_running(*a, t0).await.unwrap();
         if i < finished {
-            store
+            let ended = store
                 .end_attempt(
                     &AttemptEnd {
                         attempt_id: *a,
@@ -209,6 +210,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
                 )
                 .await
                 .unwrap();
+            assert!(ended.is_ended());
         }
     }
     st

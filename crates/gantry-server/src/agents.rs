@@ -518,7 +518,8 @@ async fn end_read_attempt(
         EndCause::Stopped => TaskStatus::Stopped,
         _ => TaskStatus::Failed,
     };
-    st.store
+    let outcome = st
+        .store
         .end_attempt(
             &AttemptEnd {
                 attempt_id,
@@ -531,6 +532,11 @@ async fn end_read_attempt(
             now,
         )
         .await?;
+    if !outcome.is_ended() {
+        // A repeated or stale report: the store changed nothing, and the agent is not told.
+        tracing::debug!("end of attempt {attempt_id} not applied: {outcome:?}");
+        return Ok(());
+    }
     st.wake_controller();
     Ok(())
 }

@@ -229,6 +229,20 @@ fn add_used(used: &mut Res, r: &Resources) {
     }
 }
 
+/// What an attempt holds on its node for the store's fit check: what [`Cache::usage`] counts,
+/// with the exclusive marker as a flag rather than a device.
+fn need_of(r: &Resources) -> gantry_store::AttemptNeed {
+    let mut used = Res::default();
+    add_used(&mut used, r);
+    let exclusive = used.devices.remove(EXCLUSIVE).is_some();
+    gantry_store::AttemptNeed {
+        millicpus: used.millicpus,
+        memory_bytes: used.memory_bytes,
+        devices: used.devices,
+        exclusive,
+    }
+}
+
 struct Placing<'a> {
     aw: &'a ActiveWorkflow,
     plan: &'a WorkflowPlan,
@@ -567,6 +581,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     workflow_id: p.aw.workflow.id,
                     node: node.0.clone(),
                     assignment: serde_json::to_string(&asg)?,
+                    need: need_of(&asg.resources),
                 });
                 let wf = &p.aw.workflow;
                 assigns.push((node.0.clone(), asg, wf.owner.clone(), wf.group.clone()));
@@ -583,7 +598,16 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         }
     }
 
-    st.store.apply(&changes, now).await?;
+    match st.store.apply(&changes, now).await {
+        // The snapshot this plan was decided on went stale (a task moved on, a node was held
+        // or filled): nothing of it was applied, so nothing is sent; decide again at once.
+        Err(gantry_store::StoreError::Refused(why)) => {
+            tracing::info!("controller: plan refused, deciding again: {why}");
+            st.wake_controller();
+            return Ok(());
+        }
+        r => r?,
+    }
     if window_placed {
         st.wake_controller();
     }

@@ -26,6 +26,11 @@ pub enum StoreError {
     /// that no backend's types are part of the trait.
     #[error("database: {0}")]
     Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// A guard refused a plan: its task is not waiting, already has a live attempt, or its
+    /// node is not READY or would be overfilled. Nothing of the call was applied; the
+    /// controller decides again from a fresh snapshot.
+    #[error("refused: {0}")]
+    Refused(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
 }
@@ -107,7 +112,11 @@ pub trait Store: Send + Sync + 'static {
     async fn active(&self) -> Result<Vec<ActiveWorkflow>>;
 
     // --- the controller's plans -----------------------------------------------------------
-    /// Applies a plan in one transaction.
+    /// Applies a plan in one transaction, or nothing of it. The store is the plan's last
+    /// check (as Nomad's plan applier): a [`Change::CreateAttempt`] whose task is not PENDING
+    /// or has a live attempt, or whose node is not READY or would not fit the node's live
+    /// attempts and the new ones (cores, memory, each device; an exclusive attempt alone), is
+    /// refused with [`StoreError::Refused`] and the whole call rolled back.
     async fn apply(&self, changes: &[Change], now: Millis) -> Result<()>;
 
     // --- attempts ----------------------------------------------------------------------------
@@ -115,8 +124,10 @@ pub trait Store: Send + Sync + 'static {
     async fn task(&self, id: Uuid) -> Result<TaskRow>;
     /// The attempt's process runs. Returns false when nothing changed (stale or repeated).
     async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool>;
-    /// The attempt ended; its task moves on as `end.task` says. Idempotent.
-    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool>;
+    /// The attempt ended; its task moves on as `end.task` says. An end of an attempt that
+    /// ended already, or that is not its task's current attempt, changes nothing and says so
+    /// ([`EndOutcome`]): only the current attempt's first end is applied.
+    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome>;
     /// Attempts not yet ended on a node.
     async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>>;
 

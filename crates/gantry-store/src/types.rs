@@ -180,6 +180,9 @@ pub enum Change {
         workflow_id: Uuid,
         node: String,
         assignment: String,
+        /// What it holds on `node`: the store refuses the plan when the node's live attempts
+        /// and this one would not fit its capacity.
+        need: AttemptNeed,
     },
     EndTask {
         task_id: Uuid,
@@ -209,6 +212,37 @@ pub enum Change {
     },
     /// An event with no other change.
     Event(NewEvent),
+}
+
+/// What an attempt holds on its node, as the scheduler counts it: cores in thousandths, bytes
+/// of memory, devices by name. An exclusive attempt needs a node with nothing else live, and
+/// nothing else is placed beside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptNeed {
+    pub millicpus: u64,
+    pub memory_bytes: u64,
+    pub devices: std::collections::BTreeMap<String, u32>,
+    pub exclusive: bool,
+}
+
+/// What [`Store::end_attempt`] did. Only [`EndOutcome::Ended`] changed anything; the others
+/// are refusals of a stale report, which callers drop (an agent may resend an end after a
+/// reconnect, or report an attempt the server replaced).
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndOutcome {
+    /// The attempt ended and its task moved on.
+    Ended,
+    /// The attempt had ended already: nothing changed.
+    AlreadyEnded,
+    /// The attempt is not its task's current one: nothing changed.
+    NotCurrent,
+}
+
+impl EndOutcome {
+    pub fn is_ended(self) -> bool {
+        self == EndOutcome::Ended
+    }
 }
 
 #[derive(Debug, Clone)]

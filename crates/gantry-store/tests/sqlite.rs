@@ -69,6 +69,26 @@ fn place(workflow_id: Uuid, attempt_id: Uuid, task_id: Uuid) -> Change {
         workflow_id,
         node: "n1".into(),
         assignment: "{}".into(),
+        need: AttemptNeed::default(),
+    }
+}
+
+/// Registers nodes n1 and n2, READY, for attempts to be placed on: the store refuses
+/// placements on nodes it does not know.
+async fn ready_nodes(s: &SqliteStore) {
+    for name in ["n1", "n2"] {
+        s.register_node(
+            &NodeRegistration {
+                name: name.into(),
+                pool: "default".into(),
+                capacity: "{}".into(),
+                version: "0".into(),
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -364,6 +384,7 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
     let mut w = workflow("ada", "physics", 0);
     w.tasks = array_then("member", 5, "prepare", 0);
     s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
     let other = workflow("bob", "chem", 2);
     s.create_workflow(&other, 1).await.unwrap();
     let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
@@ -384,14 +405,23 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
         status: TaskStatus::Finished,
         reason: None,
     };
-    s.end_attempt(&end(a0, finished.clone()), 3).await.unwrap();
-    s.end_attempt(&end(a1, finished), 3).await.unwrap();
+    assert_eq!(
+        s.end_attempt(&end(a0, finished.clone()), 3).await.unwrap(),
+        EndOutcome::Ended
+    );
+    assert_eq!(
+        s.end_attempt(&end(a1, finished), 3).await.unwrap(),
+        EndOutcome::Ended
+    );
     // A retry takes a task back to PENDING: open again.
     let retry = TaskNext::Retry {
         reason: "again".into(),
         not_before: 1003,
     };
-    s.end_attempt(&end(a2, retry), 3).await.unwrap();
+    assert_eq!(
+        s.end_attempt(&end(a2, retry), 3).await.unwrap(),
+        EndOutcome::Ended
+    );
     s.apply(
         &[Change::EndTask {
             task_id: t[3],
@@ -452,6 +482,7 @@ async fn active_lists_a_window_of_waiting_tasks_and_ends_the_rest_by_job() {
     let mut w = workflow("ada", "physics", 0);
     w.tasks = array_then("member", n, "after", 2);
     s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
     let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
     // Members 0 and 5 start; member 1 ends.
     let place = |task: Uuid| place(w.id, Uuid::new_v4(), task);
@@ -538,6 +569,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let w = workflow("ada", "physics", 1);
     let task = w.tasks[0].id;
     s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
     let a1 = Uuid::new_v4();
     s.apply(
         &[Change::CreateAttempt {
@@ -546,6 +578,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
             workflow_id: w.id,
             node: "n1".into(),
             assignment: "{}".into(),
+            need: AttemptNeed::default(),
         }],
         2,
     )
@@ -570,9 +603,9 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
             not_before: 1004,
         },
     };
-    assert!(s.end_attempt(&end, 4).await.unwrap());
+    assert!(s.end_attempt(&end, 4).await.unwrap().is_ended());
     assert!(
-        !s.end_attempt(&end, 5).await.unwrap(),
+        !s.end_attempt(&end, 5).await.unwrap().is_ended(),
         "a duplicate end changes nothing"
     );
     let t = s.task(task).await.unwrap();
@@ -593,6 +626,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
             workflow_id: w.id,
             node: "n2".into(),
             assignment: "{}".into(),
+            need: AttemptNeed::default(),
         }],
         6,
     )
@@ -601,22 +635,25 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     assert_eq!(s.attempt(a2).await.unwrap().number, 2);
     assert!(!s.attempt_running(a1, 7).await.unwrap());
     assert_eq!(s.task(task).await.unwrap().status, TaskStatus::Started);
-    s.end_attempt(
-        &AttemptEnd {
-            attempt_id: a2,
-            status: TaskStatus::Finished,
-            cause: EndCause::Exit,
-            exit_code: Some(0),
-            reason: None,
-            task: TaskNext::Final {
+    assert_eq!(
+        s.end_attempt(
+            &AttemptEnd {
+                attempt_id: a2,
                 status: TaskStatus::Finished,
+                cause: EndCause::Exit,
+                exit_code: Some(0),
                 reason: None,
+                task: TaskNext::Final {
+                    status: TaskStatus::Finished,
+                    reason: None,
+                },
             },
-        },
-        8,
-    )
-    .await
-    .unwrap();
+            8,
+        )
+        .await
+        .unwrap(),
+        EndOutcome::Ended
+    );
     set_status(&s, w.id, WorkflowStatus::Finished, 9).await;
     assert_eq!(
         s.workflow(w.id).await.unwrap().status,

@@ -44,12 +44,117 @@ pub(super) async fn task_ident(
     ))
 }
 
+/// A node as the applier re-checks placements on it: its state and capacity, and what its
+/// live attempts hold, those this plan adds included.
+struct NodeFit {
+    state: String,
+    millicpus: u64,
+    memory_bytes: u64,
+    devices: std::collections::BTreeMap<String, u32>,
+    used: AttemptNeed,
+    /// Live attempts there.
+    running: u32,
+    /// One of them is exclusive.
+    exclusive_taken: bool,
+}
+
+impl NodeFit {
+    /// Read in the plan's transaction, so the check and the commit see the same rows.
+    async fn read(tx: &mut Transaction<'_, Sqlite>, node: &str) -> Result<Self> {
+        let r = sqlx::query("SELECT state, capacity FROM nodes WHERE name = ?")
+            .bind(node)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::Refused(format!("node {node} is not registered")))?;
+        // As the controller reads it: a capacity it cannot read is none at all.
+        let cap: gantry_api::agent::Capacity =
+            serde_json::from_str(r.get("capacity")).unwrap_or_default();
+        let mut fit = NodeFit {
+            state: r.get("state"),
+            millicpus: u64::from(cap.cpus) * 1000,
+            memory_bytes: cap.memory_bytes,
+            devices: cap.devices,
+            used: AttemptNeed::default(),
+            running: 0,
+            exclusive_taken: false,
+        };
+        let live = sqlx::query(
+            "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts
+             WHERE node = ? AND ended_at IS NULL",
+        )
+        .bind(node)
+        .fetch_all(&mut **tx)
+        .await?;
+        for a in &live {
+            let devices = serde_json::from_str(a.get("devices"))
+                .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
+            fit.add(&AttemptNeed {
+                millicpus: a.get::<i64, _>("millicpus") as u64,
+                memory_bytes: a.get::<i64, _>("memory_bytes") as u64,
+                devices,
+                exclusive: a.get("exclusive"),
+            });
+        }
+        Ok(fit)
+    }
+
+    fn add(&mut self, need: &AttemptNeed) {
+        self.used.millicpus += need.millicpus;
+        self.used.memory_bytes += need.memory_bytes;
+        for (d, n) in &need.devices {
+            *self.used.devices.entry(d.clone()).or_insert(0) += n;
+        }
+        self.running += 1;
+        self.exclusive_taken |= need.exclusive;
+    }
+
+    /// Why `need` does not fit here now, as the scheduler decides fit; `None` when it fits.
+    fn refusal(&self, need: &AttemptNeed) -> Option<String> {
+        if self.state != "READY" {
+            return Some(format!("it is {}", self.state));
+        }
+        if self.exclusive_taken {
+            return Some("an exclusive attempt runs there".into());
+        }
+        if need.exclusive && self.running > 0 {
+            return Some(format!(
+                "it is exclusive and {} attempts run there",
+                self.running
+            ));
+        }
+        if self.used.millicpus + need.millicpus > self.millicpus {
+            return Some(format!(
+                "{} of {} millicores are taken, it needs {}",
+                self.used.millicpus, self.millicpus, need.millicpus
+            ));
+        }
+        if self.used.memory_bytes + need.memory_bytes > self.memory_bytes {
+            return Some(format!(
+                "{} of {} bytes of memory are taken, it needs {}",
+                self.used.memory_bytes, self.memory_bytes, need.memory_bytes
+            ));
+        }
+        for (d, n) in &need.devices {
+            let used = self.used.devices.get(d).copied().unwrap_or(0);
+            let total = self.devices.get(d).copied().unwrap_or(0);
+            if used + n > total {
+                return Some(format!("{used} of {total} {d} are taken, it needs {n}"));
+            }
+        }
+        None
+    }
+}
+
 impl SqliteStore {
     pub(super) async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
         if changes.is_empty() {
             return Ok(());
         }
+        // Returning early drops `tx`, which rolls back whatever the plan did before a
+        // refusal: a plan is applied whole or not at all.
         let mut tx = self.writer.begin().await?;
+        // Each node a placement names, read once per plan and added to as it is placed on.
+        let mut fits: std::collections::HashMap<&str, NodeFit> = std::collections::HashMap::new();
         for c in changes {
             match c {
                 Change::CreateAttempt {
@@ -58,7 +163,42 @@ impl SqliteStore {
                     workflow_id,
                     node,
                     assignment,
+                    need,
                 } => {
+                    let t = sqlx::query(
+                        "SELECT job, idx, status,
+                                EXISTS (SELECT 1 FROM attempts a
+                                        WHERE a.task_id = tasks.id AND a.ended_at IS NULL) AS live
+                         FROM tasks WHERE id = ?",
+                    )
+                    .bind(task_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let label = task_label(t.get("job"), t.get("idx"));
+                    let status: TaskStatus = parse(t.get("status"))?;
+                    if status != TaskStatus::Pending {
+                        return Err(StoreError::Refused(format!(
+                            "task {label} is {status}, not PENDING: not placed on {node}"
+                        )));
+                    }
+                    if t.get::<bool, _>("live") {
+                        return Err(StoreError::Refused(format!(
+                            "task {label} has a live attempt already: not placed on {node}"
+                        )));
+                    }
+                    let fit = match fits.entry(node.as_str()) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(NodeFit::read(&mut tx, node).await?)
+                        }
+                    };
+                    if let Some(why) = fit.refusal(need) {
+                        return Err(StoreError::Refused(format!(
+                            "task {label} does not fit on node {node}: {why}"
+                        )));
+                    }
+                    fit.add(need);
                     // The task's row numbers the attempt and names it for the event, in the
                     // same statement that moves it (tasks.live_attempt has no foreign key, so
                     // the attempt's row may follow).
@@ -75,11 +215,13 @@ impl SqliteStore {
                     .await?
                     .ok_or(StoreError::NotFound)?;
                     let wf = uuid(r.get("workflow_id"))?;
-                    let label = task_label(r.get("job"), r.get("idx"));
                     let number: i64 = r.get("attempts");
+                    let devices = serde_json::to_string(&need.devices)
+                        .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
                     sqlx::query(
-                        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
-                         VALUES (?, ?, ?, ?, ?, 'STARTED', ?, ?)",
+                        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at,
+                                               millicpus, memory_bytes, devices, exclusive)
+                         VALUES (?, ?, ?, ?, ?, 'STARTED', ?, ?, ?, ?, ?, ?)",
                     )
                     .bind(attempt_id.to_string())
                     .bind(task_id.to_string())
@@ -88,6 +230,10 @@ impl SqliteStore {
                     .bind(node)
                     .bind(assignment)
                     .bind(now)
+                    .bind(need.millicpus as i64)
+                    .bind(need.memory_bytes as i64)
+                    .bind(devices)
+                    .bind(need.exclusive)
                     .execute(&mut *tx)
                     .await?;
                     event(
@@ -294,8 +440,25 @@ impl SqliteStore {
         Ok(true)
     }
 
-    pub(super) async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
+    pub(super) async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome> {
         let mut tx = self.writer.begin().await?;
+        // Only the task's current attempt ends: a stale report never moves a task another
+        // attempt has taken over, and a repeated one changes nothing.
+        let state = sqlx::query(
+            "SELECT a.ended_at IS NOT NULL AS ended,
+                    COALESCE(t.live_attempt = a.id, 0) AS current
+             FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id = ?",
+        )
+        .bind(end.attempt_id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        if state.get::<bool, _>("ended") {
+            return Ok(EndOutcome::AlreadyEnded);
+        }
+        if !state.get::<bool, _>("current") {
+            return Ok(EndOutcome::NotCurrent);
+        }
         let Some(r) = sqlx::query(returning_attempt_ident!(
             "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
              WHERE id = ? AND ended_at IS NULL"
@@ -309,7 +472,7 @@ impl SqliteStore {
         .fetch_optional(&mut *tx)
         .await?
         else {
-            return Ok(false);
+            return Ok(EndOutcome::AlreadyEnded);
         };
         let task_id = uuid(r.get("task_id"))?;
         let (wf, node, label, number) = attempt_ident(&r)?;
@@ -338,7 +501,6 @@ impl SqliteStore {
             now,
         )
         .await?;
-        // Only the task's current attempt moves the task: a stale attempt never overwrites a newer one.
         let (status, reason, ended, not_before) = match &end.task {
             TaskNext::Retry { reason, not_before } => (
                 TaskStatus::Pending,
@@ -376,7 +538,7 @@ impl SqliteStore {
             .await?;
         }
         tx.commit().await?;
-        Ok(true)
+        Ok(EndOutcome::Ended)
     }
 
     pub(super) async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {

@@ -302,7 +302,7 @@ impl Store for SqliteStore {
         SqliteStore::attempt_running(self, id, now).await
     }
 
-    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool> {
+    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome> {
         SqliteStore::end_attempt(self, end, now).await
     }
 
