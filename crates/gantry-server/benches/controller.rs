@@ -125,6 +125,9 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
                 plan: serde_json::to_string(&plan).unwrap(),
                 tasks: tasks.clone(),
                 volumes: vec![],
+                takeovers: vec![],
+                takeover_changes: vec![],
+                ended: vec![],
             },
             t0,
         )

@@ -93,6 +93,8 @@ pub trait Store: Send + Sync + 'static {
     async fn count_users(&self) -> Result<u64>;
 
     // --- workflows ----------------------------------------------------------------------
+    /// Stores a submitted workflow whole, in one transaction: its tasks, the volumes it
+    /// mounts, its endpoint takeovers (and their confirmations), the tasks that end at once.
     async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()>;
     async fn list_workflows(&self, filter: &Visibility) -> Result<Vec<WorkflowRow>>;
     /// Resolves a full id or a unique prefix of 8 or more characters.

@@ -76,6 +76,22 @@ pub struct NewWorkflow {
     pub tasks: Vec<NewTask>,
     /// The persistent volumes it mounts: each must exist when it is stored.
     pub volumes: Vec<Uuid>,
+    /// The endpoint takeovers its services request, stored with it.
+    pub takeovers: Vec<TakeoverRow>,
+    /// Applied to those takeovers in the same transaction: the submitter's confirmation
+    /// ([`EndpointChange::Confirm`] and its event), given with the submit.
+    pub takeover_changes: Vec<EndpointChange>,
+    /// Tasks that end as they are stored, as [`Change::EndTask`] ends them: a build whose
+    /// image the object cache holds already never runs.
+    pub ended: Vec<EndedTask>,
+}
+
+/// A task of a [`NewWorkflow`] that ends when it is stored.
+#[derive(Debug, Clone)]
+pub struct EndedTask {
+    pub task_id: Uuid,
+    pub status: TaskStatus,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone)]

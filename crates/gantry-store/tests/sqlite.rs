@@ -40,6 +40,9 @@ fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
             })
             .collect(),
         volumes: vec![],
+        takeovers: vec![],
+        takeover_changes: vec![],
+        ended: vec![],
     }
 }
 
@@ -1156,4 +1159,106 @@ async fn a_node_keeps_the_address_exec_service_and_labels_of_its_last_hello() {
     );
     let listed = s.nodes().await.unwrap();
     assert_eq!(listed[0].labels.len(), 1);
+}
+
+/// A database from before attempts carried what they hold (0017): live attempts get it from
+/// their assignments, so the applier's fit check counts them after the upgrade; ended ones
+/// hold nothing.
+#[tokio::test]
+async fn live_attempts_from_before_0017_hold_what_their_assignment_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    s.register_node(
+        &NodeRegistration {
+            name: "n1".into(),
+            pool: "default".into(),
+            capacity: r#"{"cpus":4,"memory_bytes":1000,"devices":{"nvidia.com/gpu":2}}"#.into(),
+            version: "0".into(),
+            ..Default::default()
+        },
+        1,
+    )
+    .await
+    .unwrap();
+    let w = workflow("ada", "physics", 3);
+    s.create_workflow(&w, 1).await.unwrap();
+    let asg = |cpus: f64, exclusive: bool| {
+        let mut devices = serde_json::json!({"nvidia.com/gpu": 1});
+        if exclusive {
+            devices["gantry.io/exclusive"] = 1.into();
+        }
+        serde_json::json!({"resources": {"cpus": cpus, "memory_bytes": 100, "devices": devices}})
+            .to_string()
+    };
+    let (ended, live) = (Uuid::new_v4(), Uuid::new_v4());
+    let at = |a: Uuid, t: usize, assignment: String| Change::CreateAttempt {
+        attempt_id: a,
+        task_id: w.tasks[t].id,
+        workflow_id: w.id,
+        node: "n1".into(),
+        assignment,
+        need: AttemptNeed::default(),
+    };
+    s.apply(&[at(ended, 0, asg(4.0, false))], 2).await.unwrap();
+    let fin = AttemptEnd {
+        attempt_id: ended,
+        status: TaskStatus::Finished,
+        cause: EndCause::Exit,
+        exit_code: Some(0),
+        reason: None,
+        task: TaskNext::Final {
+            status: TaskStatus::Finished,
+            reason: None,
+        },
+    };
+    assert_eq!(s.end_attempt(&fin, 3).await.unwrap(), EndOutcome::Ended);
+    s.apply(&[at(live, 1, asg(2.0, true))], 4).await.unwrap();
+    drop(s);
+    // Back to the schema before 0017, rows kept.
+    let path = dir.path().join("gantry.db");
+    {
+        let pool = sqlx::SqlitePool::connect_with(
+            sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+        )
+        .await
+        .unwrap();
+        for sql in [
+            "DELETE FROM _sqlx_migrations WHERE version = 17",
+            "ALTER TABLE attempts DROP COLUMN millicpus",
+            "ALTER TABLE attempts DROP COLUMN memory_bytes",
+            "ALTER TABLE attempts DROP COLUMN devices",
+            "ALTER TABLE attempts DROP COLUMN exclusive",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let s = open(&dir).await;
+    let pool =
+        sqlx::SqlitePool::connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+    let held = |a: Uuid| {
+        let pool = pool.clone();
+        async move {
+            let r: (i64, i64, String, bool) = sqlx::query_as(
+                "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts WHERE id = ?",
+            )
+            .bind(a.to_string())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            r
+        }
+    };
+    assert_eq!(
+        held(live).await,
+        (2000, 100, r#"{"nvidia.com/gpu":1}"#.to_string(), true)
+    );
+    assert_eq!(held(ended).await, (0, 0, "{}".to_string(), false));
+    // The upgraded live attempt is exclusive: nothing goes beside it.
+    match s.apply(&[at(Uuid::new_v4(), 2, "{}".into())], 5).await {
+        Err(StoreError::Refused(why)) => assert!(why.contains("exclusive"), "{why}"),
+        other => panic!("want Refused, got {other:?}"),
+    }
 }

@@ -44,6 +44,41 @@ pub(super) async fn task_ident(
     ))
 }
 
+/// Ends a task that has not ended (as [`Change::EndTask`]), with its event, in the caller's
+/// transaction; a task that ended already is left as it is.
+pub(super) async fn end_task(
+    tx: &mut Transaction<'_, Sqlite>,
+    task_id: Uuid,
+    status: TaskStatus,
+    reason: &str,
+    now: Millis,
+) -> Result<()> {
+    let (wf, label, old) = task_ident(tx, task_id).await?;
+    if old.is_terminal() {
+        return Ok(());
+    }
+    sqlx::query("UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?")
+        .bind(status.as_str())
+        .bind(cap_text(reason))
+        .bind(now)
+        .bind(task_id.to_string())
+        .execute(&mut **tx)
+        .await?;
+    event(
+        tx,
+        &ev(
+            Some(wf),
+            None,
+            Some(label),
+            "task.ended",
+            format!("{status}: {reason}"),
+        ),
+        now,
+    )
+    .await?;
+    Ok(())
+}
+
 /// A node as the applier re-checks placements on it: its state and capacity, and what its
 /// live attempts hold, those this plan adds included.
 struct NodeFit {
@@ -254,31 +289,7 @@ impl SqliteStore {
                     status,
                     reason,
                 } => {
-                    let (wf, label, old) = task_ident(&mut tx, *task_id).await?;
-                    if old.is_terminal() {
-                        continue;
-                    }
-                    sqlx::query(
-                        "UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?",
-                    )
-                    .bind(status.as_str())
-                    .bind(cap_text(reason))
-                    .bind(now)
-                    .bind(task_id.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-                    event(
-                        &mut tx,
-                        &ev(
-                            Some(wf),
-                            None,
-                            Some(label),
-                            "task.ended",
-                            format!("{status}: {reason}"),
-                        ),
-                        now,
-                    )
-                    .await?;
+                    end_task(&mut tx, *task_id, *status, reason, now).await?;
                 }
                 Change::EndPending {
                     workflow_id,

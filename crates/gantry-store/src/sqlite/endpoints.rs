@@ -99,49 +99,7 @@ impl SqliteStore {
 
     pub(super) async fn create_takeover(&self, t: &TakeoverRow, now: Millis) -> Result<()> {
         let mut tx = self.writer.begin().await?;
-        sqlx::query(
-            "INSERT INTO takeovers (id, endpoint, from_workflow, to_workflow, to_service, port, requested_by, channel, mode,
-             phase, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(t.id.to_string())
-        .bind(&t.endpoint)
-        .bind(t.from_workflow.map(|u| u.to_string()))
-        .bind(t.to_workflow.to_string())
-        .bind(&t.to_service)
-        .bind(t.port as i64)
-        .bind(&t.requested_by)
-        .bind(&t.channel)
-        .bind(&t.mode)
-        .bind(&t.phase)
-        .bind(now)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        let msg = match t.from_workflow {
-            Some(from) => format!(
-                "takeover of endpoint {} by {} requested by {} (from workflow {})",
-                t.endpoint,
-                t.to_service,
-                t.requested_by,
-                &from.to_string()[..8]
-            ),
-            None => format!(
-                "{} attaches to endpoint {} (requested by {})",
-                t.to_service, t.endpoint, t.requested_by
-            ),
-        };
-        event(
-            &mut tx,
-            &ev(
-                Some(t.to_workflow),
-                None,
-                Some(t.to_service.clone()),
-                "endpoint.takeover",
-                msg,
-            ),
-            now,
-        )
-        .await?;
+        insert_takeover(&mut tx, t, now).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -182,127 +140,7 @@ impl SqliteStore {
             return Ok(());
         }
         let mut tx = self.writer.begin().await?;
-        for c in changes {
-            match c {
-                EndpointChange::Phase {
-                    id,
-                    phase,
-                    reason,
-                    end,
-                } => {
-                    let r = sqlx::query(
-                        "UPDATE takeovers SET phase = ?, reason = COALESCE(?, reason), updated_at = ?,
-                         ended_at = CASE WHEN ? THEN ? ELSE ended_at END
-                         WHERE id = ? AND ended_at IS NULL AND phase != ? RETURNING endpoint, to_workflow",
-                    )
-                    .bind(phase)
-                    .bind(cap_opt(reason))
-                    .bind(now)
-                    .bind(end)
-                    .bind(now)
-                    .bind(id.to_string())
-                    .bind(phase)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if let Some(r) = r {
-                        let endpoint: String = r.get("endpoint");
-                        let wf = uuid(r.get("to_workflow"))?;
-                        let why = reason
-                            .as_deref()
-                            .map(|r| format!(": {r}"))
-                            .unwrap_or_default();
-                        event(
-                            &mut tx,
-                            &ev(
-                                Some(wf),
-                                None,
-                                None,
-                                "endpoint.phase",
-                                format!("takeover of {endpoint}: {phase}{why}"),
-                            ),
-                            now,
-                        )
-                        .await?;
-                    }
-                }
-                EndpointChange::Switch { takeover } => {
-                    let r = sqlx::query("SELECT * FROM takeovers WHERE id = ?")
-                        .bind(takeover.to_string())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    let t = takeover_row(&r)?;
-                    sqlx::query("UPDATE endpoints SET workflow_id = ?, service = ?, port = ?, since = ? WHERE name = ?")
-                        .bind(t.to_workflow.to_string())
-                        .bind(&t.to_service)
-                        .bind(t.port as i64)
-                        .bind(now)
-                        .bind(&t.endpoint)
-                        .execute(&mut *tx)
-                        .await?;
-                    sqlx::query(
-                        "UPDATE takeovers SET switched_at = ?, updated_at = ? WHERE id = ?",
-                    )
-                    .bind(now)
-                    .bind(now)
-                    .bind(takeover.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-                    let msg = format!(
-                        "endpoint {} now served by {} of workflow {}",
-                        t.endpoint, t.to_service, t.to_workflow
-                    );
-                    event(
-                        &mut tx,
-                        &ev(
-                            Some(t.to_workflow),
-                            None,
-                            Some(t.to_service.clone()),
-                            "endpoint.switched",
-                            msg.clone(),
-                        ),
-                        now,
-                    )
-                    .await?;
-                    if let Some(from) = t.from_workflow {
-                        event(
-                            &mut tx,
-                            &ev(Some(from), None, None, "endpoint.switched", msg),
-                            now,
-                        )
-                        .await?;
-                    }
-                }
-                EndpointChange::Clear { endpoint, reason } => {
-                    let n = sqlx::query(
-                        "UPDATE endpoints SET workflow_id = NULL, service = NULL, port = NULL, since = ? WHERE name = ? AND workflow_id IS NOT NULL",
-                    )
-                    .bind(now)
-                    .bind(endpoint)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    if n > 0 {
-                        plain_event(
-                            &mut tx,
-                            "endpoint.idle",
-                            format!("endpoint {endpoint} has no backend: {reason}"),
-                            now,
-                        )
-                        .await?;
-                    }
-                }
-                EndpointChange::Confirm { id, by, via } => {
-                    sqlx::query("UPDATE takeovers SET confirmed_by = ?, confirmed_via = ?, updated_at = ? WHERE id = ? AND confirmed_by IS NULL")
-                        .bind(by)
-                        .bind(via)
-                        .bind(now)
-                        .bind(id.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                EndpointChange::Event(e) => event(&mut tx, e, now).await?,
-            }
-        }
+        apply_endpoint_changes(&mut tx, changes, now).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -395,4 +233,185 @@ impl SqliteStore {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// A takeover row and its event, in the caller's transaction (a submit stores its
+/// workflow's takeovers with it).
+pub(super) async fn insert_takeover(
+    tx: &mut Transaction<'_, Sqlite>,
+    t: &TakeoverRow,
+    now: Millis,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO takeovers (id, endpoint, from_workflow, to_workflow, to_service, port, requested_by, channel, mode,
+         phase, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(t.id.to_string())
+    .bind(&t.endpoint)
+    .bind(t.from_workflow.map(|u| u.to_string()))
+    .bind(t.to_workflow.to_string())
+    .bind(&t.to_service)
+    .bind(t.port as i64)
+    .bind(&t.requested_by)
+    .bind(&t.channel)
+    .bind(&t.mode)
+    .bind(&t.phase)
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    let msg = match t.from_workflow {
+        Some(from) => format!(
+            "takeover of endpoint {} by {} requested by {} (from workflow {})",
+            t.endpoint,
+            t.to_service,
+            t.requested_by,
+            &from.to_string()[..8]
+        ),
+        None => format!(
+            "{} attaches to endpoint {} (requested by {})",
+            t.to_service, t.endpoint, t.requested_by
+        ),
+    };
+    event(
+        tx,
+        &ev(
+            Some(t.to_workflow),
+            None,
+            Some(t.to_service.clone()),
+            "endpoint.takeover",
+            msg,
+        ),
+        now,
+    )
+    .await?;
+    Ok(())
+}
+
+/// [`EndpointChange`]s in the caller's transaction.
+pub(super) async fn apply_endpoint_changes(
+    tx: &mut Transaction<'_, Sqlite>,
+    changes: &[EndpointChange],
+    now: Millis,
+) -> Result<()> {
+    for c in changes {
+        match c {
+            EndpointChange::Phase {
+                id,
+                phase,
+                reason,
+                end,
+            } => {
+                let r = sqlx::query(
+                    "UPDATE takeovers SET phase = ?, reason = COALESCE(?, reason), updated_at = ?,
+                     ended_at = CASE WHEN ? THEN ? ELSE ended_at END
+                     WHERE id = ? AND ended_at IS NULL AND phase != ? RETURNING endpoint, to_workflow",
+                )
+                .bind(phase)
+                .bind(cap_opt(reason))
+                .bind(now)
+                .bind(end)
+                .bind(now)
+                .bind(id.to_string())
+                .bind(phase)
+                .fetch_optional(&mut **tx)
+                .await?;
+                if let Some(r) = r {
+                    let endpoint: String = r.get("endpoint");
+                    let wf = uuid(r.get("to_workflow"))?;
+                    let why = reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default();
+                    event(
+                        tx,
+                        &ev(
+                            Some(wf),
+                            None,
+                            None,
+                            "endpoint.phase",
+                            format!("takeover of {endpoint}: {phase}{why}"),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+            }
+            EndpointChange::Switch { takeover } => {
+                let r = sqlx::query("SELECT * FROM takeovers WHERE id = ?")
+                    .bind(takeover.to_string())
+                    .fetch_one(&mut **tx)
+                    .await?;
+                let t = takeover_row(&r)?;
+                sqlx::query("UPDATE endpoints SET workflow_id = ?, service = ?, port = ?, since = ? WHERE name = ?")
+                    .bind(t.to_workflow.to_string())
+                    .bind(&t.to_service)
+                    .bind(t.port as i64)
+                    .bind(now)
+                    .bind(&t.endpoint)
+                    .execute(&mut **tx)
+                    .await?;
+                sqlx::query("UPDATE takeovers SET switched_at = ?, updated_at = ? WHERE id = ?")
+                    .bind(now)
+                    .bind(now)
+                    .bind(takeover.to_string())
+                    .execute(&mut **tx)
+                    .await?;
+                let msg = format!(
+                    "endpoint {} now served by {} of workflow {}",
+                    t.endpoint, t.to_service, t.to_workflow
+                );
+                event(
+                    tx,
+                    &ev(
+                        Some(t.to_workflow),
+                        None,
+                        Some(t.to_service.clone()),
+                        "endpoint.switched",
+                        msg.clone(),
+                    ),
+                    now,
+                )
+                .await?;
+                if let Some(from) = t.from_workflow {
+                    event(
+                        tx,
+                        &ev(Some(from), None, None, "endpoint.switched", msg),
+                        now,
+                    )
+                    .await?;
+                }
+            }
+            EndpointChange::Clear { endpoint, reason } => {
+                let n = sqlx::query(
+                    "UPDATE endpoints SET workflow_id = NULL, service = NULL, port = NULL, since = ? WHERE name = ? AND workflow_id IS NOT NULL",
+                )
+                .bind(now)
+                .bind(endpoint)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if n > 0 {
+                    plain_event(
+                        tx,
+                        "endpoint.idle",
+                        format!("endpoint {endpoint} has no backend: {reason}"),
+                        now,
+                    )
+                    .await?;
+                }
+            }
+            EndpointChange::Confirm { id, by, via } => {
+                sqlx::query("UPDATE takeovers SET confirmed_by = ?, confirmed_via = ?, updated_at = ? WHERE id = ? AND confirmed_by IS NULL")
+                    .bind(by)
+                    .bind(via)
+                    .bind(now)
+                    .bind(id.to_string())
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            EndpointChange::Event(e) => event(tx, e, now).await?,
+        }
+    }
+    Ok(())
 }

@@ -60,6 +60,21 @@ impl SqliteStore {
             now,
         )
         .await?;
+        // What else a submit writes goes in the same transaction: a submit is stored whole
+        // or not at all.
+        for t in &wf.takeovers {
+            super::endpoints::insert_takeover(&mut tx, t, now).await?;
+        }
+        super::endpoints::apply_endpoint_changes(&mut tx, &wf.takeover_changes, now).await?;
+        for e in &wf.ended {
+            if !wf.tasks.iter().any(|t| t.id == e.task_id) {
+                return Err(StoreError::Conflict(format!(
+                    "task {} to end is not one of the workflow's",
+                    e.task_id
+                )));
+            }
+            super::attempts::end_task(&mut tx, e.task_id, e.status, &e.reason, now).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
