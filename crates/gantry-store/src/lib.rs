@@ -4,6 +4,8 @@
 //! durable (WAL with `synchronous = FULL`).
 
 mod sqlite;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod text;
 mod types;
 
