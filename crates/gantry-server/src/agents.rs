@@ -478,7 +478,7 @@ async fn end_read_attempt(
     let reason = match (reason, cause) {
         (None, EndCause::Evicted) => crate::holds::active_by_node(st).await.ok().and_then(|m| {
             m.get(&attempt.node)
-                .and_then(|hs| hs.iter().find(|h| h.kind == "evict"))
+                .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
                 .map(crate::holds::describe)
         }),
         (r, _) => r,

@@ -320,7 +320,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     let grace = st.config.stop_grace.as_millis() as u64;
     // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
     // while every node is READY there is no hold to read.
-    let held = if nodes.iter().all(|n| n.state == NodeState::Ready.as_str()) {
+    let held = if nodes.iter().all(|n| n.state == NodeState::Ready) {
         Default::default()
     } else {
         crate::holds::active_by_node(st).await?
@@ -424,7 +424,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         for a in &aw.live {
             let Some(h) = held
                 .get(&a.node)
-                .and_then(|hs| hs.iter().find(|h| h.kind == "evict"))
+                .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
             else {
                 continue;
             };
@@ -494,7 +494,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 let cap: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
                 let (u, running, excl) = used.remove(n.name.as_str()).unwrap_or_default();
                 let connected = st.hub.is_connected(&n.name);
-                let ready = n.state == NodeState::Ready.as_str();
+                let ready = n.state == NodeState::Ready;
                 NodeView {
                     used: u,
                     schedulable: connected && ready,
@@ -503,9 +503,13 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     } else if !ready {
                         Some(match held.get(&n.name).and_then(|hs| hs.first()) {
                             Some(h) => {
-                                format!("{}: {}", n.state.to_lowercase(), crate::holds::describe(h))
+                                format!(
+                                    "{}: {}",
+                                    n.state.as_str().to_lowercase(),
+                                    crate::holds::describe(h)
+                                )
                             }
-                            None => n.state.to_lowercase(),
+                            None => n.state.as_str().to_lowercase(),
                         })
                     } else {
                         None
@@ -690,13 +694,13 @@ async fn lose_silent_nodes(
     let mut lost = false;
     for n in nodes {
         let silent = n.last_seen.is_none_or(|t| now - t > timeout);
-        if !silent || n.state == NodeState::Down.as_str() {
+        if !silent || n.state == NodeState::Down {
             continue;
         }
         lost = true;
         let why = format!("no heartbeat for {}s", timeout / 1000);
         st.store
-            .set_node_state(&n.name, NodeState::Down.as_str(), &why, now)
+            .set_node_state(&n.name, NodeState::Down, &why, now)
             .await?;
         st.hub.drop_node(&n.name);
         for a in st.store.live_attempts_on(&n.name).await? {

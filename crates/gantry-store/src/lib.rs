@@ -143,7 +143,7 @@ pub trait Store: Send + Sync + 'static {
     async fn set_node_state(
         &self,
         name: &str,
-        state: &str,
+        state: NodeState,
         reason: &str,
         now: Millis,
     ) -> Result<()>;

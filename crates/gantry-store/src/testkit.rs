@@ -416,7 +416,7 @@ pub async fn a_placement_on_a_node_not_ready_is_refused(s: Arc<dyn Store>) {
     node(s, "n1", 64, 1 << 30, &[]).await;
     node(s, "n2", 64, 1 << 30, &[]).await;
     let w = submit(s, 2).await;
-    s.set_node_state("n2", "CORDONED", "contract", 2)
+    s.set_node_state("n2", NodeState::Cordoned, "contract", 2)
         .await
         .expect("set_node_state");
     let plan = [
@@ -425,7 +425,7 @@ pub async fn a_placement_on_a_node_not_ready_is_refused(s: Arc<dyn Store>) {
     ];
     assert_refused(s, &w, &plan, "n2", "a placement on a cordoned node").await;
     s.node_disconnected("n1", 3).await.expect("disconnected");
-    s.set_node_state("n1", "DOWN", "contract", 3)
+    s.set_node_state("n1", NodeState::Down, "contract", 3)
         .await
         .expect("set_node_state");
     assert_refused(
@@ -444,7 +444,7 @@ pub async fn a_placement_on_a_node_not_ready_is_refused(s: Arc<dyn Store>) {
         "a placement on an unknown node",
     )
     .await;
-    s.set_node_state("n2", "READY", "contract", 4)
+    s.set_node_state("n2", NodeState::Ready, "contract", 4)
         .await
         .expect("set_node_state");
     s.apply(&[place(&w, 1, "n2", need(0, 0, &[]))], 5)

@@ -1,7 +1,84 @@
-//! Rows and changes. Statuses are kept as the contract's upper-case text.
+//! Rows and changes. States are enums (the API's where it has one); backends store them as
+//! their text (`as_str`) and read them back with `FromStr`.
 
+pub use gantry_api::v1::Role;
+pub use gantry_api::NodeState;
 use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
 use uuid::Uuid;
+
+/// An enum stored as fixed text: `as_str`, `Display` and `FromStr` (exact text).
+macro_rules! text_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $variant),+
+        }
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!("unknown {} {s:?}", stringify!($name))),
+                }
+            }
+        }
+    };
+}
+
+text_enum!(
+    /// What a hold does to its node.
+    HoldKind {
+        Cordon => "cordon",
+        Evict => "evict",
+    }
+);
+
+text_enum!(
+    /// Who placed a hold.
+    HoldSource {
+        Monitoring => "monitoring",
+        Admin => "admin",
+    }
+);
+
+text_enum!(
+    /// Where a hold is in its life.
+    HoldStatus {
+        Active => "ACTIVE",
+        /// Waiting for the pool's cap to allow it.
+        Deferred => "DEFERRED",
+        Released => "RELEASED",
+    }
+);
+
+text_enum!(
+    /// What releases a hold.
+    ReleaseRule {
+        /// Its alert resolving.
+        Auto => "auto",
+        /// Only an administrator.
+        Admin => "admin",
+    }
+);
+
+/// A role as stored: the API's [`Role`]'s text.
+pub fn parse_role(s: &str) -> Result<Role, String> {
+    [Role::User, Role::Admin, Role::Agent, Role::Monitoring]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| format!("unknown role {s:?}"))
+}
 
 pub type Millis = i64;
 
@@ -10,8 +87,7 @@ pub struct User {
     pub id: Uuid,
     pub name: String,
     pub group: String,
-    /// `user`, `admin` or `agent`.
-    pub role: String,
+    pub role: Role,
 }
 
 /// A user as administrators list them.
@@ -30,7 +106,7 @@ pub struct TokenRow {
     pub id: String,
     pub user: String,
     /// What the token may do: its user's role.
-    pub role: String,
+    pub role: Role,
     pub purpose: String,
     pub created_at: Millis,
     pub expires_at: Option<Millis>,
@@ -304,7 +380,7 @@ pub struct NodeRow {
     pub name: String,
     pub pool: String,
     pub capacity: String,
-    pub state: String,
+    pub state: NodeState,
     pub connected: bool,
     pub last_seen: Option<Millis>,
     pub version: Option<String>,
@@ -400,17 +476,13 @@ pub struct HoldRow {
     pub id: Uuid,
     pub node: String,
     pub pool: String,
-    /// `cordon` or `evict`.
-    pub kind: String,
-    /// `monitoring` or `admin`.
-    pub source: String,
-    /// `ACTIVE`, `DEFERRED` or `RELEASED`.
-    pub state: String,
+    pub kind: HoldKind,
+    pub source: HoldSource,
+    pub state: HoldStatus,
     pub alertname: Option<String>,
     pub fingerprint: Option<String>,
     pub episode: Option<String>,
-    /// `auto` or `admin`.
-    pub release_rule: String,
+    pub release_rule: ReleaseRule,
     pub reason: String,
     pub created_by: String,
     pub created_at: Millis,

@@ -103,7 +103,7 @@ async fn users_and_tokens() {
         id: Uuid::new_v4(),
         name: "ada".into(),
         group: "physics".into(),
-        role: "user".into(),
+        role: Role::User,
     };
     s.create_user(&u, "hash1", None, 0).await.unwrap();
     assert_eq!(s.user_by_token("hash1", 1).await.unwrap(), Some(u.clone()));
@@ -120,7 +120,7 @@ fn person(name: &str, role: &str) -> User {
         id: Uuid::new_v4(),
         name: name.into(),
         group: "physics".into(),
-        role: role.into(),
+        role: parse_role(role).unwrap(),
     }
 }
 
@@ -151,7 +151,7 @@ async fn tokens_expire_are_listed_revoked_and_rotated() {
     assert_eq!(list[0].expires_at, Some(100));
     assert_eq!(list[1].id, second);
     assert_ne!(list[0].id, list[1].id);
-    assert!(list.iter().all(|t| t.user == "ada" && t.role == "user"));
+    assert!(list.iter().all(|t| t.user == "ada" && t.role == Role::User));
     assert!(s.tokens(Some("nobody")).await.unwrap().is_empty());
 
     // Rotating swaps the secret in place: same id, same user; the old hash stops.
@@ -717,7 +717,7 @@ async fn everything_survives_reopening() {
     let got = s.workflow(w.id).await.unwrap();
     assert!(got.stop_requested);
     assert_eq!(s.tasks(w.id).await.unwrap().len(), 2);
-    assert_eq!(s.node("n1").await.unwrap().state, "READY");
+    assert_eq!(s.node("n1").await.unwrap().state, NodeState::Ready);
     assert!(
         !s.request_stop(w.id, "ada", 4).await.unwrap(),
         "stop twice is one stop"
@@ -782,13 +782,13 @@ async fn free_text_is_stored_capped_with_a_marker() {
         id: Uuid::new_v4(),
         node: "n1".into(),
         pool: "default".into(),
-        kind: "cordon".into(),
-        source: "monitoring".into(),
-        state: "ACTIVE".into(),
+        kind: HoldKind::Cordon,
+        source: HoldSource::Monitoring,
+        state: HoldStatus::Active,
         alertname: Some("A".repeat(100_000)),
         fingerprint: Some("f".into()),
         episode: Some("2026-11-30T10:00:00Z".into()),
-        release_rule: "auto".into(),
+        release_rule: ReleaseRule::Auto,
         reason: summary.clone(),
         created_by: "monitoring".into(),
         created_at: 1,

@@ -71,20 +71,20 @@ impl SqliteStore {
                     .bind(h.id.to_string())
                     .bind(&h.node)
                     .bind(&h.pool)
-                    .bind(&h.kind)
-                    .bind(&h.source)
-                    .bind(&h.state)
+                    .bind(h.kind.as_str())
+                    .bind(h.source.as_str())
+                    .bind(h.state.as_str())
                     .bind(cap_opt(&h.alertname))
                     .bind(&h.fingerprint)
                     .bind(&h.episode)
-                    .bind(&h.release_rule)
+                    .bind(h.release_rule.as_str())
                     .bind(cap_text(&h.reason))
                     .bind(&h.created_by)
                     .bind(now)
-                    .bind((h.state == "ACTIVE").then_some(now))
+                    .bind((h.state == HoldStatus::Active).then_some(now))
                     .execute(&mut *tx)
                     .await?;
-                    let what = if h.state == "DEFERRED" {
+                    let what = if h.state == HoldStatus::Deferred {
                         "deferred (pool cap reached)"
                     } else {
                         "placed"

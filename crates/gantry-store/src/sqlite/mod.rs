@@ -325,7 +325,7 @@ impl Store for SqliteStore {
     async fn set_node_state(
         &self,
         name: &str,
-        state: &str,
+        state: NodeState,
         reason: &str,
         now: Millis,
     ) -> Result<()> {

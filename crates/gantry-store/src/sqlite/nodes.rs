@@ -157,15 +157,15 @@ impl SqliteStore {
     pub(super) async fn set_node_state(
         &self,
         name: &str,
-        state: &str,
+        state: NodeState,
         reason: &str,
         now: Millis,
     ) -> Result<()> {
         let mut tx = self.writer.begin().await?;
         let n = sqlx::query("UPDATE nodes SET state = ? WHERE name = ? AND state != ?")
-            .bind(state)
+            .bind(state.as_str())
             .bind(name)
-            .bind(state)
+            .bind(state.as_str())
             .execute(&mut *tx)
             .await?
             .rows_affected();

@@ -30,19 +30,19 @@ pub(super) fn user_row(r: &SqliteRow) -> Result<User> {
         id: uuid(r.get("id"))?,
         name: r.get("name"),
         group: r.get("grp"),
-        role: r.get("role"),
+        role: parse_role(r.get("role")).map_err(StoreError::Corrupt)?,
     })
 }
 
-pub(super) fn token_row(r: &SqliteRow) -> TokenRow {
-    TokenRow {
+pub(super) fn token_row(r: &SqliteRow) -> Result<TokenRow> {
+    Ok(TokenRow {
         id: r.get("id"),
         user: r.get("name"),
-        role: r.get("role"),
+        role: parse_role(r.get("role")).map_err(StoreError::Corrupt)?,
         purpose: r.get("purpose"),
         created_at: r.get("created_at"),
         expires_at: r.get("expires_at"),
-    }
+    })
 }
 
 pub(super) fn endpoint_token_row(r: &SqliteRow) -> EndpointTokenRow {
@@ -116,7 +116,7 @@ pub(super) fn node_row(r: &SqliteRow) -> Result<NodeRow> {
         name: r.get("name"),
         pool: r.get("pool"),
         capacity: r.get("capacity"),
-        state: r.get("state"),
+        state: parse(r.get("state"))?,
         connected: r.get::<i64, _>("connected") != 0,
         last_seen: r.get("last_seen"),
         version: r.get("version"),
@@ -192,13 +192,13 @@ pub(super) fn hold_row(r: &SqliteRow) -> Result<HoldRow> {
         id: uuid(r.get("id"))?,
         node: r.get("node"),
         pool: r.get("pool"),
-        kind: r.get("kind"),
-        source: r.get("source"),
-        state: r.get("state"),
+        kind: parse(r.get("kind"))?,
+        source: parse(r.get("source"))?,
+        state: parse(r.get("state"))?,
         alertname: r.get("alertname"),
         fingerprint: r.get("fingerprint"),
         episode: r.get("episode"),
-        release_rule: r.get("release_rule"),
+        release_rule: parse(r.get("release_rule"))?,
         reason: r.get("reason"),
         created_by: r.get("created_by"),
         created_at: r.get("created_at"),

@@ -11,7 +11,7 @@ pub(super) async fn token_by_id(tx: &mut Transaction<'_, Sqlite>, id: &str) -> R
     .fetch_optional(&mut **tx)
     .await?
     .ok_or(StoreError::NotFound)?;
-    Ok(token_row(&row))
+    token_row(&row)
 }
 
 pub(super) async fn enabled_admins(tx: &mut Transaction<'_, Sqlite>) -> Result<i64> {
@@ -37,7 +37,7 @@ impl SqliteStore {
         .bind(user.id.to_string())
         .bind(&user.name)
         .bind(&user.group)
-        .bind(&user.role)
+        .bind(user.role.as_str())
         .bind(now)
         .execute(&mut *tx)
         .await;
@@ -59,7 +59,9 @@ impl SqliteStore {
             "user.created",
             format!(
                 "user {} ({}, group {}) created",
-                user.name, user.role, user.group
+                user.name,
+                user.role.as_str(),
+                user.group
             ),
             now,
         )
@@ -265,7 +267,7 @@ impl SqliteStore {
         .bind(user)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.iter().map(token_row).collect())
+        rows.iter().map(token_row).collect()
     }
 
     pub(super) async fn revoke_token(&self, id: &str, by: &str, now: Millis) -> Result<TokenRow> {
