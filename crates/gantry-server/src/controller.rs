@@ -751,7 +751,7 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
             .add_chore(&ChoreRow {
                 id: Uuid::new_v4(),
                 pool: pool.to_string(),
-                kind: serde_json::to_string(&kind)?,
+                kind,
                 created_at: now,
                 sent_to: None,
             })
@@ -776,10 +776,10 @@ pub(crate) async fn remove_persistent(
             .map(|n| n.pool)
             .collect(),
     };
-    let kind = serde_json::to_string(&ChoreKind::RemoveVolume {
+    let kind = ChoreKind::RemoveVolume {
         path: v.dir.clone(),
         root: v.root.clone(),
-    })?;
+    };
     for pool in pools {
         st.store
             .add_chore(&ChoreRow {
@@ -806,10 +806,12 @@ async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::
         else {
             continue;
         };
-        let kind: ChoreKind = serde_json::from_str(&c.kind)?;
         if st.hub.send(
             &node.name,
-            ServerMessage::Chore(gantry_api::agent::Chore { id: c.id, kind }),
+            ServerMessage::Chore(gantry_api::agent::Chore {
+                id: c.id,
+                kind: c.kind,
+            }),
         ) {
             st.store.chore_sent(c.id, &node.name).await?;
         }

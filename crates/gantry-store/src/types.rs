@@ -438,8 +438,7 @@ pub struct EventRow {
 pub struct ChoreRow {
     pub id: Uuid,
     pub pool: String,
-    /// JSON of `gantry_api::agent::ChoreKind`.
-    pub kind: String,
+    pub kind: gantry_api::agent::ChoreKind,
     pub created_at: Millis,
     pub sent_to: Option<String>,
 }

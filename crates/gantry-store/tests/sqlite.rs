@@ -1262,3 +1262,28 @@ async fn live_attempts_from_before_0017_hold_what_their_assignment_says() {
         other => panic!("want Refused, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_chore_keeps_its_kind_until_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let kind = gantry_api::agent::ChoreKind::RemoveVolume {
+        path: "default/ephemeral/x".into(),
+        root: None,
+    };
+    let id = Uuid::new_v4();
+    s.add_chore(&ChoreRow {
+        id,
+        pool: "default".into(),
+        kind: kind.clone(),
+        created_at: 1,
+        sent_to: None,
+    })
+    .await
+    .unwrap();
+    let pending = s.pending_chores().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!((pending[0].id, &pending[0].kind), (id, &kind));
+    s.chore_done(id, None, 2).await.unwrap();
+    assert!(s.pending_chores().await.unwrap().is_empty());
+}

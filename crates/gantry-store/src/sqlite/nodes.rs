@@ -206,10 +206,12 @@ impl SqliteStore {
     }
 
     pub(super) async fn add_chore(&self, c: &ChoreRow) -> Result<()> {
+        let kind = serde_json::to_string(&c.kind)
+            .map_err(|e| StoreError::Corrupt(format!("chore kind: {e}")))?;
         sqlx::query("INSERT INTO chores (id, pool, kind, created_at) VALUES (?, ?, ?, ?)")
             .bind(c.id.to_string())
             .bind(&c.pool)
-            .bind(&c.kind)
+            .bind(kind)
             .bind(c.created_at)
             .execute(&self.writer)
             .await?;
@@ -225,7 +227,8 @@ impl SqliteStore {
                 Ok(ChoreRow {
                     id: uuid(r.get("id"))?,
                     pool: r.get("pool"),
-                    kind: r.get("kind"),
+                    kind: serde_json::from_str(r.get("kind"))
+                        .map_err(|e| StoreError::Corrupt(format!("chore kind: {e}")))?,
                     created_at: r.get("created_at"),
                     sent_to: r.get("sent_to"),
                 })
