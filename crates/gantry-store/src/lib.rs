@@ -1,7 +1,10 @@
 //! Gantry's persistence: one trait, [`Store`], and its SQLite implementation (the embedded
 //! default). Invariants: this is the only code that writes the database; every state change is
 //! one transaction that also writes an event row; a call returns only after its transaction is
-//! durable (WAL with `synchronous = FULL`).
+//! durable (WAL with `synchronous = FULL`). The trait's types are backend-neutral (no sqlx
+//! type in [`StoreError`], states as enums); SQL lives in `sqlite/` and `migrations/` only.
+//! `testkit` (feature `testkit`) is the contract every backend passes, the guards of
+//! [`Store::apply`] and [`Store::end_attempt`] included.
 
 mod sqlite;
 #[cfg(feature = "testkit")]
