@@ -249,7 +249,7 @@ pub struct ActiveWorkflow {
     pub live: Vec<AttemptRow>,
 }
 
-/// How many of a job's PENDING tasks [`Store::active`] lists: a 10,000-task array is read
+/// How many of a job's PENDING tasks [`Store::active`](crate::Store::active) lists: a 10,000-task array is read
 /// 64 waiting tasks at a time, not whole on every controller tick. More than a node starts at
 /// once; the controller reads again at once while a window's tasks get placed.
 pub const PENDING_WINDOW: usize = 64;
@@ -317,7 +317,7 @@ pub struct AttemptNeed {
     pub exclusive: bool,
 }
 
-/// What [`Store::end_attempt`] did. Only [`EndOutcome::Ended`] changed anything; the others
+/// What [`Store::end_attempt`](crate::Store::end_attempt) did. Only [`EndOutcome::Ended`] changed anything; the others
 /// are refusals of a stale report, which callers drop (an agent may resend an end after a
 /// reconnect, or report an attempt the server replaced).
 #[must_use]
