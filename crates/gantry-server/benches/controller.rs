@@ -125,6 +125,9 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
                 plan: serde_json::to_string(&plan).unwrap(),
                 tasks: tasks.clone(),
                 volumes: vec![],
+                takeovers: vec![],
+                takeover_changes: vec![],
+                ended: vec![],
             },
             t0,
         )
@@ -174,6 +177,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
             workflow_id: wf_id,
             node: NODE.into(),
             assignment: assignment.clone(),
+            need: Default::default(),
         })
         .collect();
     store.apply(&creates, t0).await.unwrap();
@@ -192,7 +196,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
     for (i, (a, _)) in attempts.iter().enumerate() {
         store.attempt_running(*a, t0).await.unwrap();
         if i < finished {
-            store
+            let ended = store
                 .end_attempt(
                     &AttemptEnd {
                         attempt_id: *a,
@@ -209,6 +213,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
                 )
                 .await
                 .unwrap();
+            assert!(ended.is_ended());
         }
     }
     st

@@ -392,7 +392,7 @@ async fn end_read_attempt(
     let reason = match (reason, cause) {
         (None, EndCause::Evicted) => crate::holds::active_by_node(st).await.ok().and_then(|m| {
             m.get(&attempt.node)
-                .and_then(|hs| hs.iter().find(|h| h.kind == "evict"))
+                .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
                 .map(crate::holds::describe)
         }),
         (r, _) => r,
@@ -432,7 +432,8 @@ async fn end_read_attempt(
         EndCause::Stopped => TaskStatus::Stopped,
         _ => TaskStatus::Failed,
     };
-    st.store
+    let outcome = st
+        .store
         .end_attempt(
             &AttemptEnd {
                 attempt_id,
@@ -445,6 +446,11 @@ async fn end_read_attempt(
             now,
         )
         .await?;
+    if !outcome.is_ended() {
+        // A repeated or stale report: the store changed nothing, and the agent is not told.
+        tracing::debug!("end of attempt {attempt_id} not applied: {outcome:?}");
+        return Ok(());
+    }
     st.wake_controller();
     Ok(())
 }

@@ -71,15 +71,6 @@ impl Caller {
     }
 }
 
-fn parse_role(s: &str) -> Role {
-    match s {
-        "admin" => Role::Admin,
-        "agent" => Role::Agent,
-        "monitoring" => Role::Monitoring,
-        _ => Role::User,
-    }
-}
-
 pub async fn authenticate(store: &dyn Store, header: Option<&str>) -> Result<Caller, ApiError> {
     let token = header
         .and_then(|h| {
@@ -127,7 +118,7 @@ pub async fn caller_by_hash(store: &dyn Store, token_hash: &str) -> Result<Calle
         .user_by_token(token_hash, now_ms())
         .await?
         .ok_or(ApiError::Unauthorized)?;
-    let role = parse_role(&user.role);
+    let role = user.role;
     Ok(Caller { user, role })
 }
 

@@ -76,6 +76,20 @@ fn add_res(used: &mut Res, r: &Res) {
     }
 }
 
+/// What an attempt holds on its node for the store's fit check: what [`crate::cache::Cache`]
+/// counts, with the exclusive marker as a flag rather than a device.
+fn need_of(r: &gantry_api::agent::Resources) -> gantry_store::AttemptNeed {
+    let mut used = Res::default();
+    crate::cache::add_used(&mut used, r);
+    let exclusive = used.devices.remove(crate::plan::EXCLUSIVE).is_some();
+    gantry_store::AttemptNeed {
+        millicpus: used.millicpus,
+        memory_bytes: used.memory_bytes,
+        devices: used.devices,
+        exclusive,
+    }
+}
+
 struct Placing<'a> {
     aw: &'a ActiveWorkflow,
     plan: &'a WorkflowPlan,
@@ -153,7 +167,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     let grace = st.config.stop_grace.as_millis() as u64;
     // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
     // while every node is READY there is no hold to read.
-    let held = if nodes.iter().all(|n| n.state == NodeState::Ready.as_str()) {
+    let held = if nodes.iter().all(|n| n.state == NodeState::Ready) {
         Default::default()
     } else {
         crate::holds::active_by_node(st).await?
@@ -257,7 +271,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         for a in &aw.live {
             let Some(h) = held
                 .get(&a.node)
-                .and_then(|hs| hs.iter().find(|h| h.kind == "evict"))
+                .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
             else {
                 continue;
             };
@@ -327,7 +341,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                 let cap: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
                 let (u, running, excl) = used.remove(n.name.as_str()).unwrap_or_default();
                 let connected = st.hub.is_connected(&n.name);
-                let ready = n.state == NodeState::Ready.as_str();
+                let ready = n.state == NodeState::Ready;
                 NodeView {
                     used: u,
                     schedulable: connected && ready,
@@ -336,9 +350,13 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     } else if !ready {
                         Some(match held.get(&n.name).and_then(|hs| hs.first()) {
                             Some(h) => {
-                                format!("{}: {}", n.state.to_lowercase(), crate::holds::describe(h))
+                                format!(
+                                    "{}: {}",
+                                    n.state.as_str().to_lowercase(),
+                                    crate::holds::describe(h)
+                                )
                             }
-                            None => n.state.to_lowercase(),
+                            None => n.state.as_str().to_lowercase(),
                         })
                     } else {
                         None
@@ -414,6 +432,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     workflow_id: p.aw.workflow.id,
                     node: node.0.clone(),
                     assignment: serde_json::to_string(&asg)?,
+                    need: need_of(&asg.resources),
                 });
                 let wf = &p.aw.workflow;
                 assigns.push((node.0.clone(), asg, wf.owner.clone(), wf.group.clone()));
@@ -430,7 +449,16 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         }
     }
 
-    st.store.apply(&changes, now).await?;
+    match st.store.apply(&changes, now).await {
+        // The snapshot this plan was decided on went stale (a task moved on, a node was held
+        // or filled): nothing of it was applied, so nothing is sent; decide again at once.
+        Err(gantry_store::StoreError::Refused(why)) => {
+            tracing::info!("controller: plan refused, deciding again: {why}");
+            st.wake_controller();
+            return Ok(());
+        }
+        r => r?,
+    }
     if window_placed {
         st.wake_controller();
     }
@@ -513,13 +541,13 @@ async fn lose_silent_nodes(
     let mut lost = false;
     for n in nodes {
         let silent = n.last_seen.is_none_or(|t| now - t > timeout);
-        if !silent || n.state == NodeState::Down.as_str() {
+        if !silent || n.state == NodeState::Down {
             continue;
         }
         lost = true;
         let why = format!("no heartbeat for {}s", timeout / 1000);
         st.store
-            .set_node_state(&n.name, NodeState::Down.as_str(), &why, now)
+            .set_node_state(&n.name, NodeState::Down, &why, now)
             .await?;
         st.hub.drop_node(&n.name);
         for a in st.store.live_attempts_on(&n.name).await? {
@@ -570,7 +598,7 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
             .add_chore(&ChoreRow {
                 id: Uuid::new_v4(),
                 pool: pool.to_string(),
-                kind: serde_json::to_string(&kind)?,
+                kind,
                 created_at: now,
                 sent_to: None,
             })
@@ -595,10 +623,10 @@ pub(crate) async fn remove_persistent(
             .map(|n| n.pool)
             .collect(),
     };
-    let kind = serde_json::to_string(&ChoreKind::RemoveVolume {
+    let kind = ChoreKind::RemoveVolume {
         path: v.dir.clone(),
         root: v.root.clone(),
-    })?;
+    };
     for pool in pools {
         st.store
             .add_chore(&ChoreRow {
@@ -625,10 +653,12 @@ async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::
         else {
             continue;
         };
-        let kind: ChoreKind = serde_json::from_str(&c.kind)?;
         if st.hub.send(
             &node.name,
-            ServerMessage::Chore(gantry_api::agent::Chore { id: c.id, kind }),
+            ServerMessage::Chore(gantry_api::agent::Chore {
+                id: c.id,
+                kind: c.kind,
+            }),
         ) {
             st.store.chore_sent(c.id, &node.name).await?;
         }

@@ -422,25 +422,14 @@ pub async fn approve_as(
     Ok(takeover_info(st.store.takeover(t.id).await?))
 }
 
-/// Records that the submitter confirmed a takeover before it began (an MCP client asked the
-/// person first), so it does not wait in AWAITING_CONFIRMATION. Written right after the
-/// takeover itself: should the server die in between, the takeover waits for `approve`, the
-/// safe side.
-pub async fn preconfirm(
-    st: &AppState,
-    c: &Caller,
-    t: &TakeoverRow,
-    via: &str,
-) -> Result<(), ApiError> {
-    st.store
-        .apply_endpoints(&confirm_changes(t, c, via, "confirmed"), now_ms())
-        .await?;
-    Ok(())
-}
-
 /// Who confirmed a takeover and through which channel, on the takeover and in the new
 /// workflow's events.
-fn confirm_changes(t: &TakeoverRow, c: &Caller, via: &str, verb: &str) -> [EndpointChange; 2] {
+pub(crate) fn confirm_changes(
+    t: &TakeoverRow,
+    c: &Caller,
+    via: &str,
+    verb: &str,
+) -> [EndpointChange; 2] {
     [
         EndpointChange::Confirm {
             id: t.id,

@@ -73,9 +73,8 @@ impl Authorize<RouteMeta> for EndpointAuth {
         let hash = hash_token(token);
         let now = now_ms();
         if let Ok(Some(user)) = self.store.user_by_token(&hash, now).await {
-            let role = match user.role.as_str() {
-                "admin" => gantry_api::v1::Role::Admin,
-                "user" => gantry_api::v1::Role::User,
+            let role = match user.role {
+                gantry_api::v1::Role::Admin | gantry_api::v1::Role::User => user.role,
                 _ => {
                     return deny(
                         axum::http::StatusCode::FORBIDDEN,

@@ -11,7 +11,7 @@ use gantry_api::v1::{HoldInfo, PlaceHold, ReleaseHolds};
 use gantry_core::holds::{self, Decision, Hold, HoldState, HoldType, PoolView, Release};
 use gantry_intake::alertmanager::AlertEntry;
 use gantry_intake::requests;
-use gantry_store::{HoldChange, HoldRow, NewEvent};
+use gantry_store::{HoldChange, HoldKind, HoldRow, HoldSource, HoldStatus, NewEvent, ReleaseRule};
 use uuid::Uuid;
 
 use crate::auth::UserCaller;
@@ -25,13 +25,13 @@ pub fn info(h: HoldRow) -> HoldInfo {
         id: h.id,
         node: h.node,
         pool: h.pool,
-        kind: h.kind,
-        source: h.source,
-        state: h.state,
+        kind: h.kind.to_string(),
+        source: h.source.to_string(),
+        state: h.state.to_string(),
         alertname: h.alertname,
         fingerprint: h.fingerprint,
         reason: h.reason,
-        release: h.release_rule,
+        release: h.release_rule.to_string(),
         created_by: h.created_by,
         created_at: ts(h.created_at),
         alert_resolved_at: h.alert_resolved_at.map(ts),
@@ -41,23 +41,33 @@ pub fn info(h: HoldRow) -> HoldInfo {
     }
 }
 
+/// The store's kind of a core hold type.
+fn hold_kind(t: HoldType) -> HoldKind {
+    match t {
+        HoldType::Cordon => HoldKind::Cordon,
+        HoldType::Evict => HoldKind::Evict,
+    }
+}
+
 fn core_hold(h: &HoldRow) -> Hold {
     Hold {
         id: h.id.as_u128(),
         node: h.node.clone(),
-        kind: HoldType::parse(&h.kind).unwrap_or(HoldType::Cordon),
-        admin: (h.source == "admin").then(|| h.created_by.clone()),
-        state: match h.state.as_str() {
-            "ACTIVE" => HoldState::Active,
-            "DEFERRED" => HoldState::Deferred,
-            _ => HoldState::Released,
+        kind: match h.kind {
+            HoldKind::Cordon => HoldType::Cordon,
+            HoldKind::Evict => HoldType::Evict,
+        },
+        admin: (h.source == HoldSource::Admin).then(|| h.created_by.clone()),
+        state: match h.state {
+            HoldStatus::Active => HoldState::Active,
+            HoldStatus::Deferred => HoldState::Deferred,
+            HoldStatus::Released => HoldState::Released,
         },
         fingerprint: h.fingerprint.clone(),
         episode: h.episode.clone(),
-        release: if h.release_rule == "admin" {
-            Release::Admin
-        } else {
-            Release::Auto
+        release: match h.release_rule {
+            ReleaseRule::Admin => Release::Admin,
+            ReleaseRule::Auto => Release::Auto,
         },
         created_at: h.created_at,
     }
@@ -217,23 +227,21 @@ pub async fn apply_alerts(st: &AppState, entries: &[AlertEntry]) -> Result<Vec<A
                     id: Uuid::new_v4(),
                     node: a.node.clone(),
                     pool: pool.to_string(),
-                    kind: a.kind.as_str().into(),
-                    source: "monitoring".into(),
+                    kind: hold_kind(a.kind),
+                    source: HoldSource::Monitoring,
                     state: if state == HoldState::Active {
-                        "ACTIVE"
+                        HoldStatus::Active
                     } else {
-                        "DEFERRED"
-                    }
-                    .into(),
+                        HoldStatus::Deferred
+                    },
                     alertname: Some(e.alertname.clone()),
                     fingerprint: Some(a.fingerprint.clone()),
                     episode: Some(a.starts_at.clone()),
                     release_rule: if a.release == Release::Admin {
-                        "admin"
+                        ReleaseRule::Admin
                     } else {
-                        "auto"
-                    }
-                    .into(),
+                        ReleaseRule::Auto
+                    },
                     reason: e.summary.clone(),
                     created_by: "monitoring".into(),
                     created_at: now,
@@ -332,13 +340,13 @@ pub async fn place(
         id: Uuid::new_v4(),
         node: node.name.clone(),
         pool: node.pool.clone(),
-        kind: kind.as_str().into(),
-        source: "admin".into(),
-        state: "ACTIVE".into(),
+        kind: hold_kind(kind),
+        source: HoldSource::Admin,
+        state: HoldStatus::Active,
         alertname: None,
         fingerprint: None,
         episode: None,
-        release_rule: "admin".into(),
+        release_rule: ReleaseRule::Admin,
         reason,
         created_by: c.user.name.clone(),
         created_at: now_ms(),
@@ -426,7 +434,8 @@ pub async fn release(
         after
             .into_iter()
             .filter(|h| {
-                h.state == "RELEASED" && h.released_by.as_deref() == Some(c.user.name.as_str())
+                h.state == HoldStatus::Released
+                    && h.released_by.as_deref() == Some(c.user.name.as_str())
             })
             .map(info)
             .collect(),
@@ -437,7 +446,7 @@ pub async fn release(
 pub async fn active_by_node(st: &AppState) -> Result<BTreeMap<String, Vec<HoldRow>>, ApiError> {
     let mut m: BTreeMap<String, Vec<HoldRow>> = BTreeMap::new();
     for h in st.store.holds(None, false).await? {
-        if h.state == "ACTIVE" {
+        if h.state == HoldStatus::Active {
             m.entry(h.node.clone()).or_default().push(h);
         }
     }
@@ -446,8 +455,8 @@ pub async fn active_by_node(st: &AppState) -> Result<BTreeMap<String, Vec<HoldRo
 
 /// A short description of a hold for people: "hold 1a2b3c4d by monitoring (DiskFull): ...".
 pub fn describe(h: &HoldRow) -> String {
-    let who = match (&h.source[..], &h.alertname) {
-        ("monitoring", Some(a)) => format!("monitoring ({a})"),
+    let who = match (h.source, &h.alertname) {
+        (HoldSource::Monitoring, Some(a)) => format!("monitoring ({a})"),
         _ => h.created_by.clone(),
     };
     format!(
@@ -463,24 +472,27 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use gantry_store::{HoldChange, HoldRow, NodeRegistration, SqliteStore, Store};
+    use gantry_store::{
+        HoldChange, HoldKind, HoldRow, HoldSource, HoldStatus, NodeRegistration, ReleaseRule,
+        SqliteStore, Store,
+    };
     use uuid::Uuid;
 
     use super::promote_all;
     use crate::state::AppState;
 
-    fn hold(node: &str, state: &str) -> HoldRow {
+    fn hold(node: &str, state: HoldStatus) -> HoldRow {
         HoldRow {
             id: Uuid::new_v4(),
             node: node.into(),
             pool: "default".into(),
-            kind: "cordon".into(),
-            source: "monitoring".into(),
-            state: state.into(),
+            kind: HoldKind::Cordon,
+            source: HoldSource::Monitoring,
+            state,
             alertname: Some("DiskFull".into()),
             fingerprint: Some(format!("fp-{node}")),
             episode: Some("2026-12-02T00:00:00Z".into()),
-            release_rule: "auto".into(),
+            release_rule: ReleaseRule::Auto,
             reason: "disk full".into(),
             created_by: "monitoring".into(),
             created_at: 1,
@@ -515,7 +527,7 @@ mod tests {
         let config = crate::ServerConfig::new("127.0.0.1:0".parse().unwrap(), dir.path().into());
         let st = AppState::new(store.clone(), config, [7; 32], 1);
         // n0's hold waits for room.
-        let deferred = hold("n0", "DEFERRED");
+        let deferred = hold("n0", HoldStatus::Deferred);
         store
             .apply_holds(&[HoldChange::Place(Box::new(deferred.clone()))], 2)
             .await
@@ -530,7 +542,10 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
         store
-            .apply_holds(&[HoldChange::Place(Box::new(hold("n1", "ACTIVE")))], 3)
+            .apply_holds(
+                &[HoldChange::Place(Box::new(hold("n1", HoldStatus::Active)))],
+                3,
+            )
             .await
             .unwrap();
         drop(decision);
@@ -539,10 +554,13 @@ mod tests {
         let holds = store.holds(None, false).await.unwrap();
         let active: Vec<&str> = holds
             .iter()
-            .filter(|h| h.state == "ACTIVE")
+            .filter(|h| h.state == HoldStatus::Active)
             .map(|h| h.node.as_str())
             .collect();
         assert_eq!(active, vec!["n1"], "the pool is held within its cap");
-        assert_eq!(store.hold(deferred.id).await.unwrap().state, "DEFERRED");
+        assert_eq!(
+            store.hold(deferred.id).await.unwrap().state,
+            HoldStatus::Deferred
+        );
     }
 }

@@ -155,7 +155,7 @@ impl Server {
             id: uuid::Uuid::new_v4(),
             name: name.into(),
             group: group.into(),
-            role: role.as_str().into(),
+            role,
         };
         self.state
             .store

@@ -193,23 +193,26 @@ pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
     let all_nodes = st.store.nodes().await?;
     for n in &all_nodes {
         nodes
-            .get_or_create(&vec![("pool", n.pool.clone()), ("state", n.state.clone())])
+            .get_or_create(&vec![
+                ("pool", n.pool.clone()),
+                ("state", n.state.to_string()),
+            ])
             .inc();
         // Every pool reports its deferred count, zero included.
         let _ = deferred.get_or_create(&vec![("pool", n.pool.clone())]);
     }
     for h in st.store.holds(None, false).await? {
-        match h.state.as_str() {
-            "ACTIVE" => {
+        match h.state {
+            gantry_store::HoldStatus::Active => {
                 holds
                     .get_or_create(&vec![
                         ("pool", h.pool),
-                        ("type", h.kind),
-                        ("source", h.source),
+                        ("type", h.kind.to_string()),
+                        ("source", h.source.to_string()),
                     ])
                     .inc();
             }
-            "DEFERRED" => {
+            gantry_store::HoldStatus::Deferred => {
                 deferred.get_or_create(&vec![("pool", h.pool)]).inc();
             }
             _ => {}

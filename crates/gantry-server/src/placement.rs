@@ -160,7 +160,7 @@ mod tests {
             name: name.into(),
             pool: pool.into(),
             capacity: format!(r#"{{"cpus":{cpus},"memory_bytes":8589934592,"devices":{{}}}}"#),
-            state: "READY".into(),
+            state: gantry_api::NodeState::Ready,
             connected: true,
             last_seen: None,
             version: None,

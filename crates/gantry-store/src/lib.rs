@@ -1,9 +1,14 @@
 //! Gantry's persistence: one trait, [`Store`], and its SQLite implementation (the embedded
 //! default). Invariants: this is the only code that writes the database; every state change is
 //! one transaction that also writes an event row; a call returns only after its transaction is
-//! durable (WAL with `synchronous = FULL`).
+//! durable (WAL with `synchronous = FULL`). The trait's types are backend-neutral (no sqlx
+//! type in [`StoreError`], states as enums); SQL lives in `sqlite/` and `migrations/` only.
+//! `testkit` (feature `testkit`) is the contract every backend passes, the guards of
+//! [`Store::apply`] and [`Store::end_attempt`] included.
 
 mod sqlite;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod text;
 mod types;
 
@@ -22,10 +27,15 @@ pub enum StoreError {
     Ambiguous(String),
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The backend failed (I/O, a lost connection, a failed migration): its error, boxed so
+    /// that no backend's types are part of the trait.
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
-    #[error("migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+    /// A guard refused a plan: its task is not waiting, already has a live attempt, or its
+    /// node is not READY or would be overfilled. Nothing of the call was applied; the
+    /// controller decides again from a fresh snapshot.
+    #[error("refused: {0}")]
+    Refused(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
 }
@@ -88,6 +98,8 @@ pub trait Store: Send + Sync + 'static {
     async fn count_users(&self) -> Result<u64>;
 
     // --- workflows ----------------------------------------------------------------------
+    /// Stores a submitted workflow whole, in one transaction: its tasks, the volumes it
+    /// mounts, its endpoint takeovers (and their confirmations), the tasks that end at once.
     async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()>;
     async fn list_workflows(&self, filter: &Visibility) -> Result<Vec<WorkflowRow>>;
     /// Resolves a full id or a unique prefix of 8 or more characters.
@@ -107,7 +119,11 @@ pub trait Store: Send + Sync + 'static {
     async fn active(&self) -> Result<Vec<ActiveWorkflow>>;
 
     // --- the controller's plans -----------------------------------------------------------
-    /// Applies a plan in one transaction.
+    /// Applies a plan in one transaction, or nothing of it. The store is the plan's last
+    /// check (as Nomad's plan applier): a [`Change::CreateAttempt`] whose task is not PENDING
+    /// or has a live attempt, or whose node is not READY or would not fit the node's live
+    /// attempts and the new ones (cores, memory, each device; an exclusive attempt alone), is
+    /// refused with [`StoreError::Refused`] and the whole call rolled back.
     async fn apply(&self, changes: &[Change], now: Millis) -> Result<()>;
 
     // --- attempts ----------------------------------------------------------------------------
@@ -115,8 +131,10 @@ pub trait Store: Send + Sync + 'static {
     async fn task(&self, id: Uuid) -> Result<TaskRow>;
     /// The attempt's process runs. Returns false when nothing changed (stale or repeated).
     async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool>;
-    /// The attempt ended; its task moves on as `end.task` says. Idempotent.
-    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<bool>;
+    /// The attempt ended; its task moves on as `end.task` says. An end of an attempt that
+    /// ended already, or that is not its task's current attempt, changes nothing and says so
+    /// ([`EndOutcome`]): only the current attempt's first end is applied.
+    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome>;
     /// Attempts not yet ended on a node.
     async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>>;
 
@@ -128,7 +146,7 @@ pub trait Store: Send + Sync + 'static {
     async fn set_node_state(
         &self,
         name: &str,
-        state: &str,
+        state: NodeState,
         reason: &str,
         now: Millis,
     ) -> Result<()>;

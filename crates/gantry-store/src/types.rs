@@ -1,7 +1,84 @@
-//! Rows and changes. Statuses are kept as the contract's upper-case text.
+//! Rows and changes. States are enums (the API's where it has one); backends store them as
+//! their text (`as_str`) and read them back with `FromStr`.
 
+pub use gantry_api::v1::Role;
+pub use gantry_api::NodeState;
 use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
 use uuid::Uuid;
+
+/// An enum stored as fixed text: `as_str`, `Display` and `FromStr` (exact text).
+macro_rules! text_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $variant),+
+        }
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!("unknown {} {s:?}", stringify!($name))),
+                }
+            }
+        }
+    };
+}
+
+text_enum!(
+    /// What a hold does to its node.
+    HoldKind {
+        Cordon => "cordon",
+        Evict => "evict",
+    }
+);
+
+text_enum!(
+    /// Who placed a hold.
+    HoldSource {
+        Monitoring => "monitoring",
+        Admin => "admin",
+    }
+);
+
+text_enum!(
+    /// Where a hold is in its life.
+    HoldStatus {
+        Active => "ACTIVE",
+        /// Waiting for the pool's cap to allow it.
+        Deferred => "DEFERRED",
+        Released => "RELEASED",
+    }
+);
+
+text_enum!(
+    /// What releases a hold.
+    ReleaseRule {
+        /// Its alert resolving.
+        Auto => "auto",
+        /// Only an administrator.
+        Admin => "admin",
+    }
+);
+
+/// A role as stored: the API's [`Role`]'s text.
+pub fn parse_role(s: &str) -> Result<Role, String> {
+    [Role::User, Role::Admin, Role::Agent, Role::Monitoring]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| format!("unknown role {s:?}"))
+}
 
 pub type Millis = i64;
 
@@ -10,8 +87,7 @@ pub struct User {
     pub id: Uuid,
     pub name: String,
     pub group: String,
-    /// `user`, `admin` or `agent`.
-    pub role: String,
+    pub role: Role,
 }
 
 /// A user as administrators list them.
@@ -30,7 +106,7 @@ pub struct TokenRow {
     pub id: String,
     pub user: String,
     /// What the token may do: its user's role.
-    pub role: String,
+    pub role: Role,
     pub purpose: String,
     pub created_at: Millis,
     pub expires_at: Option<Millis>,
@@ -76,6 +152,22 @@ pub struct NewWorkflow {
     pub tasks: Vec<NewTask>,
     /// The persistent volumes it mounts: each must exist when it is stored.
     pub volumes: Vec<Uuid>,
+    /// The endpoint takeovers its services request, stored with it.
+    pub takeovers: Vec<TakeoverRow>,
+    /// Applied to those takeovers in the same transaction: the submitter's confirmation
+    /// ([`EndpointChange::Confirm`] and its event), given with the submit.
+    pub takeover_changes: Vec<EndpointChange>,
+    /// Tasks that end as they are stored, as [`Change::EndTask`] ends them: a build whose
+    /// image the object cache holds already never runs.
+    pub ended: Vec<EndedTask>,
+}
+
+/// A task of a [`NewWorkflow`] that ends when it is stored.
+#[derive(Debug, Clone)]
+pub struct EndedTask {
+    pub task_id: Uuid,
+    pub status: TaskStatus,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone)]
@@ -157,7 +249,7 @@ pub struct ActiveWorkflow {
     pub live: Vec<AttemptRow>,
 }
 
-/// How many of a job's PENDING tasks [`Store::active`] lists: a 10,000-task array is read
+/// How many of a job's PENDING tasks [`Store::active`](crate::Store::active) lists: a 10,000-task array is read
 /// 64 waiting tasks at a time, not whole on every controller tick. More than a node starts at
 /// once; the controller reads again at once while a window's tasks get placed.
 pub const PENDING_WINDOW: usize = 64;
@@ -180,6 +272,9 @@ pub enum Change {
         workflow_id: Uuid,
         node: String,
         assignment: String,
+        /// What it holds on `node`: the store refuses the plan when the node's live attempts
+        /// and this one would not fit its capacity.
+        need: AttemptNeed,
     },
     EndTask {
         task_id: Uuid,
@@ -209,6 +304,37 @@ pub enum Change {
     },
     /// An event with no other change.
     Event(NewEvent),
+}
+
+/// What an attempt holds on its node, as the scheduler counts it: cores in thousandths, bytes
+/// of memory, devices by name. An exclusive attempt needs a node with nothing else live, and
+/// nothing else is placed beside it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptNeed {
+    pub millicpus: u64,
+    pub memory_bytes: u64,
+    pub devices: std::collections::BTreeMap<String, u32>,
+    pub exclusive: bool,
+}
+
+/// What [`Store::end_attempt`](crate::Store::end_attempt) did. Only [`EndOutcome::Ended`] changed anything; the others
+/// are refusals of a stale report, which callers drop (an agent may resend an end after a
+/// reconnect, or report an attempt the server replaced).
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndOutcome {
+    /// The attempt ended and its task moved on.
+    Ended,
+    /// The attempt had ended already: nothing changed.
+    AlreadyEnded,
+    /// The attempt is not its task's current one: nothing changed.
+    NotCurrent,
+}
+
+impl EndOutcome {
+    pub fn is_ended(self) -> bool {
+        self == EndOutcome::Ended
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -254,7 +380,7 @@ pub struct NodeRow {
     pub name: String,
     pub pool: String,
     pub capacity: String,
-    pub state: String,
+    pub state: NodeState,
     pub connected: bool,
     pub last_seen: Option<Millis>,
     pub version: Option<String>,
@@ -312,8 +438,7 @@ pub struct EventRow {
 pub struct ChoreRow {
     pub id: Uuid,
     pub pool: String,
-    /// JSON of `gantry_api::agent::ChoreKind`.
-    pub kind: String,
+    pub kind: gantry_api::agent::ChoreKind,
     pub created_at: Millis,
     pub sent_to: Option<String>,
 }
@@ -350,17 +475,13 @@ pub struct HoldRow {
     pub id: Uuid,
     pub node: String,
     pub pool: String,
-    /// `cordon` or `evict`.
-    pub kind: String,
-    /// `monitoring` or `admin`.
-    pub source: String,
-    /// `ACTIVE`, `DEFERRED` or `RELEASED`.
-    pub state: String,
+    pub kind: HoldKind,
+    pub source: HoldSource,
+    pub state: HoldStatus,
     pub alertname: Option<String>,
     pub fingerprint: Option<String>,
     pub episode: Option<String>,
-    /// `auto` or `admin`.
-    pub release_rule: String,
+    pub release_rule: ReleaseRule,
     pub reason: String,
     pub created_by: String,
     pub created_at: Millis,

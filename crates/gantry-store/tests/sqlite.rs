@@ -40,6 +40,9 @@ fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
             })
             .collect(),
         volumes: vec![],
+        takeovers: vec![],
+        takeover_changes: vec![],
+        ended: vec![],
     }
 }
 
@@ -69,6 +72,26 @@ fn place(workflow_id: Uuid, attempt_id: Uuid, task_id: Uuid) -> Change {
         workflow_id,
         node: "n1".into(),
         assignment: "{}".into(),
+        need: AttemptNeed::default(),
+    }
+}
+
+/// Registers nodes n1 and n2, READY, for attempts to be placed on: the store refuses
+/// placements on nodes it does not know.
+async fn ready_nodes(s: &SqliteStore) {
+    for name in ["n1", "n2"] {
+        s.register_node(
+            &NodeRegistration {
+                name: name.into(),
+                pool: "default".into(),
+                capacity: "{}".into(),
+                version: "0".into(),
+                ..Default::default()
+            },
+            0,
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -80,7 +103,7 @@ async fn users_and_tokens() {
         id: Uuid::new_v4(),
         name: "ada".into(),
         group: "physics".into(),
-        role: "user".into(),
+        role: Role::User,
     };
     s.create_user(&u, "hash1", None, 0).await.unwrap();
     assert_eq!(s.user_by_token("hash1", 1).await.unwrap(), Some(u.clone()));
@@ -97,7 +120,7 @@ fn person(name: &str, role: &str) -> User {
         id: Uuid::new_v4(),
         name: name.into(),
         group: "physics".into(),
-        role: role.into(),
+        role: parse_role(role).unwrap(),
     }
 }
 
@@ -128,7 +151,7 @@ async fn tokens_expire_are_listed_revoked_and_rotated() {
     assert_eq!(list[0].expires_at, Some(100));
     assert_eq!(list[1].id, second);
     assert_ne!(list[0].id, list[1].id);
-    assert!(list.iter().all(|t| t.user == "ada" && t.role == "user"));
+    assert!(list.iter().all(|t| t.user == "ada" && t.role == Role::User));
     assert!(s.tokens(Some("nobody")).await.unwrap().is_empty());
 
     // Rotating swaps the secret in place: same id, same user; the old hash stops.
@@ -364,6 +387,7 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
     let mut w = workflow("ada", "physics", 0);
     w.tasks = array_then("member", 5, "prepare", 0);
     s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
     let other = workflow("bob", "chem", 2);
     s.create_workflow(&other, 1).await.unwrap();
     let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
@@ -384,14 +408,23 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
         status: TaskStatus::Finished,
         reason: None,
     };
-    s.end_attempt(&end(a0, finished.clone()), 3).await.unwrap();
-    s.end_attempt(&end(a1, finished), 3).await.unwrap();
+    assert_eq!(
+        s.end_attempt(&end(a0, finished.clone()), 3).await.unwrap(),
+        EndOutcome::Ended
+    );
+    assert_eq!(
+        s.end_attempt(&end(a1, finished), 3).await.unwrap(),
+        EndOutcome::Ended
+    );
     // A retry takes a task back to PENDING: open again.
     let retry = TaskNext::Retry {
         reason: "again".into(),
         not_before: 1003,
     };
-    s.end_attempt(&end(a2, retry), 3).await.unwrap();
+    assert_eq!(
+        s.end_attempt(&end(a2, retry), 3).await.unwrap(),
+        EndOutcome::Ended
+    );
     s.apply(
         &[Change::EndTask {
             task_id: t[3],
@@ -452,6 +485,7 @@ async fn active_lists_a_window_of_waiting_tasks_and_ends_the_rest_by_job() {
     let mut w = workflow("ada", "physics", 0);
     w.tasks = array_then("member", n, "after", 2);
     s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
     let t: Vec<Uuid> = w.tasks.iter().map(|t| t.id).collect();
     // Members 0 and 5 start; member 1 ends.
     let place = |task: Uuid| place(w.id, Uuid::new_v4(), task);
@@ -538,6 +572,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let w = workflow("ada", "physics", 1);
     let task = w.tasks[0].id;
     s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
     let a1 = Uuid::new_v4();
     s.apply(
         &[Change::CreateAttempt {
@@ -546,6 +581,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
             workflow_id: w.id,
             node: "n1".into(),
             assignment: "{}".into(),
+            need: AttemptNeed::default(),
         }],
         2,
     )
@@ -570,9 +606,9 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
             not_before: 1004,
         },
     };
-    assert!(s.end_attempt(&end, 4).await.unwrap());
+    assert!(s.end_attempt(&end, 4).await.unwrap().is_ended());
     assert!(
-        !s.end_attempt(&end, 5).await.unwrap(),
+        !s.end_attempt(&end, 5).await.unwrap().is_ended(),
         "a duplicate end changes nothing"
     );
     let t = s.task(task).await.unwrap();
@@ -593,6 +629,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
             workflow_id: w.id,
             node: "n2".into(),
             assignment: "{}".into(),
+            need: AttemptNeed::default(),
         }],
         6,
     )
@@ -601,22 +638,25 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     assert_eq!(s.attempt(a2).await.unwrap().number, 2);
     assert!(!s.attempt_running(a1, 7).await.unwrap());
     assert_eq!(s.task(task).await.unwrap().status, TaskStatus::Started);
-    s.end_attempt(
-        &AttemptEnd {
-            attempt_id: a2,
-            status: TaskStatus::Finished,
-            cause: EndCause::Exit,
-            exit_code: Some(0),
-            reason: None,
-            task: TaskNext::Final {
+    assert_eq!(
+        s.end_attempt(
+            &AttemptEnd {
+                attempt_id: a2,
                 status: TaskStatus::Finished,
+                cause: EndCause::Exit,
+                exit_code: Some(0),
                 reason: None,
+                task: TaskNext::Final {
+                    status: TaskStatus::Finished,
+                    reason: None,
+                },
             },
-        },
-        8,
-    )
-    .await
-    .unwrap();
+            8,
+        )
+        .await
+        .unwrap(),
+        EndOutcome::Ended
+    );
     set_status(&s, w.id, WorkflowStatus::Finished, 9).await;
     assert_eq!(
         s.workflow(w.id).await.unwrap().status,
@@ -677,7 +717,7 @@ async fn everything_survives_reopening() {
     let got = s.workflow(w.id).await.unwrap();
     assert!(got.stop_requested);
     assert_eq!(s.tasks(w.id).await.unwrap().len(), 2);
-    assert_eq!(s.node("n1").await.unwrap().state, "READY");
+    assert_eq!(s.node("n1").await.unwrap().state, NodeState::Ready);
     assert!(
         !s.request_stop(w.id, "ada", 4).await.unwrap(),
         "stop twice is one stop"
@@ -742,13 +782,13 @@ async fn free_text_is_stored_capped_with_a_marker() {
         id: Uuid::new_v4(),
         node: "n1".into(),
         pool: "default".into(),
-        kind: "cordon".into(),
-        source: "monitoring".into(),
-        state: "ACTIVE".into(),
+        kind: HoldKind::Cordon,
+        source: HoldSource::Monitoring,
+        state: HoldStatus::Active,
         alertname: Some("A".repeat(100_000)),
         fingerprint: Some("f".into()),
         episode: Some("2026-11-30T10:00:00Z".into()),
-        release_rule: "auto".into(),
+        release_rule: ReleaseRule::Auto,
         reason: summary.clone(),
         created_by: "monitoring".into(),
         created_at: 1,
@@ -1119,4 +1159,131 @@ async fn a_node_keeps_the_address_exec_service_and_labels_of_its_last_hello() {
     );
     let listed = s.nodes().await.unwrap();
     assert_eq!(listed[0].labels.len(), 1);
+}
+
+/// A database from before attempts carried what they hold (0017): live attempts get it from
+/// their assignments, so the applier's fit check counts them after the upgrade; ended ones
+/// hold nothing.
+#[tokio::test]
+async fn live_attempts_from_before_0017_hold_what_their_assignment_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    s.register_node(
+        &NodeRegistration {
+            name: "n1".into(),
+            pool: "default".into(),
+            capacity: r#"{"cpus":4,"memory_bytes":1000,"devices":{"nvidia.com/gpu":2}}"#.into(),
+            version: "0".into(),
+            ..Default::default()
+        },
+        1,
+    )
+    .await
+    .unwrap();
+    let w = workflow("ada", "physics", 3);
+    s.create_workflow(&w, 1).await.unwrap();
+    let asg = |cpus: f64, exclusive: bool| {
+        let mut devices = serde_json::json!({"nvidia.com/gpu": 1});
+        if exclusive {
+            devices["gantry.io/exclusive"] = 1.into();
+        }
+        serde_json::json!({"resources": {"cpus": cpus, "memory_bytes": 100, "devices": devices}})
+            .to_string()
+    };
+    let (ended, live) = (Uuid::new_v4(), Uuid::new_v4());
+    let at = |a: Uuid, t: usize, assignment: String| Change::CreateAttempt {
+        attempt_id: a,
+        task_id: w.tasks[t].id,
+        workflow_id: w.id,
+        node: "n1".into(),
+        assignment,
+        need: AttemptNeed::default(),
+    };
+    s.apply(&[at(ended, 0, asg(4.0, false))], 2).await.unwrap();
+    let fin = AttemptEnd {
+        attempt_id: ended,
+        status: TaskStatus::Finished,
+        cause: EndCause::Exit,
+        exit_code: Some(0),
+        reason: None,
+        task: TaskNext::Final {
+            status: TaskStatus::Finished,
+            reason: None,
+        },
+    };
+    assert_eq!(s.end_attempt(&fin, 3).await.unwrap(), EndOutcome::Ended);
+    s.apply(&[at(live, 1, asg(2.0, true))], 4).await.unwrap();
+    drop(s);
+    // Back to the schema before 0017, rows kept.
+    let path = dir.path().join("gantry.db");
+    {
+        let pool = sqlx::SqlitePool::connect_with(
+            sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+        )
+        .await
+        .unwrap();
+        for sql in [
+            "DELETE FROM _sqlx_migrations WHERE version = 17",
+            "ALTER TABLE attempts DROP COLUMN millicpus",
+            "ALTER TABLE attempts DROP COLUMN memory_bytes",
+            "ALTER TABLE attempts DROP COLUMN devices",
+            "ALTER TABLE attempts DROP COLUMN exclusive",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let s = open(&dir).await;
+    let pool =
+        sqlx::SqlitePool::connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+    let held = |a: Uuid| {
+        let pool = pool.clone();
+        async move {
+            let r: (i64, i64, String, bool) = sqlx::query_as(
+                "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts WHERE id = ?",
+            )
+            .bind(a.to_string())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            r
+        }
+    };
+    assert_eq!(
+        held(live).await,
+        (2000, 100, r#"{"nvidia.com/gpu":1}"#.to_string(), true)
+    );
+    assert_eq!(held(ended).await, (0, 0, "{}".to_string(), false));
+    // The upgraded live attempt is exclusive: nothing goes beside it.
+    match s.apply(&[at(Uuid::new_v4(), 2, "{}".into())], 5).await {
+        Err(StoreError::Refused(why)) => assert!(why.contains("exclusive"), "{why}"),
+        other => panic!("want Refused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_chore_keeps_its_kind_until_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let kind = gantry_api::agent::ChoreKind::RemoveVolume {
+        path: "default/ephemeral/x".into(),
+        root: None,
+    };
+    let id = Uuid::new_v4();
+    s.add_chore(&ChoreRow {
+        id,
+        pool: "default".into(),
+        kind: kind.clone(),
+        created_at: 1,
+        sent_to: None,
+    })
+    .await
+    .unwrap();
+    let pending = s.pending_chores().await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!((pending[0].id, &pending[0].kind), (id, &kind));
+    s.chore_done(id, None, 2).await.unwrap();
+    assert!(s.pending_chores().await.unwrap().is_empty());
 }

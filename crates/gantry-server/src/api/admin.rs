@@ -36,7 +36,7 @@ pub async fn create_user(
         id: Uuid::new_v4(),
         name: name.clone(),
         group: group.clone(),
-        role: role.as_str().into(),
+        role,
     };
     st.store
         .create_user(&user, &hash_token(&token), expires_at, now)
@@ -113,7 +113,7 @@ fn user_info(u: UserRow) -> UserInfo {
     UserInfo {
         name: u.user.name,
         group: u.user.group,
-        role: u.user.role,
+        role: u.user.role.as_str().into(),
         disabled: u.disabled_at.is_some(),
         created_at: ts(u.created_at),
         disabled_at: opt_ts(u.disabled_at),
@@ -126,7 +126,7 @@ pub fn token_info(t: TokenRow, now: i64) -> TokenInfo {
         expired: t.expires_at.is_some_and(|at| at <= now),
         id: t.id,
         user: t.user,
-        role: t.role,
+        role: t.role.as_str().into(),
         purpose: t.purpose,
         created_at: ts(t.created_at),
         expires_at: opt_ts(t.expires_at),

@@ -2,7 +2,6 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::agent::{Assignment, Capacity};
 use gantry_api::v1::{NodeDetail, NodeInfo};
-use gantry_api::NodeState;
 use gantry_store::NodeRow;
 use serde::Deserialize;
 use time::OffsetDateTime;
@@ -38,7 +37,7 @@ async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
         .collect();
     Ok(NodeInfo {
         id: n.id,
-        state: n.state.parse().unwrap_or(NodeState::Down),
+        state: n.state,
         name: n.name,
         pool: n.pool,
         connected: n.connected,

@@ -246,34 +246,12 @@ pub async fn commit(
             }),
         }
     }
-    let name = name.unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
-    let new = NewWorkflow {
-        id,
-        name,
-        owner: c.user.name.clone(),
-        group: c.user.group.clone(),
-        spec: req.spec,
-        plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
-        tasks,
-        volumes: compiled
-            .persistent
-            .values()
-            .filter_map(|v| Some(v.resolved.as_ref()?.id))
-            .collect(),
-    };
-    st.store.create_workflow(&new, now_ms()).await?;
-    for t in &takeovers {
-        st.store.create_takeover(t, now_ms()).await?;
-        if let Some(via) = confirmed_via {
-            crate::endpoints::preconfirm(st, c, t, via).await?;
-        }
-    }
     // A build whose result the object cache holds already does not run at all.
-    let mut hits = vec![];
+    let mut ended = vec![];
     for b in &compiled.builds {
         if let Some(digest) = crate::builds::cached(st, b).await? {
-            if let Some(t) = new.tasks.iter().find(|t| t.job == b.task_name()) {
-                hits.push(gantry_store::Change::EndTask {
+            if let Some(t) = tasks.iter().find(|t| t.job == b.task_name()) {
+                ended.push(gantry_store::EndedTask {
                     task_id: t.id,
                     status: gantry_api::TaskStatus::Finished,
                     reason: format!(
@@ -288,7 +266,34 @@ pub async fn commit(
             }
         }
     }
-    st.store.apply(&hits, now_ms()).await?;
+    let takeover_changes = match confirmed_via {
+        Some(via) => takeovers
+            .iter()
+            .flat_map(|t| crate::endpoints::confirm_changes(t, c, via, "confirmed"))
+            .collect(),
+        None => vec![],
+    };
+    let name = name.unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
+    let new = NewWorkflow {
+        id,
+        name,
+        owner: c.user.name.clone(),
+        group: c.user.group.clone(),
+        spec: req.spec,
+        plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
+        tasks,
+        volumes: compiled
+            .persistent
+            .values()
+            .filter_map(|v| Some(v.resolved.as_ref()?.id))
+            .collect(),
+        takeovers,
+        takeover_changes,
+        ended,
+    };
+    // One store call: the workflow, its takeovers and their confirmations, and its cached
+    // builds' ends are stored together or not at all.
+    st.store.create_workflow(&new, now_ms()).await?;
     st.wake_controller();
     Ok(WorkflowCreated { id, warnings })
 }

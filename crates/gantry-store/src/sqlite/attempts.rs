@@ -1,0 +1,566 @@
+//! The controller's plans (`apply`) and attempts: placement, running, ends.
+
+use super::*;
+
+/// A statement on `attempts` followed by what the attempt's event names, returned by the
+/// statement that changes the attempt (`RETURNING`), so that no read follows: its task,
+/// workflow, node and number, and the task's job and index. A literal, as sqlx caches
+/// prepared statements by their text: no string is built per job.
+macro_rules! returning_attempt_ident {
+    ($sql:literal) => {
+        concat!(
+            $sql,
+            " RETURNING task_id, workflow_id, node, number,
+              (SELECT job FROM tasks t WHERE t.id = attempts.task_id) AS job,
+              (SELECT idx FROM tasks t WHERE t.id = attempts.task_id) AS idx"
+        )
+    };
+}
+
+/// (workflow, node, task label, attempt number) from a row `returning_attempt_ident!` made.
+pub(super) fn attempt_ident(r: &SqliteRow) -> Result<(Uuid, String, String, i64)> {
+    Ok((
+        uuid(r.get("workflow_id"))?,
+        r.get("node"),
+        task_label(r.get("job"), r.get("idx")),
+        r.get("number"),
+    ))
+}
+
+/// (workflow id, "job[idx]", status) of a task, for event rows.
+pub(super) async fn task_ident(
+    tx: &mut Transaction<'_, Sqlite>,
+    task_id: Uuid,
+) -> Result<(Uuid, String, TaskStatus)> {
+    let r = sqlx::query("SELECT workflow_id, job, idx, status FROM tasks WHERE id = ?")
+        .bind(task_id.to_string())
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok((
+        uuid(r.get("workflow_id"))?,
+        task_label(r.get("job"), r.get("idx")),
+        parse(r.get("status"))?,
+    ))
+}
+
+/// Ends a task that has not ended (as [`Change::EndTask`]), with its event, in the caller's
+/// transaction; a task that ended already is left as it is.
+pub(super) async fn end_task(
+    tx: &mut Transaction<'_, Sqlite>,
+    task_id: Uuid,
+    status: TaskStatus,
+    reason: &str,
+    now: Millis,
+) -> Result<()> {
+    let (wf, label, old) = task_ident(tx, task_id).await?;
+    if old.is_terminal() {
+        return Ok(());
+    }
+    sqlx::query("UPDATE tasks SET status = ?, reason = ?, ended_at = ? WHERE id = ?")
+        .bind(status.as_str())
+        .bind(cap_text(reason))
+        .bind(now)
+        .bind(task_id.to_string())
+        .execute(&mut **tx)
+        .await?;
+    event(
+        tx,
+        &ev(
+            Some(wf),
+            None,
+            Some(label),
+            "task.ended",
+            format!("{status}: {reason}"),
+        ),
+        now,
+    )
+    .await?;
+    Ok(())
+}
+
+/// A node as the applier re-checks placements on it: its state and capacity, and what its
+/// live attempts hold, those this plan adds included.
+struct NodeFit {
+    state: String,
+    millicpus: u64,
+    memory_bytes: u64,
+    devices: std::collections::BTreeMap<String, u32>,
+    used: AttemptNeed,
+    /// Live attempts there.
+    running: u32,
+    /// One of them is exclusive.
+    exclusive_taken: bool,
+}
+
+impl NodeFit {
+    /// Read in the plan's transaction, so the check and the commit see the same rows.
+    async fn read(tx: &mut Transaction<'_, Sqlite>, node: &str) -> Result<Self> {
+        let r = sqlx::query("SELECT state, capacity FROM nodes WHERE name = ?")
+            .bind(node)
+            .fetch_optional(&mut **tx)
+            .await?
+            .ok_or_else(|| StoreError::Refused(format!("node {node} is not registered")))?;
+        // As the controller reads it: a capacity it cannot read is none at all.
+        let cap: gantry_api::agent::Capacity =
+            serde_json::from_str(r.get("capacity")).unwrap_or_default();
+        let mut fit = NodeFit {
+            state: r.get("state"),
+            millicpus: u64::from(cap.cpus) * 1000,
+            memory_bytes: cap.memory_bytes,
+            devices: cap.devices,
+            used: AttemptNeed::default(),
+            running: 0,
+            exclusive_taken: false,
+        };
+        let live = sqlx::query(
+            "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts
+             WHERE node = ? AND ended_at IS NULL",
+        )
+        .bind(node)
+        .fetch_all(&mut **tx)
+        .await?;
+        for a in &live {
+            let devices = serde_json::from_str(a.get("devices"))
+                .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
+            fit.add(&AttemptNeed {
+                millicpus: a.get::<i64, _>("millicpus") as u64,
+                memory_bytes: a.get::<i64, _>("memory_bytes") as u64,
+                devices,
+                exclusive: a.get("exclusive"),
+            });
+        }
+        Ok(fit)
+    }
+
+    fn add(&mut self, need: &AttemptNeed) {
+        self.used.millicpus += need.millicpus;
+        self.used.memory_bytes += need.memory_bytes;
+        for (d, n) in &need.devices {
+            *self.used.devices.entry(d.clone()).or_insert(0) += n;
+        }
+        self.running += 1;
+        self.exclusive_taken |= need.exclusive;
+    }
+
+    /// Why `need` does not fit here now, as the scheduler decides fit; `None` when it fits.
+    fn refusal(&self, need: &AttemptNeed) -> Option<String> {
+        if self.state != "READY" {
+            return Some(format!("it is {}", self.state));
+        }
+        if self.exclusive_taken {
+            return Some("an exclusive attempt runs there".into());
+        }
+        if need.exclusive && self.running > 0 {
+            return Some(format!(
+                "it is exclusive and {} attempts run there",
+                self.running
+            ));
+        }
+        if self.used.millicpus + need.millicpus > self.millicpus {
+            return Some(format!(
+                "{} of {} millicores are taken, it needs {}",
+                self.used.millicpus, self.millicpus, need.millicpus
+            ));
+        }
+        if self.used.memory_bytes + need.memory_bytes > self.memory_bytes {
+            return Some(format!(
+                "{} of {} bytes of memory are taken, it needs {}",
+                self.used.memory_bytes, self.memory_bytes, need.memory_bytes
+            ));
+        }
+        for (d, n) in &need.devices {
+            let used = self.used.devices.get(d).copied().unwrap_or(0);
+            let total = self.devices.get(d).copied().unwrap_or(0);
+            if used + n > total {
+                return Some(format!("{used} of {total} {d} are taken, it needs {n}"));
+            }
+        }
+        None
+    }
+}
+
+impl SqliteStore {
+    pub(super) async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        // Returning early drops `tx`, which rolls back whatever the plan did before a
+        // refusal: a plan is applied whole or not at all.
+        let mut tx = self.writer.begin().await?;
+        // Each node a placement names, read once per plan and added to as it is placed on.
+        let mut fits: std::collections::HashMap<&str, NodeFit> = std::collections::HashMap::new();
+        for c in changes {
+            match c {
+                Change::CreateAttempt {
+                    attempt_id,
+                    task_id,
+                    workflow_id,
+                    node,
+                    assignment,
+                    need,
+                } => {
+                    let t = sqlx::query(
+                        "SELECT job, idx, status,
+                                EXISTS (SELECT 1 FROM attempts a
+                                        WHERE a.task_id = tasks.id AND a.ended_at IS NULL) AS live
+                         FROM tasks WHERE id = ?",
+                    )
+                    .bind(task_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let label = task_label(t.get("job"), t.get("idx"));
+                    let status: TaskStatus = parse(t.get("status"))?;
+                    if status != TaskStatus::Pending {
+                        return Err(StoreError::Refused(format!(
+                            "task {label} is {status}, not PENDING: not placed on {node}"
+                        )));
+                    }
+                    if t.get::<bool, _>("live") {
+                        return Err(StoreError::Refused(format!(
+                            "task {label} has a live attempt already: not placed on {node}"
+                        )));
+                    }
+                    let fit = match fits.entry(node.as_str()) {
+                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(NodeFit::read(&mut tx, node).await?)
+                        }
+                    };
+                    if let Some(why) = fit.refusal(need) {
+                        return Err(StoreError::Refused(format!(
+                            "task {label} does not fit on node {node}: {why}"
+                        )));
+                    }
+                    fit.add(need);
+                    // The task's row numbers the attempt and names it for the event, in the
+                    // same statement that moves it (tasks.live_attempt has no foreign key, so
+                    // the attempt's row may follow).
+                    let r = sqlx::query(
+                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = attempts + 1,
+                                          live_attempt = ?, node = ?
+                         WHERE id = ?
+                         RETURNING workflow_id, job, idx, attempts",
+                    )
+                    .bind(attempt_id.to_string())
+                    .bind(node)
+                    .bind(task_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let wf = uuid(r.get("workflow_id"))?;
+                    let number: i64 = r.get("attempts");
+                    let devices = serde_json::to_string(&need.devices)
+                        .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
+                    sqlx::query(
+                        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at,
+                                               millicpus, memory_bytes, devices, exclusive)
+                         VALUES (?, ?, ?, ?, ?, 'STARTED', ?, ?, ?, ?, ?, ?)",
+                    )
+                    .bind(attempt_id.to_string())
+                    .bind(task_id.to_string())
+                    .bind(workflow_id.to_string())
+                    .bind(number)
+                    .bind(node)
+                    .bind(assignment)
+                    .bind(now)
+                    .bind(need.millicpus as i64)
+                    .bind(need.memory_bytes as i64)
+                    .bind(devices)
+                    .bind(need.exclusive)
+                    .execute(&mut *tx)
+                    .await?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            Some(node),
+                            Some(label),
+                            "task.placed",
+                            format!("attempt {number} placed on {node}"),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::EndTask {
+                    task_id,
+                    status,
+                    reason,
+                } => {
+                    end_task(&mut tx, *task_id, *status, reason, now).await?;
+                }
+                Change::EndPending {
+                    workflow_id,
+                    job,
+                    status,
+                    reason,
+                } => {
+                    // One event per task, as `EndTask` writes (the label is `task_label`'s,
+                    // spelled in SQL), then the tasks themselves: one statement each, however
+                    // many tasks wait.
+                    sqlx::query(
+                        "INSERT INTO events (time, workflow_id, node, task, kind, message)
+                         SELECT ?1, workflow_id, NULL,
+                                CASE WHEN idx IS NULL THEN job ELSE job || '[' || idx || ']' END,
+                                'task.ended', ?2
+                         FROM tasks INDEXED BY tasks_pending
+                         WHERE workflow_id = ?3 AND job = ?4 AND status = 'PENDING'
+                         ORDER BY idx",
+                    )
+                    .bind(now)
+                    .bind(cap_text(&format!("{status}: {reason}")).into_owned())
+                    .bind(workflow_id.to_string())
+                    .bind(job)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(
+                        "UPDATE tasks SET status = ?, reason = ?, ended_at = ?
+                         WHERE workflow_id = ? AND job = ? AND status = 'PENDING'",
+                    )
+                    .bind(status.as_str())
+                    .bind(cap_text(reason))
+                    .bind(now)
+                    .bind(workflow_id.to_string())
+                    .bind(job)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Change::TaskWaiting { task_id, reason } => {
+                    sqlx::query("UPDATE tasks SET reason = ? WHERE id = ? AND status = 'PENDING'")
+                        .bind(cap_opt(reason))
+                        .bind(task_id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Change::SetWorkflow {
+                    workflow_id,
+                    status,
+                    reason,
+                } => {
+                    let ended = status.is_terminal().then_some(now);
+                    let n = sqlx::query(
+                        "UPDATE workflows SET status = ?, reason = ?, ended_at = ?
+                         WHERE id = ? AND status IN ('PENDING', 'RUNNING') AND status != ?",
+                    )
+                    .bind(status.as_str())
+                    .bind(cap_opt(reason))
+                    .bind(ended)
+                    .bind(workflow_id.to_string())
+                    .bind(status.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if n > 0 {
+                        let msg = match reason {
+                            Some(r) => format!("workflow {status}: {r}"),
+                            None => format!("workflow {status}"),
+                        };
+                        event(
+                            &mut tx,
+                            &ev(Some(*workflow_id), None, None, "workflow.status", msg),
+                            now,
+                        )
+                        .await?;
+                    }
+                }
+                Change::StopSent { attempt_id, cause } => {
+                    let r = sqlx::query(returning_attempt_ident!(
+                        "UPDATE attempts SET stop_sent = COALESCE(stop_sent, ?) WHERE id = ?"
+                    ))
+                    .bind(cause.as_str())
+                    .bind(attempt_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or(StoreError::NotFound)?;
+                    let (wf, node, label, _) = attempt_ident(&r)?;
+                    event(
+                        &mut tx,
+                        &ev(
+                            Some(wf),
+                            Some(&node),
+                            Some(label),
+                            "task.stopping",
+                            format!(
+                                "stopping on {node}: {}",
+                                cause.as_str().to_lowercase().replace('_', " ")
+                            ),
+                        ),
+                        now,
+                    )
+                    .await?;
+                }
+                Change::Event(e) => event(&mut tx, e, now).await?,
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn attempt(&self, id: Uuid) -> Result<AttemptRow> {
+        let r = sqlx::query("SELECT * FROM attempts WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        attempt_row(&r)
+    }
+
+    pub(super) async fn task(&self, id: Uuid) -> Result<TaskRow> {
+        let r = sqlx::query("SELECT * FROM tasks WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        task_row(&r)
+    }
+
+    pub(super) async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
+        let mut tx = self.writer.begin().await?;
+        let Some(r) = sqlx::query(returning_attempt_ident!(
+            "UPDATE attempts SET status = 'RUNNING', running_at = ?
+             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL"
+        ))
+        .bind(now)
+        .bind(id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(false);
+        };
+        let (wf, node, label, _) = attempt_ident(&r)?;
+        sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = ? AND live_attempt = ? AND status = 'STARTED'")
+            .bind(r.get::<&str, _>("task_id"))
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        event(
+            &mut tx,
+            &ev(
+                Some(wf),
+                Some(&node),
+                Some(label),
+                "task.running",
+                format!("running on {node}"),
+            ),
+            now,
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    pub(super) async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome> {
+        let mut tx = self.writer.begin().await?;
+        // Only the task's current attempt ends: a stale report never moves a task another
+        // attempt has taken over, and a repeated one changes nothing.
+        let state = sqlx::query(
+            "SELECT a.ended_at IS NOT NULL AS ended,
+                    COALESCE(t.live_attempt = a.id, 0) AS current
+             FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id = ?",
+        )
+        .bind(end.attempt_id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        if state.get::<bool, _>("ended") {
+            return Ok(EndOutcome::AlreadyEnded);
+        }
+        if !state.get::<bool, _>("current") {
+            return Ok(EndOutcome::NotCurrent);
+        }
+        let Some(r) = sqlx::query(returning_attempt_ident!(
+            "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
+             WHERE id = ? AND ended_at IS NULL"
+        ))
+        .bind(end.status.as_str())
+        .bind(end.cause.as_str())
+        .bind(end.exit_code.map(i64::from))
+        .bind(cap_opt(&end.reason))
+        .bind(now)
+        .bind(end.attempt_id.to_string())
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(EndOutcome::AlreadyEnded);
+        };
+        let task_id = uuid(r.get("task_id"))?;
+        let (wf, node, label, number) = attempt_ident(&r)?;
+        let what = match (end.cause, end.exit_code) {
+            (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
+            (cause, Some(c)) => format!(
+                "{} (exit code {c})",
+                cause.as_str().to_lowercase().replace('_', " ")
+            ),
+            (cause, None) => cause.as_str().to_lowercase().replace('_', " "),
+        };
+        let detail = end
+            .reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        event(
+            &mut tx,
+            &ev(
+                Some(wf),
+                Some(&node),
+                Some(label.clone()),
+                "attempt.ended",
+                format!("attempt {number} on {node} {what}{detail}"),
+            ),
+            now,
+        )
+        .await?;
+        let (status, reason, ended, not_before) = match &end.task {
+            TaskNext::Retry { reason, not_before } => (
+                TaskStatus::Pending,
+                Some(reason.clone()),
+                None,
+                Some(*not_before),
+            ),
+            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
+        };
+        let moved = sqlx::query(
+            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
+             not_before = ? WHERE id = ? AND live_attempt = ?",
+        )
+        .bind(status.as_str())
+        .bind(cap_opt(&reason))
+        .bind(end.exit_code.map(i64::from))
+        .bind(ended)
+        .bind(not_before)
+        .bind(task_id.to_string())
+        .bind(end.attempt_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if moved > 0 {
+            let msg = match (&end.task, reason) {
+                (TaskNext::Retry { .. }, Some(r)) => format!("PENDING: {r}"),
+                (_, Some(r)) => format!("{status}: {r}"),
+                (_, None) => status.to_string(),
+            };
+            event(
+                &mut tx,
+                &ev(Some(wf), Some(&node), Some(label), "task.status", msg),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(EndOutcome::Ended)
+    }
+
+    pub(super) async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {
+        sqlx::query(
+            "SELECT * FROM attempts WHERE node = ? AND ended_at IS NULL ORDER BY created_at",
+        )
+        .bind(node)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(attempt_row)
+        .collect()
+    }
+}

@@ -1,0 +1,279 @@
+//! Nodes (registration, liveness, state) and the chores sent to their pools.
+
+use super::*;
+
+/// A node's state follows its active holds (EVICTING over CORDONED over READY); a DOWN node
+/// stays DOWN until its agent returns.
+pub(super) async fn refresh_node_state(
+    tx: &mut Transaction<'_, Sqlite>,
+    node: &str,
+    now: Millis,
+) -> Result<()> {
+    let kinds: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT kind FROM holds WHERE node = ? AND state = 'ACTIVE'")
+            .bind(node)
+            .fetch_all(&mut **tx)
+            .await?;
+    let want = if kinds.iter().any(|k| k == "evict") {
+        "EVICTING"
+    } else if kinds.iter().any(|k| k == "cordon") {
+        "CORDONED"
+    } else {
+        "READY"
+    };
+    let n =
+        sqlx::query("UPDATE nodes SET state = ? WHERE name = ? AND state != 'DOWN' AND state != ?")
+            .bind(want)
+            .bind(node)
+            .bind(want)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+    if n > 0 {
+        event(
+            tx,
+            &ev(
+                None,
+                Some(node),
+                None,
+                "node.state",
+                format!("{want}: by its holds"),
+            ),
+            now,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+impl SqliteStore {
+    pub(super) async fn register_node(
+        &self,
+        reg: &NodeRegistration,
+        now: Millis,
+    ) -> Result<NodeRow> {
+        let labels = serde_json::to_string(&reg.labels)
+            .map_err(|e| StoreError::Corrupt(format!("node labels: {e}")))?;
+        let mut tx = self.writer.begin().await?;
+        let existing = sqlx::query("SELECT * FROM nodes WHERE name = ?")
+            .bind(&reg.name)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let msg = match &existing {
+            None => {
+                sqlx::query(
+                    "INSERT INTO nodes (id, name, pool, capacity, state, connected, last_seen, version, metrics_addr, created_at, node_exporter, address, exec_addr, labels, seq)
+                     VALUES (?, ?, ?, ?, 'READY', 1, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes))",
+                )
+                .bind(Uuid::new_v4().to_string())
+                .bind(&reg.name)
+                .bind(&reg.pool)
+                .bind(&reg.capacity)
+                .bind(now)
+                .bind(&reg.version)
+                .bind(&reg.metrics_addr)
+                .bind(now)
+                .bind(&reg.node_exporter)
+                .bind(&reg.address)
+                .bind(&reg.exec_addr)
+                .bind(&labels)
+                .execute(&mut *tx)
+                .await?;
+                format!("registered in pool {}", reg.pool)
+            }
+            Some(r) => {
+                let was: String = r.get("state");
+                // A node that was DOWN comes back as its holds say (READY without any).
+                sqlx::query(
+                    "UPDATE nodes SET pool = ?, capacity = ?, connected = 1, last_seen = ?, version = ?, metrics_addr = ?,
+                     node_exporter = ?, address = ?, exec_addr = ?, labels = ?,
+                     state = CASE WHEN state = 'DOWN' THEN 'READY' ELSE state END WHERE name = ?",
+                )
+                .bind(&reg.pool)
+                .bind(&reg.capacity)
+                .bind(now)
+                .bind(&reg.version)
+                .bind(&reg.metrics_addr)
+                .bind(&reg.node_exporter)
+                .bind(&reg.address)
+                .bind(&reg.exec_addr)
+                .bind(&labels)
+                .bind(&reg.name)
+                .execute(&mut *tx)
+                .await?;
+                format!("reconnected (was {was})")
+            }
+        };
+        event(
+            &mut tx,
+            &ev(None, Some(&reg.name), None, "node.connected", msg),
+            now,
+        )
+        .await?;
+        refresh_node_state(&mut tx, &reg.name, now).await?;
+        let r = sqlx::query("SELECT * FROM nodes WHERE name = ?")
+            .bind(&reg.name)
+            .fetch_one(&mut *tx)
+            .await?;
+        let row = node_row(&r)?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    pub(super) async fn node_seen(&self, name: &str, now: Millis) -> Result<()> {
+        sqlx::query("UPDATE nodes SET last_seen = ? WHERE name = ?")
+            .bind(now)
+            .bind(name)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn node_disconnected(&self, name: &str, now: Millis) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        let n = sqlx::query("UPDATE nodes SET connected = 0 WHERE name = ? AND connected = 1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    Some(name),
+                    None,
+                    "node.disconnected",
+                    "agent connection closed".into(),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn set_node_state(
+        &self,
+        name: &str,
+        state: NodeState,
+        reason: &str,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        let n = sqlx::query("UPDATE nodes SET state = ? WHERE name = ? AND state != ?")
+            .bind(state.as_str())
+            .bind(name)
+            .bind(state.as_str())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    Some(name),
+                    None,
+                    "node.state",
+                    format!("{state}: {reason}"),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn nodes(&self) -> Result<Vec<NodeRow>> {
+        sqlx::query("SELECT * FROM nodes ORDER BY pool, name")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(node_row)
+            .collect()
+    }
+
+    pub(super) async fn node(&self, name: &str) -> Result<NodeRow> {
+        let r = sqlx::query("SELECT * FROM nodes WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        node_row(&r)
+    }
+
+    pub(super) async fn add_chore(&self, c: &ChoreRow) -> Result<()> {
+        let kind = serde_json::to_string(&c.kind)
+            .map_err(|e| StoreError::Corrupt(format!("chore kind: {e}")))?;
+        sqlx::query("INSERT INTO chores (id, pool, kind, created_at) VALUES (?, ?, ?, ?)")
+            .bind(c.id.to_string())
+            .bind(&c.pool)
+            .bind(kind)
+            .bind(c.created_at)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn pending_chores(&self) -> Result<Vec<ChoreRow>> {
+        sqlx::query("SELECT * FROM chores WHERE done_at IS NULL ORDER BY created_at")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(ChoreRow {
+                    id: uuid(r.get("id"))?,
+                    pool: r.get("pool"),
+                    kind: serde_json::from_str(r.get("kind"))
+                        .map_err(|e| StoreError::Corrupt(format!("chore kind: {e}")))?,
+                    created_at: r.get("created_at"),
+                    sent_to: r.get("sent_to"),
+                })
+            })
+            .collect()
+    }
+
+    pub(super) async fn chore_sent(&self, id: Uuid, node: &str) -> Result<()> {
+        sqlx::query("UPDATE chores SET sent_to = ? WHERE id = ?")
+            .bind(node)
+            .bind(id.to_string())
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn chore_done(
+        &self,
+        id: Uuid,
+        error: Option<&str>,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        let r = sqlx::query("UPDATE chores SET done_at = ?, error = ? WHERE id = ? AND done_at IS NULL RETURNING sent_to, kind")
+            .bind(now)
+            .bind(error)
+            .bind(id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let (Some(r), Some(err)) = (r, error) {
+            let node: Option<String> = r.get("sent_to");
+            event(
+                &mut tx,
+                &ev(
+                    None,
+                    node.as_deref(),
+                    None,
+                    "chore.failed",
+                    format!("{}: {err}", r.get::<String, _>("kind")),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}

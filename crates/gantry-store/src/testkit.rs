@@ -1,0 +1,762 @@
+//! The contract every [`Store`] backend keeps, as tests written over the trait alone: what the
+//! controller, the agents' reports and the event stream rely on, whatever the database. A
+//! backend runs the suite with a fresh store per contract (see `tests/contract.rs` for
+//! SQLite): [`run_all`] with a factory, or each contract on its own.
+//!
+//! Each contract panics with what it saw when the store breaks it. Stores are given as
+//! `Arc<dyn Store>` so that contracts can write from several tasks at once; those that race
+//! writers need a multi-threaded runtime to mean anything.
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+
+use gantry_api::{EndCause, TaskStatus};
+use uuid::Uuid;
+
+use crate::*;
+
+/// Runs every contract, each on a store of its own from `fresh`.
+pub async fn run_all<F, Fut>(fresh: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Arc<dyn Store>>,
+{
+    snapshot_sees_whole_plans(fresh().await).await;
+    events_are_read_in_commit_order(fresh().await).await;
+    a_placement_of_a_task_not_waiting_is_refused(fresh().await).await;
+    a_placement_on_a_node_not_ready_is_refused(fresh().await).await;
+    a_placement_that_overfills_its_node_is_refused(fresh().await).await;
+    exclusive_attempts_are_alone_on_their_node(fresh().await).await;
+    stale_attempt_ends_are_refused(fresh().await).await;
+    node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
+    a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
+}
+
+// --- helpers ------------------------------------------------------------------------------
+
+fn new_workflow(tasks: usize) -> NewWorkflow {
+    NewWorkflow {
+        id: Uuid::new_v4(),
+        name: "contract".into(),
+        owner: "ada".into(),
+        group: "physics".into(),
+        spec: "version: v4".into(),
+        plan: "{}".into(),
+        tasks: (0..tasks)
+            .map(|i| NewTask {
+                id: Uuid::new_v4(),
+                job: "member".into(),
+                index: Some(i as u32),
+                ord: 0,
+            })
+            .collect(),
+        volumes: vec![],
+        takeovers: vec![],
+        takeover_changes: vec![],
+        ended: vec![],
+    }
+}
+
+async fn submit(s: &dyn Store, tasks: usize) -> NewWorkflow {
+    let w = new_workflow(tasks);
+    s.create_workflow(&w, 1).await.expect("create_workflow");
+    w
+}
+
+/// A READY node with `cpus` cores, `memory` bytes and the devices given.
+async fn node(s: &dyn Store, name: &str, cpus: u32, memory: u64, devices: &[(&str, u32)]) {
+    let capacity = gantry_api::agent::Capacity {
+        cpus,
+        memory_bytes: memory,
+        devices: devices.iter().map(|(d, n)| (d.to_string(), *n)).collect(),
+    };
+    s.register_node(
+        &NodeRegistration {
+            name: name.into(),
+            pool: "default".into(),
+            capacity: serde_json::to_string(&capacity).expect("capacity"),
+            version: "contract".into(),
+            ..Default::default()
+        },
+        1,
+    )
+    .await
+    .expect("register_node");
+}
+
+fn need(millicpus: u64, memory_bytes: u64, devices: &[(&str, u32)]) -> AttemptNeed {
+    AttemptNeed {
+        millicpus,
+        memory_bytes,
+        devices: devices.iter().map(|(d, n)| (d.to_string(), *n)).collect(),
+        exclusive: false,
+    }
+}
+
+fn place(w: &NewWorkflow, task: usize, node: &str, need: AttemptNeed) -> Change {
+    Change::CreateAttempt {
+        attempt_id: Uuid::new_v4(),
+        task_id: w.tasks[task].id,
+        workflow_id: w.id,
+        node: node.into(),
+        assignment: "{}".into(),
+        need,
+    }
+}
+
+fn attempt_of(c: &Change) -> Uuid {
+    match c {
+        Change::CreateAttempt { attempt_id, .. } => *attempt_id,
+        other => panic!("not a placement: {other:?}"),
+    }
+}
+
+fn end(attempt_id: Uuid, next: TaskNext) -> AttemptEnd {
+    AttemptEnd {
+        attempt_id,
+        status: TaskStatus::Finished,
+        cause: EndCause::Exit,
+        exit_code: Some(0),
+        reason: None,
+        task: next,
+    }
+}
+
+fn finished() -> TaskNext {
+    TaskNext::Final {
+        status: TaskStatus::Finished,
+        reason: None,
+    }
+}
+
+async fn all_events(s: &dyn Store) -> Vec<EventRow> {
+    let mut out: Vec<EventRow> = vec![];
+    loop {
+        let after = out.last().map_or(0, |e| e.seq);
+        let page = s
+            .events(&EventQuery {
+                after,
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .expect("events");
+        if page.is_empty() {
+            return out;
+        }
+        out.extend(page);
+    }
+}
+
+/// What a refused plan must not have changed: the workflow's tasks and attempts, and the
+/// event log.
+struct Before {
+    tasks: Vec<(Uuid, TaskStatus, u32)>,
+    attempts: usize,
+    events: usize,
+}
+
+async fn before(s: &dyn Store, w: &NewWorkflow) -> Before {
+    Before {
+        tasks: tasks_of(s, w).await,
+        attempts: s.attempts(w.id).await.expect("attempts").len(),
+        events: all_events(s).await.len(),
+    }
+}
+
+async fn tasks_of(s: &dyn Store, w: &NewWorkflow) -> Vec<(Uuid, TaskStatus, u32)> {
+    let mut t: Vec<_> = s
+        .tasks(w.id)
+        .await
+        .expect("tasks")
+        .into_iter()
+        .map(|t| (t.id, t.status, t.attempts))
+        .collect();
+    t.sort();
+    t
+}
+
+/// `plan` is refused, naming `names` in its reason, and nothing of it is applied.
+async fn assert_refused(s: &dyn Store, w: &NewWorkflow, plan: &[Change], names: &str, what: &str) {
+    let was = before(s, w).await;
+    match s.apply(plan, 5).await {
+        Err(StoreError::Refused(why)) => {
+            assert!(
+                why.contains(names),
+                "{what}: the refusal names {names}: {why}"
+            )
+        }
+        other => panic!("{what}: want Refused, got {other:?}"),
+    }
+    assert_eq!(tasks_of(s, w).await, was.tasks, "{what}: no task moved");
+    assert_eq!(
+        s.attempts(w.id).await.expect("attempts").len(),
+        was.attempts,
+        "{what}: no attempt was made"
+    );
+    assert_eq!(
+        all_events(s).await.len(),
+        was.events,
+        "{what}: no event was written"
+    );
+}
+
+// --- the contracts ------------------------------------------------------------------------
+
+/// `active()` is one consistent snapshot: while plans that each place every task of a
+/// workflow are applied, a reader never sees some of a plan's attempts without the others,
+/// nor a task STARTED without its attempt.
+pub async fn snapshot_sees_whole_plans(s: Arc<dyn Store>) {
+    const TASKS: usize = 8;
+    const PLANS: usize = 25;
+    node(s.as_ref(), "n1", 1024, 1 << 40, &[]).await;
+    let mut wfs = vec![];
+    for _ in 0..PLANS {
+        wfs.push(submit(s.as_ref(), TASKS).await);
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (s, done) = (s.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut seen_partial_free = 0u32;
+            loop {
+                let last = done.load(std::sync::atomic::Ordering::SeqCst);
+                for aw in s.active().await.expect("active") {
+                    let live = aw.live.len();
+                    let started = aw
+                        .tasks
+                        .iter()
+                        .filter(|t| t.status == TaskStatus::Started)
+                        .count();
+                    assert!(
+                        live == 0 || live == TASKS,
+                        "a snapshot saw {live} of a plan's {TASKS} attempts"
+                    );
+                    assert_eq!(started, live, "STARTED tasks and live attempts disagree");
+                    for t in &aw.tasks {
+                        assert_eq!(
+                            t.live_attempt.is_some(),
+                            aw.live.iter().any(|a| a.task_id == t.id),
+                            "a task's live attempt is missing from the snapshot"
+                        );
+                    }
+                }
+                seen_partial_free += 1;
+                if last {
+                    return seen_partial_free;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    for w in &wfs {
+        let plan: Vec<Change> = (0..TASKS)
+            .map(|i| place(w, i, "n1", need(1000, 1, &[])))
+            .collect();
+        s.apply(&plan, 2)
+            .await
+            .expect("a plan that fits is applied");
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let reads = reader.await.expect("the reader saw only whole plans");
+    assert!(reads > 0);
+    // And the end state is whole too.
+    for aw in s.active().await.expect("active") {
+        assert_eq!(aw.live.len(), TASKS);
+    }
+}
+
+/// Event sequence numbers increase in commit order, across concurrent writers: a reader that
+/// follows the log by `after = last seq seen` misses nothing, and each writer's events are in
+/// the order it wrote them.
+pub async fn events_are_read_in_commit_order(s: Arc<dyn Store>) {
+    const WRITERS: usize = 6;
+    const EACH: usize = 40;
+    let base = all_events(s.as_ref()).await.last().map_or(0, |e| e.seq);
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tail = {
+        let (s, done) = (s.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut seen: Vec<EventRow> = vec![];
+            loop {
+                let last = done.load(std::sync::atomic::Ordering::SeqCst);
+                let after = seen.last().map_or(base, |e| e.seq);
+                let page = s
+                    .events(&EventQuery {
+                        after,
+                        limit: 1000,
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("events");
+                let empty = page.is_empty();
+                seen.extend(page);
+                if last && empty {
+                    return seen;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for i in 0..EACH {
+                    s.record_event(
+                        &NewEvent {
+                            workflow_id: None,
+                            node: None,
+                            task: None,
+                            kind: "contract.order".into(),
+                            message: format!("{w}:{i}"),
+                        },
+                        10,
+                    )
+                    .await
+                    .expect("record_event");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.expect("writer");
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let tailed = tail.await.expect("tail");
+    let all: Vec<EventRow> = all_events(s.as_ref())
+        .await
+        .into_iter()
+        .filter(|e| e.seq > base)
+        .collect();
+    assert_eq!(all.len(), WRITERS * EACH, "every event was recorded");
+    assert!(
+        all.windows(2).all(|p| p[0].seq < p[1].seq),
+        "sequence numbers are unique and listed in order"
+    );
+    let seqs = |v: &[EventRow]| v.iter().map(|e| e.seq).collect::<Vec<_>>();
+    assert_eq!(
+        seqs(&tailed),
+        seqs(&all),
+        "a reader following the log by sequence number saw every event: none committed \
+         behind a number it had read past"
+    );
+    let mut next = [0usize; WRITERS];
+    for e in &all {
+        let (w, i) = e.message.split_once(':').expect("message");
+        let (w, i): (usize, usize) = (w.parse().unwrap(), i.parse().unwrap());
+        assert_eq!(
+            i, next[w],
+            "writer {w}'s events are in the order it wrote them"
+        );
+        next[w] += 1;
+    }
+}
+
+/// A placement whose task is not PENDING (it has a live attempt: STARTED, or RUNNING) is
+/// refused with the whole plan, and the plan's other placements are not applied.
+pub async fn a_placement_of_a_task_not_waiting_is_refused(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    let w = submit(s, 3).await;
+    let first = place(&w, 0, "n1", need(1000, 0, &[]));
+    let a0 = attempt_of(&first);
+    s.apply(&[first], 2).await.expect("the first placement");
+
+    let again = [
+        place(&w, 1, "n1", need(1000, 0, &[])),
+        place(&w, 0, "n1", need(1000, 0, &[])),
+    ];
+    assert_refused(s, &w, &again, "member[0]", "a STARTED task placed again").await;
+
+    assert!(s.attempt_running(a0, 3).await.expect("running"));
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 0, "n1", need(1000, 0, &[]))],
+        "member[0]",
+        "a RUNNING task placed again",
+    )
+    .await;
+
+    // Once its attempt ended and the task waits again, it may be placed.
+    let retry = TaskNext::Retry {
+        reason: "again".into(),
+        not_before: 0,
+    };
+    assert_eq!(
+        s.end_attempt(&end(a0, retry), 4).await.expect("end"),
+        EndOutcome::Ended
+    );
+    s.apply(&again, 5)
+        .await
+        .expect("a waiting task is placed again");
+    let finished_task = place(&w, 2, "n1", need(0, 0, &[]));
+    let a2 = attempt_of(&finished_task);
+    s.apply(&[finished_task], 6).await.expect("placed");
+    assert_eq!(
+        s.end_attempt(&end(a2, finished()), 7).await.expect("end"),
+        EndOutcome::Ended
+    );
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 2, "n1", need(0, 0, &[]))],
+        "member[2]",
+        "a FINISHED task placed again",
+    )
+    .await;
+}
+
+/// A placement on a node that is not READY (held, down) or that the store does not know is
+/// refused.
+pub async fn a_placement_on_a_node_not_ready_is_refused(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    node(s, "n2", 64, 1 << 30, &[]).await;
+    let w = submit(s, 2).await;
+    s.set_node_state("n2", NodeState::Cordoned, "contract", 2)
+        .await
+        .expect("set_node_state");
+    let plan = [
+        place(&w, 0, "n1", need(0, 0, &[])),
+        place(&w, 1, "n2", need(0, 0, &[])),
+    ];
+    assert_refused(s, &w, &plan, "n2", "a placement on a cordoned node").await;
+    s.node_disconnected("n1", 3).await.expect("disconnected");
+    s.set_node_state("n1", NodeState::Down, "contract", 3)
+        .await
+        .expect("set_node_state");
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 0, "n1", need(0, 0, &[]))],
+        "n1",
+        "a placement on a down node",
+    )
+    .await;
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 0, "nowhere", need(0, 0, &[]))],
+        "nowhere",
+        "a placement on an unknown node",
+    )
+    .await;
+    s.set_node_state("n2", NodeState::Ready, "contract", 4)
+        .await
+        .expect("set_node_state");
+    s.apply(&[place(&w, 1, "n2", need(0, 0, &[]))], 5)
+        .await
+        .expect("a READY node takes it");
+}
+
+/// The node's live attempts and the plan's new ones must fit its cores, memory and each
+/// device; the placements of one plan count together, and an ended attempt frees its share.
+pub async fn a_placement_that_overfills_its_node_is_refused(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 2, 1000, &[("nvidia.com/gpu", 1)]).await;
+    let w = submit(s, 4).await;
+    let big = place(&w, 0, "n1", need(1500, 600, &[]));
+    let a0 = attempt_of(&big);
+    s.apply(&[big], 2).await.expect("fits an empty node");
+
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 1, "n1", need(1000, 0, &[]))],
+        "n1",
+        "cores beyond the node's",
+    )
+    .await;
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 1, "n1", need(0, 500, &[]))],
+        "n1",
+        "memory beyond the node's",
+    )
+    .await;
+    // Each fits alone; together they do not.
+    let two = [
+        place(&w, 1, "n1", need(0, 0, &[("nvidia.com/gpu", 1)])),
+        place(&w, 2, "n1", need(0, 0, &[("nvidia.com/gpu", 1)])),
+    ];
+    assert_refused(
+        s,
+        &w,
+        &two,
+        "member[2]",
+        "devices beyond the node's, in one plan",
+    )
+    .await;
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 1, "n1", need(0, 0, &[("example.com/fpga", 1)]))],
+        "n1",
+        "a device the node has none of",
+    )
+    .await;
+    // Exactly full is not overfull.
+    s.apply(
+        &[place(&w, 1, "n1", need(500, 400, &[("nvidia.com/gpu", 1)]))],
+        3,
+    )
+    .await
+    .expect("what is left fits");
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 2, "n1", need(1, 0, &[]))],
+        "n1",
+        "a full node",
+    )
+    .await;
+    // The first attempt's end frees its share.
+    assert_eq!(
+        s.end_attempt(&end(a0, finished()), 4).await.expect("end"),
+        EndOutcome::Ended
+    );
+    s.apply(&[place(&w, 2, "n1", need(1500, 600, &[]))], 5)
+        .await
+        .expect("an ended attempt holds nothing");
+}
+
+/// An exclusive attempt needs a node with nothing live, and nothing is placed beside it.
+pub async fn exclusive_attempts_are_alone_on_their_node(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    let w = submit(s, 3).await;
+    let whole = |task| {
+        place(
+            &w,
+            task,
+            "n1",
+            AttemptNeed {
+                exclusive: true,
+                ..need(1000, 0, &[])
+            },
+        )
+    };
+    let first = place(&w, 0, "n1", need(1000, 0, &[]));
+    let a0 = attempt_of(&first);
+    s.apply(&[first], 2).await.expect("placed");
+    assert_refused(s, &w, &[whole(1)], "n1", "exclusive beside a live attempt").await;
+    assert_eq!(
+        s.end_attempt(&end(a0, finished()), 3).await.expect("end"),
+        EndOutcome::Ended
+    );
+    s.apply(&[whole(1)], 4)
+        .await
+        .expect("exclusive on an idle node");
+    assert_refused(
+        s,
+        &w,
+        &[place(&w, 2, "n1", need(0, 0, &[]))],
+        "n1",
+        "anything beside an exclusive attempt",
+    )
+    .await;
+}
+
+/// Only the first end of a task's current attempt is applied: a repeated end, or the end of
+/// an attempt its task has moved on from, changes nothing and says so.
+pub async fn stale_attempt_ends_are_refused(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    let w = submit(s, 1).await;
+    let p1 = place(&w, 0, "n1", need(0, 0, &[]));
+    let a1 = attempt_of(&p1);
+    s.apply(&[p1], 2).await.expect("placed");
+    let retry = TaskNext::Retry {
+        reason: "again".into(),
+        not_before: 0,
+    };
+    assert_eq!(
+        s.end_attempt(&end(a1, retry.clone()), 3)
+            .await
+            .expect("end"),
+        EndOutcome::Ended
+    );
+    let was = before(s, &w).await;
+    assert_eq!(
+        s.end_attempt(&end(a1, finished()), 4).await.expect("end"),
+        EndOutcome::AlreadyEnded,
+        "a repeated end"
+    );
+    assert_eq!(
+        tasks_of(s, &w).await,
+        was.tasks,
+        "a repeated end moves nothing"
+    );
+    assert_eq!(all_events(s).await.len(), was.events, "nor writes an event");
+
+    let p2 = place(&w, 0, "n1", need(0, 0, &[]));
+    let a2 = attempt_of(&p2);
+    s.apply(&[p2], 5).await.expect("the second attempt");
+    let was = before(s, &w).await;
+    assert_eq!(
+        s.end_attempt(&end(a1, finished()), 6).await.expect("end"),
+        EndOutcome::AlreadyEnded,
+        "the first attempt's late end"
+    );
+    assert_eq!(
+        tasks_of(s, &w).await,
+        was.tasks,
+        "a stale end does not move the task its successor runs"
+    );
+    assert_eq!(all_events(s).await.len(), was.events);
+    assert_eq!(
+        s.attempt(a2).await.expect("attempt").ended_at,
+        None,
+        "the current attempt is untouched"
+    );
+    assert_eq!(
+        s.end_attempt(&end(a2, finished()), 7).await.expect("end"),
+        EndOutcome::Ended
+    );
+    let t = s.task(w.tasks[0].id).await.expect("task");
+    assert_eq!((t.status, t.live_attempt), (TaskStatus::Finished, None));
+}
+
+/// Concurrent registrations of distinct nodes get distinct ids and sequence numbers (1, 2,
+/// 3... in some order), and a node registering again keeps both.
+pub async fn node_sequence_numbers_are_unique_under_concurrent_registration(s: Arc<dyn Store>) {
+    const NODES: usize = 24;
+    let register = |name: String| {
+        let s = s.clone();
+        tokio::spawn(async move {
+            s.register_node(
+                &NodeRegistration {
+                    name,
+                    pool: "default".into(),
+                    capacity: "{}".into(),
+                    version: "contract".into(),
+                    ..Default::default()
+                },
+                1,
+            )
+            .await
+            .expect("register_node")
+        })
+    };
+    // Every node twice at once: first registrations race each other and re-registrations.
+    let tasks: Vec<_> = (0..NODES)
+        .flat_map(|i| [register(format!("node-{i}")), register(format!("node-{i}"))])
+        .collect();
+    let mut rows: BTreeMap<String, (Uuid, i64)> = BTreeMap::new();
+    for t in tasks {
+        let r = t.await.expect("registration");
+        if let Some(was) = rows.insert(r.name.clone(), (r.id, r.seq)) {
+            assert_eq!(
+                was,
+                (r.id, r.seq),
+                "{} registered twice is one node",
+                r.name
+            );
+        }
+    }
+    assert_eq!(rows.len(), NODES);
+    let ids: HashSet<Uuid> = rows.values().map(|(id, _)| *id).collect();
+    let seqs: HashSet<i64> = rows.values().map(|(_, seq)| *seq).collect();
+    assert_eq!(ids.len(), NODES, "node ids are unique");
+    assert_eq!(
+        seqs.len(),
+        NODES,
+        "node sequence numbers are unique: {rows:?}"
+    );
+    assert!(
+        seqs.iter().all(|&q| q >= 1),
+        "sequence numbers start at 1: {seqs:?}"
+    );
+    let listed = s.nodes().await.expect("nodes");
+    assert_eq!(listed.len(), NODES);
+    for n in listed {
+        assert_eq!(
+            rows[&n.name],
+            (n.id, n.seq),
+            "{} is listed as registered",
+            n.name
+        );
+    }
+}
+
+/// A submit is one call: the workflow, its takeovers and their confirmations, and the tasks
+/// that end at once are stored together; when any of it fails, none of it is.
+pub async fn a_submit_is_stored_whole_or_not_at_all(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    let takeover = |w: &NewWorkflow| TakeoverRow {
+        id: Uuid::new_v4(),
+        endpoint: "web".into(),
+        from_workflow: None,
+        to_workflow: w.id,
+        to_service: "member".into(),
+        port: 8080,
+        requested_by: "ada".into(),
+        channel: "api".into(),
+        mode: "attach".into(),
+        phase: "AWAITING_CONFIRMATION".into(),
+        reason: None,
+        confirmed_by: None,
+        confirmed_via: None,
+        created_at: 1,
+        updated_at: 1,
+        switched_at: None,
+        ended_at: None,
+    };
+    let mut w = new_workflow(2);
+    let t = takeover(&w);
+    w.takeovers = vec![t.clone()];
+    w.takeover_changes = vec![EndpointChange::Confirm {
+        id: t.id,
+        by: "ada".into(),
+        via: "mcp".into(),
+    }];
+    w.ended = vec![EndedTask {
+        task_id: w.tasks[1].id,
+        status: TaskStatus::Finished,
+        reason: "cached".into(),
+    }];
+    s.create_workflow(&w, 1).await.expect("create_workflow");
+    let stored = s.takeover(t.id).await.expect("the takeover is stored");
+    assert_eq!(stored.confirmed_by.as_deref(), Some("ada"));
+    assert_eq!(stored.confirmed_via.as_deref(), Some("mcp"));
+    let tasks = s.task(w.tasks[1].id).await.expect("task");
+    assert_eq!(
+        (tasks.status, tasks.reason.as_deref()),
+        (TaskStatus::Finished, Some("cached"))
+    );
+    assert_eq!(
+        s.task(w.tasks[0].id).await.expect("task").status,
+        TaskStatus::Pending
+    );
+
+    // A volume that does not exist fails the submit: nothing of it is stored.
+    let mut bad = new_workflow(1);
+    let bt = takeover(&bad);
+    bad.takeovers = vec![bt.clone()];
+    bad.ended = vec![EndedTask {
+        task_id: bad.tasks[0].id,
+        status: TaskStatus::Finished,
+        reason: "cached".into(),
+    }];
+    bad.volumes = vec![Uuid::new_v4()];
+    let events = all_events(s).await.len();
+    assert!(s.create_workflow(&bad, 2).await.is_err());
+    assert!(matches!(
+        s.workflow(bad.id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(s.takeover(bt.id).await, Err(StoreError::NotFound)));
+    assert!(matches!(
+        s.task(bad.tasks[0].id).await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        all_events(s).await.len(),
+        events,
+        "no event of it was written"
+    );
+}
