@@ -665,7 +665,7 @@ async fn service_state(
 /// after the pass.
 pub async fn drive(
     st: &AppState,
-    routes: &dyn Routes,
+    routes: &dyn crate::routes::Routes,
     in_play: InPlay<'_>,
 ) -> anyhow::Result<Vec<EndpointRow>> {
     let now = now_ms();
@@ -775,12 +775,4 @@ pub async fn drive(
         endpoints = st.store.endpoints().await?;
     }
     Ok(endpoints)
-}
-
-/// What the takeover driver needs from the proxy.
-pub trait Routes: Send + Sync {
-    /// Requests begun on the backend of workflow `old` have all finished.
-    fn drained(&self, endpoint: &str, old: Option<Uuid>) -> bool;
-    /// End what still streams from the backend of workflow `old`.
-    fn cut(&self, endpoint: &str, old: Option<Uuid>);
 }

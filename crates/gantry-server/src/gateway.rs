@@ -3,160 +3,18 @@
 //! fallback handler that sends `/e/NAME/...`, `/w/WORKFLOW/NAME/...` and endpoint host names
 //! through the proxy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use axum::extract::{Request, State};
-use axum::http::request::Parts;
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use gantry_proxy::Backend;
 use uuid::Uuid;
 
-use crate::caller::{hash_token, Caller};
-use crate::endpoints::Routes;
-use crate::error::ApiError;
-use crate::state::{now_ms, AppState};
-use gantry_proxy::{Access, Authorize, Backend, Proxy, ProxyConfig};
-
-/// What a route needs for access decisions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RouteMeta {
-    pub scope: String,
-    pub owner: String,
-    pub group: String,
-    /// Set for persistent endpoints: their tokens are accepted too.
-    pub persistent: Option<String>,
-}
-
-pub struct EndpointAuth {
-    store: std::sync::Arc<dyn gantry_store::Store>,
-}
-
-fn deny(status: axum::http::StatusCode, msg: &str) -> Access {
-    let mut resp = ApiError::Forbidden(msg.into()).into_response();
-    *resp.status_mut() = status;
-    if status == axum::http::StatusCode::UNAUTHORIZED {
-        resp.headers_mut().insert(
-            axum::http::header::WWW_AUTHENTICATE,
-            axum::http::HeaderValue::from_static("Bearer"),
-        );
-    }
-    Access::Deny(resp)
-}
-
-impl Authorize<RouteMeta> for EndpointAuth {
-    async fn authorize(&self, endpoint: &str, meta: &RouteMeta, req: &Parts) -> Access {
-        // Public endpoints are the application's own business, its Authorization header too.
-        if meta.scope == "public" {
-            return Access::Allow {
-                strip_authorization: false,
-            };
-        }
-        let token = req
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|t| !t.is_empty());
-        let Some(token) = token else {
-            return deny(
-                axum::http::StatusCode::UNAUTHORIZED,
-                &format!("{endpoint} needs a bearer token: a user token or one from `gantry endpoint token`"),
-            );
-        };
-        let hash = hash_token(token);
-        let now = now_ms();
-        if let Ok(Some(user)) = self.store.user_by_token(&hash, now).await {
-            let role = match user.role {
-                gantry_api::v1::Role::Admin | gantry_api::v1::Role::User => user.role,
-                _ => {
-                    return deny(
-                        axum::http::StatusCode::FORBIDDEN,
-                        "this token cannot call endpoints",
-                    );
-                }
-            };
-            let c = Caller { user, role };
-            let allowed = crate::caller::scope_admits(&meta.scope, &meta.owner, &meta.group, &c);
-            return if allowed {
-                Access::Allow {
-                    strip_authorization: true,
-                }
-            } else {
-                // Something a caller may not see answers 404.
-                deny(
-                    axum::http::StatusCode::NOT_FOUND,
-                    &format!("no endpoint named {endpoint}"),
-                )
-            };
-        }
-        if let (Some(name), Ok(Some(granted))) = (
-            &meta.persistent,
-            self.store.endpoint_token(&hash, now).await,
-        ) {
-            if *name == granted {
-                return Access::Allow {
-                    strip_authorization: true,
-                };
-            }
-        }
-        let why = match self.store.token_refusal(&hash, now).await {
-            Ok(Some(r)) => crate::caller::refusal_text(&r),
-            _ => "invalid or expired token".into(),
-        };
-        deny(axum::http::StatusCode::UNAUTHORIZED, &why)
-    }
-}
-
-/// The proxy plus what the server remembers of each route's backend.
-pub struct Gateway {
-    pub proxy: Proxy<RouteMeta, EndpointAuth>,
-    /// Route name -> (attempt serving it, its generation).
-    current: Mutex<HashMap<String, (Uuid, u64)>>,
-    generation: AtomicU64,
-}
-
-impl Gateway {
-    pub fn new(store: std::sync::Arc<dyn gantry_store::Store>) -> Gateway {
-        Gateway {
-            proxy: Proxy::new(ProxyConfig::default(), EndpointAuth { store }),
-            current: Mutex::default(),
-            generation: AtomicU64::new(1),
-        }
-    }
-
-    fn label(workflow: Uuid, service: &str) -> String {
-        format!("{service} of workflow {workflow}")
-    }
-}
-
-impl Routes for Gateway {
-    fn drained(&self, endpoint: &str, old: Option<Uuid>) -> bool {
-        let Some(old) = old else { return true };
-        let tag = old.to_string();
-        self.proxy
-            .generations(endpoint)
-            .iter()
-            .filter(|(b, _)| b.label.contains(&tag))
-            .all(|(_, n)| *n == 0)
-    }
-
-    fn cut(&self, endpoint: &str, old: Option<Uuid>) {
-        let Some(old) = old else { return };
-        let tag = old.to_string();
-        for (b, _) in self.proxy.generations(endpoint) {
-            if b.label.contains(&tag) {
-                self.proxy.begin_cut(endpoint, b.generation);
-            }
-        }
-    }
-}
+use crate::routes::{Gateway, RouteMeta};
+use crate::state::AppState;
 
 /// A desired route: where it should point.
 struct Want {

@@ -128,7 +128,7 @@ pub async fn read(
     Path((id, job)): Path<(String, String)>,
     Query(q): Query<LogQuery>,
 ) -> Result<Response, ApiError> {
-    let wf = crate::api::visible_workflow(&st, &c, &id).await?;
+    let wf = crate::services::workflows::visible_workflow(&st, &c, &id).await?;
     let stream = match q.stream.as_deref().unwrap_or("stdout") {
         s @ ("stdout" | "stderr") => s.to_string(),
         other => {

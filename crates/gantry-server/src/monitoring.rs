@@ -2,7 +2,7 @@
 //! discovery of agents and node exporters, and the server's own `/metrics`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -12,7 +12,6 @@ use axum::Json;
 use gantry_api::v1::{TargetGroup, WebhookOutcome};
 use gantry_core::holds::HoldState;
 use gantry_intake::alertmanager;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -22,17 +21,7 @@ use crate::error::ApiError;
 use crate::holds::{apply_alerts, Applied};
 use crate::state::{now_ms, AppState};
 
-type Labels = Vec<(&'static str, String)>;
-
-/// Counters kept across scrapes; gauges are computed from the store at scrape time.
-#[derive(Default)]
-pub struct Metrics {
-    webhook_requests: Family<Labels, Counter>,
-    webhook_errors: Counter,
-    webhook_alerts: Family<Labels, Counter>,
-    /// When the last watchdog alert arrived (ms since the epoch; 0: never).
-    watchdog_at: AtomicI64,
-}
+use crate::metrics::Labels;
 
 fn count(st: &AppState, code: StatusCode) {
     st.metrics

@@ -20,9 +20,9 @@ pub struct AppState {
     pub(crate) secret_key: Arc<[u8; 32]>,
     /// Serialises hold decisions (webhook posts and administrators).
     pub(crate) hold_lock: Arc<tokio::sync::Mutex<()>>,
-    pub(crate) metrics: Arc<crate::monitoring::Metrics>,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The endpoint proxy and its routes.
-    pub(crate) gateway: Arc<crate::gateway::Gateway>,
+    pub(crate) gateway: Arc<crate::routes::Gateway>,
     /// The second octet of this cluster's container subnets.
     pub(crate) subnet_base: u8,
     /// Parsed plans and live attempts' resources, kept between controller ticks.
@@ -74,7 +74,7 @@ impl AppState {
             secret_key: Arc::new(secret_key),
             hold_lock: Arc::default(),
             metrics: Arc::default(),
-            gateway: Arc::new(crate::gateway::Gateway::new(store.clone())),
+            gateway: Arc::new(crate::routes::Gateway::new(store.clone())),
             subnet_base,
             cache: Arc::default(),
             transfer_progress: Arc::default(),

@@ -4,7 +4,6 @@
 pub(crate) mod admin;
 pub(crate) mod nodes;
 pub(crate) mod workflows;
-pub use workflows::visible_workflow;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

@@ -6,11 +6,11 @@ use gantry_store::NodeRow;
 use serde::Deserialize;
 use time::OffsetDateTime;
 
-use super::workflows::event;
 use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::clock::ts;
 use crate::error::ApiError;
+use crate::services::workflows::event;
 use crate::state::{now_ms, AppState};
 
 async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {

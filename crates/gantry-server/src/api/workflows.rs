@@ -1,61 +1,24 @@
-use std::collections::HashMap;
+//! `/api/v1/workflows`: each route reads its request and calls `services::workflows`.
 
-use crate::clock::ts;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{
-    AttemptInfo, Event, SubmitWorkflow, TaskInfo, TransferProgress, ValidateWorkflow, Validation,
-    WorkflowCreated, WorkflowDetail, WorkflowSummary,
+    Event, SubmitWorkflow, ValidateWorkflow, Validation, WorkflowCreated, WorkflowDetail,
+    WorkflowSummary,
 };
-use gantry_api::TaskStatus;
-use gantry_intake::requests::{self, Refusal};
-use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use serde::Deserialize;
-use uuid::Uuid;
 
 use crate::auth::UserCaller;
-use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, WORKFLOW_BODY_LIMIT};
-use crate::state::{now_ms, AppState};
-
-/// A refusal of a workflow file (or of a submit) before the store.
-fn refused(r: Refusal) -> ApiError {
-    match r {
-        Refusal::Bad(message) => ApiError::BadRequest(message),
-        Refusal::Invalid {
-            message,
-            diagnostics,
-        } => ApiError::Invalid {
-            message,
-            diagnostics,
-        },
-        Refusal::TooLarge { size, limit } => ApiError::TooLarge {
-            message: format!(
-                "the workflow file is {}; the server takes at most {}",
-                crate::web::bytes(size),
-                crate::web::bytes(limit)
-            ),
-            limit,
-        },
-    }
-}
+use crate::extract::{channel_of, JsonBody, WORKFLOW_BODY_LIMIT};
+use crate::services::workflows as svc;
+use crate::state::AppState;
 
 pub async fn validate(
     UserCaller(_): UserCaller,
     JsonBody(req): JsonBody<ValidateWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<Validation>, ApiError> {
-    match requests::parse_spec(&req.spec).map_err(refused) {
-        Ok(_) => Ok(Json(Validation {
-            valid: true,
-            diagnostics: vec![],
-        })),
-        Err(ApiError::Invalid { diagnostics, .. }) => Ok(Json(Validation {
-            valid: false,
-            diagnostics,
-        })),
-        Err(e) => Err(e),
-    }
+    svc::validate(&req).map(Json)
 }
 
 pub async fn submit(
@@ -64,315 +27,15 @@ pub async fn submit(
     headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<SubmitWorkflow, WORKFLOW_BODY_LIMIT>,
 ) -> Result<Json<WorkflowCreated>, ApiError> {
-    let prepared = prepare(&st, &c, req, crate::extract::channel_of(&headers)).await?;
-    Ok(Json(commit(&st, &c, prepared, None).await?))
-}
-
-/// A submit checked and compiled, with nothing stored yet: what it would do (the takeovers
-/// among it) can be shown to a person before [`commit`] (the MCP server asks first).
-pub struct Prepared {
-    /// What was asked for: [`commit`] stores exactly the file that was checked.
-    pub req: SubmitWorkflow,
-    /// The name checked; `None` takes the default.
-    name: Option<String>,
-    id: Uuid,
-    compiled: crate::plan::WorkflowPlan,
-    warnings: Vec<String>,
-    pub takeovers: Vec<gantry_store::TakeoverRow>,
-}
-
-pub async fn prepare(
-    st: &AppState,
-    c: &Caller,
-    req: SubmitWorkflow,
-    channel: &str,
-) -> Result<Prepared, ApiError> {
-    let requests::Submission {
-        workflow: wf,
-        plan: mut compiled,
-        name,
-        mut warnings,
-    } = requests::submission(&req).map_err(refused)?;
-    let placement = crate::placement::PlacementSettings::read(st).await?;
-    warnings.extend(requests::annotation_warnings(
-        &wf,
-        &placement.constraint_keys,
-    ));
-    warnings.extend(host_network_warnings(st, &compiled, &placement).await?);
-    warnings.extend(crate::placement::fit_warnings(
-        &st.store.nodes().await?,
-        &compiled,
-        &placement,
-    ));
-    let cap = requests::retry_cap(
-        st.store
-            .setting(requests::RETRY_MAX_ATTEMPTS_KEY)
-            .await?
-            .as_deref(),
-    );
-    requests::check_retries(&wf, cap).map_err(ApiError::BadRequest)?;
-    check_layouts(st, &wf)?;
-    if !wf.images.is_empty() {
-        let enabled = st.store.setting("builds.enabled").await?;
-        if enabled.as_deref() == Some("false") {
-            return Err(ApiError::BadRequest(
-                "image builds are disabled on this cluster (an administrator set builds.enabled=false): \
-                 use a prebuilt image in `image.uri` instead of `images:`"
-                    .into(),
-            ));
-        }
-        let builds = crate::builds::plan(st, &wf, c).await?;
-        crate::builds::attach(&mut compiled, builds, &st.registry_host());
-    }
-    crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
-    crate::secrets::check_refs(st, &compiled, &c.user.name, &c.user.group).await?;
-    crate::volumes::resolve(st, c, &mut compiled).await?;
-    let id = Uuid::new_v4();
-    let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
-    Ok(Prepared {
-        req,
-        name,
-        id,
-        compiled,
-        warnings,
-        takeovers,
-    })
-}
-
-/// Host-network steps where an administrator forbade host networking in some pools: they
-/// wait for a node of another pool, and are told so now (a pool may gain nodes, or the
-/// setting change, later: never a refusal).
-async fn host_network_warnings(
-    st: &AppState,
-    plan: &crate::plan::WorkflowPlan,
-    placement: &crate::placement::PlacementSettings,
-) -> Result<Vec<String>, ApiError> {
-    let steps: Vec<&str> = plan
-        .jobs
-        .iter()
-        .filter(|j| j.host_network)
-        .map(|j| j.name.as_str())
-        .collect();
-    if steps.is_empty() {
-        return Ok(vec![]);
-    }
-    let (allowed, forbidden): (Vec<String>, Vec<String>) = crate::placement::pools(st)
-        .await?
-        .into_iter()
-        .partition(|p| placement.host_network_allowed(p));
-    if forbidden.is_empty() {
-        return Ok(vec![]);
-    }
-    let where_ = if allowed.is_empty() {
-        "no pool with nodes allows it now: they wait until one does".to_string()
-    } else {
-        format!("they run only in pool(s) {}", allowed.join(", "))
-    };
-    Ok(vec![format!(
-        "{}: host networking (network.host, multinode) is forbidden in pool(s) {} by an \
-         administrator ({}); {where_}",
-        steps.join(", "),
-        forbidden.join(", "),
-        gantry_intake::requests::HOST_NETWORK_FORBIDDEN_KEY
-    )])
-}
-
-/// Refuses `oci://` layouts outside the directories this server allows (`--oci-root`), by
-/// name alone: nothing on disk is looked at, so the answer says nothing of what exists. The
-/// node checks again, opening the layout beneath its own roots.
-fn check_layouts(st: &AppState, wf: &gantry_spec::Workflow) -> Result<(), ApiError> {
-    let roots = &st.config.pull.oci_roots;
-    let outside: Vec<String> = crate::plan::layouts(wf)
-        .into_iter()
-        .filter(|(_, uri)| !gantry_oci::oci_path_allowed(roots, uri))
-        .map(|(at, uri)| format!("{at}: {uri}"))
-        .collect();
-    if outside.is_empty() {
-        return Ok(());
-    }
-    let allowed = if roots.is_empty() {
-        "this cluster allows none".to_string()
-    } else {
-        let list: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-        format!("this cluster allows those under {}", list.join(", "))
-    };
-    Err(ApiError::BadRequest(format!(
-        "oci:// images are read only from directories an administrator allows (--oci-root), \
-         and {allowed}:\n  {}",
-        outside.join("\n  ")
-    )))
-}
-
-// A gang is placed whole or not at all, so the controller's snapshot must list every waiting
-// member of one: the file format caps a multinode job within the store's window.
-const _: () = assert!(gantry_spec::MAX_MULTINODE_NODES as usize <= gantry_store::PENDING_WINDOW);
-
-/// Stores a prepared workflow. `confirmed_via` says that the submitter confirmed its takeovers
-/// already (and through which channel), so they do not wait for `endpoint approve`.
-pub async fn commit(
-    st: &AppState,
-    c: &Caller,
-    prepared: Prepared,
-    confirmed_via: Option<&str>,
-) -> Result<WorkflowCreated, ApiError> {
-    let Prepared {
-        req,
-        name,
-        id,
-        mut compiled,
-        warnings,
-        takeovers,
-    } = prepared;
-    crate::volumes::make_on_first_use(st, c, &mut compiled).await?;
-    let mut tasks = Vec::new();
-    for (ord, job) in compiled.jobs.iter().enumerate() {
-        // A task-array member or a multinode member is one task each, by index.
-        match job.task_indexes() {
-            Some(indexes) => {
-                for i in indexes {
-                    tasks.push(NewTask {
-                        id: Uuid::new_v4(),
-                        job: job.name.clone(),
-                        index: Some(i),
-                        ord: ord as u32,
-                    });
-                }
-            }
-            None => tasks.push(NewTask {
-                id: Uuid::new_v4(),
-                job: job.name.clone(),
-                index: None,
-                ord: ord as u32,
-            }),
-        }
-    }
-    // A build whose result the object cache holds already does not run at all.
-    let mut ended = vec![];
-    for b in &compiled.builds {
-        if let Some(digest) = crate::builds::cached(st, b).await? {
-            if let Some(t) = tasks.iter().find(|t| t.job == b.task_name()) {
-                ended.push(gantry_store::EndedTask {
-                    task_id: t.id,
-                    status: gantry_api::TaskStatus::Finished,
-                    reason: format!(
-                        "{}{}: image {} is {}:{} ({digest}); nothing to build",
-                        crate::logs::CACHE_HIT,
-                        b.final_key(),
-                        b.name,
-                        b.repository,
-                        &b.final_key()[..12]
-                    ),
-                });
-            }
-        }
-    }
-    let takeover_changes = match confirmed_via {
-        Some(via) => takeovers
-            .iter()
-            .flat_map(|t| crate::endpoints::confirm_changes(t, c, via, "confirmed"))
-            .collect(),
-        None => vec![],
-    };
-    let name = name.unwrap_or_else(|| format!("workflow-{}", &id.to_string()[..8]));
-    let new = NewWorkflow {
-        id,
-        name,
-        owner: c.user.name.clone(),
-        group: c.user.group.clone(),
-        spec: req.spec,
-        plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
-        tasks,
-        volumes: compiled
-            .persistent
-            .values()
-            .filter_map(|v| Some(v.resolved.as_ref()?.id))
-            .collect(),
-        takeovers,
-        takeover_changes,
-        ended,
-    };
-    // One store call: the workflow, its takeovers and their confirmations, and its cached
-    // builds' ends are stored together or not at all.
-    st.store.create_workflow(&new, now_ms()).await?;
-    st.wake_controller();
-    Ok(WorkflowCreated { id, warnings })
-}
-
-/// The fewest characters of an id the server looks up: shorter prefixes match too much to mean
-/// one workflow, and the CLI prints ids at this length.
-pub const MIN_ID_PREFIX: usize = 8;
-
-/// Finds a workflow the caller may see, by id or unique prefix; anything else is 404. Only
-/// workflows the caller may see count: a prefix shared with someone else's workflow is not
-/// ambiguous to them (saying so would tell them it exists).
-pub async fn visible_workflow(
-    st: &AppState,
-    c: &Caller,
-    id: &str,
-) -> Result<WorkflowRow, ApiError> {
-    let p = id.trim().to_ascii_lowercase();
-    let not_found = || ApiError::NotFound(format!("no workflow {id} (see `gantry workflow list`)"));
-    if !p.chars().all(|c| c.is_ascii_hexdigit() || c == '-') || p.is_empty() {
-        return Err(ApiError::NotFound(format!(
-            "no workflow {id:?}: give its id, or its first {MIN_ID_PREFIX} characters or more \
-             (see `gantry workflow list`)"
-        )));
-    }
-    if p.len() < MIN_ID_PREFIX {
-        return Err(ApiError::BadRequest(format!(
-            "workflow ids need at least {MIN_ID_PREFIX} characters, and {id} has {} \
-             (see `gantry workflow list`)",
-            p.len()
-        )));
-    }
-    // Enough rows to list a handful of matches after leaving out the ones the caller
-    // may not see.
-    let rows = st.store.workflows_by_prefix(&p, 200).await?;
-    let mut mine: Vec<WorkflowRow> = rows
-        .into_iter()
-        .filter(|w| c.can_see(&w.owner, &w.group))
-        .collect();
-    match mine.len() {
-        0 => Err(not_found()),
-        1 => Ok(mine.remove(0)),
-        n => {
-            let list: Vec<String> = mine
-                .iter()
-                .take(10)
-                .map(|w| format!("  {} {} {}", w.id, w.name, w.status))
-                .collect();
-            Err(ApiError::BadRequest(format!(
-                "{id} matches {n} workflows; give more characters:\n{}{}",
-                list.join("\n"),
-                if n > 10 { "\n  ..." } else { "" }
-            )))
-        }
-    }
-}
-
-async fn summary(st: &AppState, w: WorkflowRow) -> Result<WorkflowSummary, ApiError> {
-    let tasks = st.store.tasks(w.id).await?;
-    let mut counts = std::collections::BTreeMap::new();
-    for t in &tasks {
-        *counts.entry(t.status).or_insert(0) += 1;
-    }
-    Ok(WorkflowSummary {
-        id: w.id,
-        name: w.name,
-        owner: w.owner,
-        group: w.group,
-        status: w.status,
-        reason: w.reason,
-        created_at: ts(w.created_at),
-        ended_at: w.ended_at.map(ts),
-        counts,
-    })
+    svc::submit(&st, &c, req, channel_of(&headers))
+        .await
+        .map(Json)
 }
 
 #[derive(Deserialize)]
 pub struct ListQuery {
     #[serde(default)]
-    pub(crate) status: Option<String>,
+    status: Option<String>,
 }
 
 pub async fn list(
@@ -380,15 +43,7 @@ pub async fn list(
     UserCaller(c): UserCaller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<WorkflowSummary>>, ApiError> {
-    let want = requests::status_filter(q.status.as_deref()).map_err(ApiError::BadRequest)?;
-    let mut out = vec![];
-    for w in st.store.list_workflows(&c.visibility()).await? {
-        if want.is_some_and(|s| s != w.status) {
-            continue;
-        }
-        out.push(summary(&st, w).await?);
-    }
-    Ok(Json(out))
+    svc::list(&st, &c, q.status.as_deref()).await.map(Json)
 }
 
 pub async fn detail(
@@ -396,110 +51,13 @@ pub async fn detail(
     UserCaller(c): UserCaller,
     Path(id): Path<String>,
 ) -> Result<Json<WorkflowDetail>, ApiError> {
-    let w = visible_workflow(&st, &c, &id).await?;
-    let tasks = st.store.tasks(w.id).await?;
-    let mut attempts: HashMap<Uuid, Vec<AttemptInfo>> = HashMap::new();
-    for a in st.store.attempts(w.id).await? {
-        attempts.entry(a.task_id).or_default().push(AttemptInfo {
-            id: a.id,
-            number: a.number,
-            node: a.node,
-            status: a.status,
-            cause: a.cause,
-            exit_code: a.exit_code,
-            reason: a.reason,
-            created_at: ts(a.created_at),
-            ended_at: a.ended_at.map(ts),
-        });
-    }
-    // The controller tries only the first waiting tasks of a big array (`PENDING_WINDOW`):
-    // the others wait behind the first one the scheduler explained, never tried yet itself.
-    let mut first_waiting: HashMap<&str, String> = HashMap::new();
-    for t in &tasks {
-        if let (TaskStatus::Pending, 0, Some(why)) = (t.status, t.attempts, &t.reason) {
-            first_waiting.entry(t.job.as_str()).or_insert_with(|| {
-                format!("waiting behind {}: {why}", crate::views::task_label(t))
-            });
-        }
-    }
-    // The progress of this workflow's running transfers, by task (the map holds the whole
-    // cluster's: only these are copied out).
-    let mut progress: HashMap<Uuid, TransferProgress> = {
-        let all = st
-            .transfer_progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        tasks
-            .iter()
-            .filter(|t| t.status == TaskStatus::Running)
-            .filter_map(|t| {
-                let attempt = attempts.get(&t.id)?.last()?;
-                Some((t.id, all.get(&attempt.id)?.clone()))
-            })
-            .collect()
-    };
-    // Why services not ready yet fail their probe, by task.
-    let mut probing: HashMap<Uuid, crate::state::ProbeFailure> = {
-        let all = st.probe_failures.lock().unwrap_or_else(|e| e.into_inner());
-        tasks
-            .iter()
-            .filter(|t| t.status == TaskStatus::Started)
-            .filter_map(|t| {
-                let attempt = attempts.get(&t.id)?.last()?;
-                Some((t.id, all.get(&attempt.id)?.clone()))
-            })
-            .collect()
-    };
-    let infos = tasks
-        .iter()
-        .map(|t| {
-            let probe = probing.remove(&t.id);
-            TaskInfo {
-                progress: progress.remove(&t.id),
-                id: t.id,
-                job: t.job.clone(),
-                index: t.index,
-                status: t.status,
-                reason: match (&t.reason, t.status) {
-                    (None, TaskStatus::Pending) => first_waiting.get(t.job.as_str()).cloned(),
-                    (r, TaskStatus::Started) => {
-                        probe.as_ref().map(|p| p.reason()).or_else(|| r.clone())
-                    }
-                    (r, _) => r.clone(),
-                },
-                node: t.node.clone(),
-                exit_code: t.exit_code,
-                attempts: attempts.remove(&t.id).unwrap_or_default(),
-                probe: probe.map(|p| gantry_api::v1::ProbeFailing {
-                    why: p.why,
-                    count: p.count,
-                }),
-            }
-        })
-        .collect();
-    Ok(Json(WorkflowDetail {
-        summary: summary(&st, w).await?,
-        tasks: infos,
-    }))
-}
-
-pub fn event(e: EventRow) -> Event {
-    Event {
-        seq: e.seq,
-        time: ts(e.time),
-        workflow_id: e.workflow_id,
-        node: e.node,
-        task: e.task,
-        kind: e.kind,
-        message: e.message,
-        workflow_name: e.workflow_name,
-    }
+    svc::detail(&st, &c, &id).await.map(Json)
 }
 
 #[derive(Deserialize)]
 pub struct EventsQuery {
     #[serde(default)]
-    pub(crate) after: i64,
+    after: i64,
 }
 
 pub async fn events(
@@ -508,16 +66,7 @@ pub async fn events(
     Path(id): Path<String>,
     Query(q): Query<EventsQuery>,
 ) -> Result<Json<Vec<Event>>, ApiError> {
-    let w = visible_workflow(&st, &c, &id).await?;
-    let rows = st
-        .store
-        .events(&EventQuery {
-            workflow_id: Some(w.id),
-            after: q.after,
-            ..Default::default()
-        })
-        .await?;
-    Ok(Json(rows.into_iter().map(event).collect()))
+    svc::events(&st, &c, &id, q.after).await.map(Json)
 }
 
 pub async fn stop(
@@ -525,15 +74,5 @@ pub async fn stop(
     UserCaller(c): UserCaller,
     Path(id): Path<String>,
 ) -> Result<Json<WorkflowSummary>, ApiError> {
-    let w = visible_workflow(&st, &c, &id).await?;
-    if w.status.is_terminal() {
-        return Err(ApiError::Conflict(format!(
-            "workflow {} already ended {}",
-            w.id, w.status
-        )));
-    }
-    st.store.request_stop(w.id, &c.user.name, now_ms()).await?;
-    st.wake_controller();
-    let w = st.store.workflow(w.id).await?;
-    Ok(Json(summary(&st, w).await?))
+    svc::stop(&st, &c, &id).await.map(Json)
 }

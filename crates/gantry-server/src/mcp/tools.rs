@@ -28,6 +28,7 @@ use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
+use crate::services::workflows as svc;
 use crate::state::now_ms;
 
 pub(crate) struct ToolDef {
@@ -265,25 +266,22 @@ pub(crate) async fn call(
     let user = || UserCaller(c.clone());
     match call {
         Call::ListWorkflows(a) => {
-            let q = api::workflows::ListQuery { status: a.status };
-            let Json(list) = api!(api::workflows::list(State(st.clone()), user(), Query(q)).await);
+            let list = api!(svc::list(st, c, a.status.as_deref()).await);
             ok(json!({ "workflows": list }))
         }
         Call::GetWorkflow(a) => {
-            let Json(d) = api!(api::workflows::detail(State(st.clone()), user(), Path(a.id)).await);
+            let d = api!(svc::detail(st, c, &a.id).await);
             ok(d)
         }
         Call::WorkflowStatus(a) => {
-            let Json(d) = api!(api::workflows::detail(State(st.clone()), user(), Path(a.id)).await);
+            let d = api!(svc::detail(st, c, &a.id).await);
             let mut v = serde_json::to_value(&d.summary).unwrap_or_default();
             v["done"] = json!(d.summary.status.is_terminal());
             ok(v)
         }
         Call::WorkflowEvents(a) => {
             let limit = a.page();
-            let q = api::workflows::EventsQuery { after: a.after };
-            let Json(mut events) =
-                api!(api::workflows::events(State(st.clone()), user(), Path(a.id), Query(q)).await);
+            let mut events = api!(svc::events(st, c, &a.id, a.after).await);
             let more = events.len() > limit;
             events.truncate(limit);
             let next_after = events.last().map(|e| e.seq).unwrap_or(a.after);
@@ -294,7 +292,7 @@ pub(crate) async fn call(
             let body = ValidateWorkflow {
                 spec: a.spec.clone(),
             };
-            let Json(v) = api!(api::workflows::validate(user(), JsonBody(body)).await);
+            let v = api!(svc::validate(&body));
             let mut out = serde_json::to_value(&v).unwrap_or_default();
             // An invalid file is not parsed again: its problems are in the answer already.
             let parsed = if v.valid {
@@ -442,7 +440,7 @@ fn takeover_action(
 /// workflow serves now, unless the endpoint asks for `approve` at switch time anyway.
 async fn takeovers_to_confirm(
     shared: &Shared,
-    prepared: &api::workflows::Prepared,
+    prepared: &svc::Prepared,
 ) -> Result<Vec<(String, uuid::Uuid, String)>, ApiError> {
     let mut out = vec![];
     for t in &prepared.takeovers {
@@ -472,7 +470,7 @@ async fn start_workflow(
     ctx: &RequestContext<RoleServer>,
     a: StartWorkflow,
 ) -> Result<CallToolResponse, ErrorData> {
-    use api::workflows::{commit, prepare};
+    use svc::{commit, prepare};
     let st = &shared.st;
     let req = a.request();
     // Everything that would refuse the workflow is checked before anyone is asked.
@@ -533,7 +531,7 @@ async fn stop_workflow(
     a: StopWorkflow,
 ) -> Result<CallToolResponse, ErrorData> {
     let st = &shared.st;
-    let w = api!(api::visible_workflow(st, c, &a.id).await);
+    let w = api!(svc::visible_workflow(st, c, &a.id).await);
     let serving: Vec<String> = api!(st.store.endpoints().await.map_err(ApiError::from))
         .into_iter()
         .filter(|e| e.workflow_id == Some(w.id))
@@ -557,14 +555,7 @@ async fn stop_workflow(
         let yes = confirmed!(shared, ctx, request, c, &action, token);
         via = Some(yes.via);
     }
-    let Json(summary) = api!(
-        api::workflows::stop(
-            State(st.clone()),
-            UserCaller(c.clone()),
-            Path(w.id.to_string())
-        )
-        .await
-    );
+    let summary = api!(svc::stop(st, c, &w.id.to_string()).await);
     if let Some(via) = via {
         record(
             shared,

@@ -4,13 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::Response;
 use axum::{Extension, Json};
 
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
-use crate::api::workflows::{self as wf_api, ListQuery};
 use crate::auth::UserCaller;
 use crate::error::ApiError;
 use crate::registry::api::ImageInfo;
@@ -116,8 +115,7 @@ pub async fn list(
         })
         .collect();
 
-    let Json(mut workflows) =
-        wf_api::list(State(st.clone()), user(), Query(ListQuery { status: None })).await?;
+    let mut workflows = crate::services::workflows::list(&st, &web.caller, None).await?;
     workflows.sort_by_key(|w| std::cmp::Reverse(w.created_at));
     let mut builds = vec![];
     for w in workflows.iter().take(RECENT) {

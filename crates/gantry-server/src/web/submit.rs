@@ -4,18 +4,15 @@
 //! refuses exactly what `gantry workflow validate|start` do.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Json;
 use gantry_api::v1::{Diagnostic, SubmitWorkflow, ValidateWorkflow, MAX_WORKFLOW_FILE_BYTES};
 use serde::Deserialize;
 
 use super::session::{Web, WebForm};
 use super::{page, Ctx, WebError};
-use crate::api::workflows as api;
-use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::services::workflows as svc;
 use crate::state::AppState;
 
 /// A form carrying the largest file the API takes, percent-encoded (up to 3 bytes a byte).
@@ -107,7 +104,6 @@ pub async fn submit(
     // Browsers send a textarea's line ends as CRLF; the file's positions count lines alike.
     let spec = form.spec.replace("\r\n", "\n");
     let name = form.name.trim().to_string();
-    let user = || UserCaller(web.caller.clone());
     let shown = |valid, diagnostics: &[Diagnostic], error: String| {
         let status = if valid {
             StatusCode::OK
@@ -135,27 +131,20 @@ pub async fn submit(
     }
     match form.action.as_str() {
         "validate" => {
-            let r = api::validate(user(), JsonBody(ValidateWorkflow { spec: spec.clone() })).await;
+            let r = svc::validate(&ValidateWorkflow { spec: spec.clone() });
             Ok(match r {
-                Ok(Json(v)) => shown(v.valid, &v.diagnostics, String::new()),
+                Ok(v) => shown(v.valid, &v.diagnostics, String::new()),
                 Err(e) => refusal(e, shown)?,
             })
         }
         "start" => {
-            let mut headers = HeaderMap::new();
-            headers.insert("x-gantry-channel", HeaderValue::from_static("web"));
-            let r = api::submit(
-                State(st),
-                user(),
-                headers,
-                JsonBody(SubmitWorkflow {
-                    spec: spec.clone(),
-                    name: (!name.is_empty()).then(|| name.clone()),
-                }),
-            )
-            .await;
+            let req = SubmitWorkflow {
+                spec: spec.clone(),
+                name: (!name.is_empty()).then(|| name.clone()),
+            };
+            let r = svc::submit(&st, &web.caller, req, "web").await;
             Ok(match r {
-                Ok(Json(created)) => {
+                Ok(created) => {
                     Redirect::to(&format!("/workflows/{}?done=started", created.id)).into_response()
                 }
                 Err(e) => refusal(e, shown)?,

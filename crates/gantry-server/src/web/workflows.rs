@@ -17,11 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use super::session::{Nothing, Web, WebForm};
 use super::{ok_page, segment, short, when, Ctx, Done, WebError, When};
-use crate::api::workflows::{self as api, EventsQuery, ListQuery};
 use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::logs::LogQuery;
 use crate::plan::WorkflowPlan;
+use crate::services::workflows as svc;
 use crate::state::AppState;
 
 /// How often a live page looks for news. The store has no change feed; a quiet poll is one
@@ -75,12 +75,10 @@ pub async fn list(
 ) -> Result<Response, WebError> {
     let status = f.status.unwrap_or_default();
     let q = f.q.unwrap_or_default();
-    let Json(all) = api::list(
-        State(st),
-        UserCaller(web.caller.clone()),
-        Query(ListQuery {
-            status: (!status.is_empty()).then(|| status.clone()),
-        }),
+    let all = svc::list(
+        &st,
+        &web.caller,
+        (!status.is_empty()).then_some(status.as_str()),
     )
     .await?;
     let total = all.len();
@@ -335,7 +333,7 @@ struct ShowPage {
 
 /// The workflow's full id and its plan (the job graph), when the caller may see it.
 async fn plan_of(st: &AppState, c: &Caller, id: &str) -> Result<(String, WorkflowPlan), WebError> {
-    let row = crate::api::visible_workflow(st, c, id).await?;
+    let row = svc::visible_workflow(st, c, id).await?;
     let plan: WorkflowPlan = serde_json::from_str(&row.plan).unwrap_or(WorkflowPlan {
         jobs: vec![],
         builds: vec![],
@@ -355,13 +353,7 @@ async fn detail_of(
 
 /// The API's view of a workflow, without its plan.
 async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetail, WebError> {
-    let Json(d) = api::detail(
-        State(st.clone()),
-        UserCaller(c.clone()),
-        Path(id.to_string()),
-    )
-    .await?;
-    Ok(d)
+    Ok(svc::detail(st, c, id).await?)
 }
 
 async fn events_after(
@@ -370,14 +362,7 @@ async fn events_after(
     id: &str,
     after: i64,
 ) -> Result<Vec<Event>, WebError> {
-    let Json(events) = api::events(
-        State(st.clone()),
-        UserCaller(c.clone()),
-        Path(id.to_string()),
-        Query(EventsQuery { after }),
-    )
-    .await?;
-    Ok(events)
+    Ok(svc::events(st, c, id, after).await?)
 }
 
 pub async fn show(
@@ -650,7 +635,7 @@ pub async fn stop(
     Path(id): Path<String>,
     WebForm { web, .. }: WebForm<Nothing>,
 ) -> Result<Response, WebError> {
-    let Json(s) = api::stop(State(st), UserCaller(web.caller), Path(id)).await?;
+    let s = svc::stop(&st, &web.caller, &id).await?;
     Ok(Redirect::to(&format!("/workflows/{}?done=stop", s.id)).into_response())
 }
 

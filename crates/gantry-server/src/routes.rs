@@ -1,0 +1,162 @@
+//! The endpoint proxy as the server runs it: each route's metadata and access check
+//! (`EndpointAuth`: the caller's token against the endpoint's scope), and what the server
+//! remembers of each route's backend (`Gateway`). Kept in line with the store by `gateway.rs`.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use axum::http::request::Parts;
+use axum::response::IntoResponse;
+use gantry_proxy::{Access, Authorize, Proxy, ProxyConfig};
+use uuid::Uuid;
+
+use crate::caller::{hash_token, Caller};
+use crate::clock::now_ms;
+use crate::error::ApiError;
+
+/// What the takeover driver needs from the proxy.
+pub trait Routes: Send + Sync {
+    /// Requests begun on the backend of workflow `old` have all finished.
+    fn drained(&self, endpoint: &str, old: Option<Uuid>) -> bool;
+    /// End what still streams from the backend of workflow `old`.
+    fn cut(&self, endpoint: &str, old: Option<Uuid>);
+}
+
+/// What a route needs for access decisions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RouteMeta {
+    pub scope: String,
+    pub owner: String,
+    pub group: String,
+    /// Set for persistent endpoints: their tokens are accepted too.
+    pub persistent: Option<String>,
+}
+
+pub struct EndpointAuth {
+    store: std::sync::Arc<dyn gantry_store::Store>,
+}
+
+fn deny(status: axum::http::StatusCode, msg: &str) -> Access {
+    let mut resp = ApiError::Forbidden(msg.into()).into_response();
+    *resp.status_mut() = status;
+    if status == axum::http::StatusCode::UNAUTHORIZED {
+        resp.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    Access::Deny(resp)
+}
+
+impl Authorize<RouteMeta> for EndpointAuth {
+    async fn authorize(&self, endpoint: &str, meta: &RouteMeta, req: &Parts) -> Access {
+        // Public endpoints are the application's own business, its Authorization header too.
+        if meta.scope == "public" {
+            return Access::Allow {
+                strip_authorization: false,
+            };
+        }
+        let token = req
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| {
+                h.strip_prefix("Bearer ")
+                    .or_else(|| h.strip_prefix("bearer "))
+            })
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return deny(
+                axum::http::StatusCode::UNAUTHORIZED,
+                &format!("{endpoint} needs a bearer token: a user token or one from `gantry endpoint token`"),
+            );
+        };
+        let hash = hash_token(token);
+        let now = now_ms();
+        if let Ok(Some(user)) = self.store.user_by_token(&hash, now).await {
+            let role = match user.role {
+                gantry_api::v1::Role::Admin | gantry_api::v1::Role::User => user.role,
+                _ => {
+                    return deny(
+                        axum::http::StatusCode::FORBIDDEN,
+                        "this token cannot call endpoints",
+                    );
+                }
+            };
+            let c = Caller { user, role };
+            let allowed = crate::caller::scope_admits(&meta.scope, &meta.owner, &meta.group, &c);
+            return if allowed {
+                Access::Allow {
+                    strip_authorization: true,
+                }
+            } else {
+                // Something a caller may not see answers 404.
+                deny(
+                    axum::http::StatusCode::NOT_FOUND,
+                    &format!("no endpoint named {endpoint}"),
+                )
+            };
+        }
+        if let (Some(name), Ok(Some(granted))) = (
+            &meta.persistent,
+            self.store.endpoint_token(&hash, now).await,
+        ) {
+            if *name == granted {
+                return Access::Allow {
+                    strip_authorization: true,
+                };
+            }
+        }
+        let why = match self.store.token_refusal(&hash, now).await {
+            Ok(Some(r)) => crate::caller::refusal_text(&r),
+            _ => "invalid or expired token".into(),
+        };
+        deny(axum::http::StatusCode::UNAUTHORIZED, &why)
+    }
+}
+
+/// The proxy plus what the server remembers of each route's backend.
+pub struct Gateway {
+    pub proxy: Proxy<RouteMeta, EndpointAuth>,
+    /// Route name -> (attempt serving it, its generation).
+    pub(crate) current: Mutex<HashMap<String, (Uuid, u64)>>,
+    pub(crate) generation: AtomicU64,
+}
+
+impl Gateway {
+    pub fn new(store: std::sync::Arc<dyn gantry_store::Store>) -> Gateway {
+        Gateway {
+            proxy: Proxy::new(ProxyConfig::default(), EndpointAuth { store }),
+            current: Mutex::default(),
+            generation: AtomicU64::new(1),
+        }
+    }
+
+    pub(crate) fn label(workflow: Uuid, service: &str) -> String {
+        format!("{service} of workflow {workflow}")
+    }
+}
+
+impl Routes for Gateway {
+    fn drained(&self, endpoint: &str, old: Option<Uuid>) -> bool {
+        let Some(old) = old else { return true };
+        let tag = old.to_string();
+        self.proxy
+            .generations(endpoint)
+            .iter()
+            .filter(|(b, _)| b.label.contains(&tag))
+            .all(|(_, n)| *n == 0)
+    }
+
+    fn cut(&self, endpoint: &str, old: Option<Uuid>) {
+        let Some(old) = old else { return };
+        let tag = old.to_string();
+        for (b, _) in self.proxy.generations(endpoint) {
+            if b.label.contains(&tag) {
+                self.proxy.begin_cut(endpoint, b.generation);
+            }
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The use cases, one module per area: `(&AppState, &Caller, request) -> Result<_, ApiError>`,
+//! free of HTTP. The API's handlers, the web UI and MCP call these, never each other, so a
+//! rule holds for every client at once.
+
+pub mod workflows;
