@@ -13,6 +13,10 @@ use sha2::{Digest, Sha256};
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// How the reason of a build task that a cache hit ended begins: the submit writes it, and its
+/// log shows it in place of output that never was.
+pub(crate) const CACHE_HIT: &str = "cache hit: ";
+
 /// `docker://host/repo:tag` -> `docker://host/repo@digest`, so every node builds on exactly the
 /// base the keys name. Layouts (`oci://`) are kept as they are: their digest is their content.
 fn pin(uri: &str, digest: &str) -> String {

@@ -607,40 +607,6 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
     Ok(())
 }
 
-/// A removed persistent volume's directory goes too, by a live agent of each pool that sees
-/// its storage.
-pub(crate) async fn remove_persistent(
-    st: &AppState,
-    v: &plan::ResolvedVolume,
-) -> anyhow::Result<()> {
-    let pools: BTreeSet<String> = match &v.pool {
-        Some(p) => [p.clone()].into(),
-        None => st
-            .store
-            .nodes()
-            .await?
-            .into_iter()
-            .map(|n| n.pool)
-            .collect(),
-    };
-    let kind = ChoreKind::RemoveVolume {
-        path: v.dir.clone(),
-        root: v.root.clone(),
-    };
-    for pool in pools {
-        st.store
-            .add_chore(&ChoreRow {
-                id: Uuid::new_v4(),
-                pool,
-                kind: kind.clone(),
-                created_at: now_ms(),
-                sent_to: None,
-            })
-            .await?;
-    }
-    Ok(())
-}
-
 async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::Result<()> {
     let chores = st.store.pending_chores().await?;
     for c in chores {

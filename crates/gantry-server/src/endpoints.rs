@@ -288,9 +288,7 @@ pub async fn delete(
         .delete_endpoint(&e.name, &c.user.name, now_ms())
         .await?;
     // Its URL ends now, not at the controller's next tick: whoever deleted it may call it next.
-    if let Err(err) = crate::gateway::sync(&st).await {
-        tracing::warn!("routes after deleting endpoint {}: {err:#}", e.name);
-    }
+    st.gateway.remove_route(&e.name);
     st.wake_controller();
     Ok(StatusCode::NO_CONTENT)
 }

@@ -22,17 +22,6 @@ struct Want {
     target: Option<(Uuid, SocketAddr, String)>,
 }
 
-/// Brings the proxy's routes in line with the store now, outside a controller tick.
-pub async fn sync(st: &AppState) -> anyhow::Result<()> {
-    let active = st.store.active().await?;
-    let endpoints = st.store.endpoints().await?;
-    let in_play = crate::endpoints::InPlay {
-        active: &active,
-        ended: &[],
-    };
-    sync_from(st, &endpoints, in_play).await
-}
-
 /// Brings the proxy's routes in line with the store: `endpoints` (persistent) and the running
 /// workflows' own endpoints. `in_play` is the controller's snapshot of this tick, less the
 /// workflows the tick has just ended, whose own endpoints go. What changed after the

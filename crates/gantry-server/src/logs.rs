@@ -96,9 +96,6 @@ pub struct LogQuery {
     pub(crate) limit: Option<u64>,
 }
 
-/// How the reason of a build task that a cache hit ended begins (see the submit).
-pub(crate) const CACHE_HIT: &str = "cache hit: ";
-
 /// Largest reply without `follow`; the `x-gantry-next-offset` header says where to go on.
 const READ_LIMIT: u64 = 8 << 20;
 
@@ -183,7 +180,11 @@ pub async fn read(
             // A build the object cache already held never ran: its log says so (the reason
             // the submit gave it) rather than nothing.
             let body = match now.reason.as_deref() {
-                Some(r) if r.starts_with(CACHE_HIT) && stream == "stdout" && q.offset == 0 => {
+                Some(r)
+                    if r.starts_with(crate::builds::CACHE_HIT)
+                        && stream == "stdout"
+                        && q.offset == 0 =>
+                {
                     format!("{r}\n")
                 }
                 _ => String::new(),

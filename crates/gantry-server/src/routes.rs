@@ -134,6 +134,15 @@ impl Gateway {
         }
     }
 
+    /// Takes a route away at once (the controller's next sync would too).
+    pub(crate) fn remove_route(&self, name: &str) {
+        self.proxy.remove(name);
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
+    }
+
     pub(crate) fn label(workflow: Uuid, service: &str) -> String {
         format!("{service} of workflow {workflow}")
     }

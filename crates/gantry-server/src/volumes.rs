@@ -299,7 +299,7 @@ pub async fn delete(
     let s = usable_storage(&st, &c, &v.storage).await.ok();
     st.store.delete_volume(v.id, &c.user.name, now_ms()).await?;
     if let Some(s) = s {
-        crate::controller::remove_persistent(&st, &resolved(&v, &s))
+        remove_persistent(&st, &resolved(&v, &s))
             .await
             .map_err(|e| ApiError::Internal(format!("{e:#}")))?;
     }
@@ -370,4 +370,35 @@ pub async fn delete_storage(
             e => e.into(),
         })?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A removed persistent volume's directory goes too, by a live agent of each pool that sees
+/// its storage.
+async fn remove_persistent(st: &AppState, v: &crate::plan::ResolvedVolume) -> anyhow::Result<()> {
+    let pools: std::collections::BTreeSet<String> = match &v.pool {
+        Some(p) => [p.clone()].into(),
+        None => st
+            .store
+            .nodes()
+            .await?
+            .into_iter()
+            .map(|n| n.pool)
+            .collect(),
+    };
+    let kind = gantry_api::agent::ChoreKind::RemoveVolume {
+        path: v.dir.clone(),
+        root: v.root.clone(),
+    };
+    for pool in pools {
+        st.store
+            .add_chore(&gantry_store::ChoreRow {
+                id: Uuid::new_v4(),
+                pool,
+                kind: kind.clone(),
+                created_at: now_ms(),
+                sent_to: None,
+            })
+            .await?;
+    }
+    Ok(())
 }

@@ -32,8 +32,8 @@ fn refused(r: Refusal) -> ApiError {
         Refusal::TooLarge { size, limit } => ApiError::TooLarge {
             message: format!(
                 "the workflow file is {}; the server takes at most {}",
-                crate::web::bytes(size),
-                crate::web::bytes(limit)
+                gantry_api::v1::iec_bytes(size),
+                gantry_api::v1::iec_bytes(limit)
             ),
             limit,
         },
@@ -255,7 +255,7 @@ pub async fn commit(
                     status: gantry_api::TaskStatus::Finished,
                     reason: format!(
                         "{}{}: image {} is {}:{} ({digest}); nothing to build",
-                        crate::logs::CACHE_HIT,
+                        crate::builds::CACHE_HIT,
                         b.final_key(),
                         b.name,
                         b.repository,
