@@ -1,27 +1,19 @@
-//! Persistent endpoints: the API (create, list, show, delete, history, tokens, approve,
-//! reject), the attach check at submit, and the takeover driver the controller runs each tick.
+//! Persistent endpoints: who may call and manage one, how one is shown, the attach check at
+//! submit, and the takeover driver the controller runs each tick (the use cases are in
+//! `services::endpoints`).
 //! Every takeover decision is `gantry_core::takeover`'s; this module gathers facts (the new
 //! service's readiness, the old workflow's end, the old backend's in-flight requests) and
 //! applies the steps.
 
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::Json;
-use gantry_api::v1::{
-    CreateEndpoint, CreateEndpointToken, EndpointInfo, EndpointToken, EndpointTokenInfo,
-    TakeoverInfo,
-};
+use gantry_api::v1::{EndpointInfo, TakeoverInfo};
 use gantry_api::TaskStatus;
 use gantry_core::takeover::{self, Mode, NewService, Phase, Step};
-use gantry_intake::requests::{self, NewEndpoint};
-use gantry_store::{EndpointChange, EndpointRow, EndpointTokenRow, NewEvent, TakeoverRow};
+use gantry_store::{EndpointChange, EndpointRow, NewEvent, TakeoverRow};
 use uuid::Uuid;
 
-use crate::auth::UserCaller;
-use crate::caller::{hash_token, new_token, Caller};
+use crate::caller::Caller;
 use crate::clock::ts;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
 use crate::plan::WorkflowPlan;
 use crate::state::{now_ms, AppState};
 
@@ -46,7 +38,7 @@ fn manages(c: &Caller, owner: &str, scope: &str, group: &str) -> bool {
     c.is_admin() || c.user.name == owner || (scope == "group" && c.user.group == group)
 }
 
-fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
+pub(crate) fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
     TakeoverInfo {
         id: t.id,
         endpoint: t.endpoint,
@@ -66,7 +58,7 @@ fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
     }
 }
 
-async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
+pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
     let all = st.store.takeovers(Some(&e.name), false).await?;
     let open = all.iter().rev().find(|t| t.ended_at.is_none()).cloned();
     let last = all.last();
@@ -164,7 +156,11 @@ async fn idle_reason(st: &AppState, last: Option<&TakeoverRow>) -> (bool, String
     }
 }
 
-async fn visible(st: &AppState, c: &Caller, name: &str) -> Result<EndpointRow, ApiError> {
+pub(crate) async fn visible(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+) -> Result<EndpointRow, ApiError> {
     let e = st
         .store
         .endpoint(name)
@@ -194,232 +190,6 @@ pub(crate) async fn managed(
     Ok(e)
 }
 
-pub async fn create(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    JsonBody(req): JsonBody<CreateEndpoint>,
-) -> Result<Json<EndpointInfo>, ApiError> {
-    let NewEndpoint {
-        name,
-        scope,
-        mode,
-        drain_timeout_ms,
-        confirm,
-    } = requests::create_endpoint(req).map_err(ApiError::BadRequest)?;
-    let row = EndpointRow {
-        name: name.clone(),
-        owner: c.user.name.clone(),
-        group: c.user.group.clone(),
-        scope,
-        mode,
-        drain_timeout_ms,
-        confirm,
-        created_at: now_ms(),
-        workflow_id: None,
-        service: None,
-        port: None,
-        since: None,
-    };
-    match st.store.create_endpoint(&row, now_ms()).await {
-        Ok(()) => {}
-        Err(gantry_store::StoreError::Conflict(_)) => {
-            return Err(name_taken(&st, &c, &name).await);
-        }
-        Err(e) => return Err(e.into()),
-    }
-    Ok(Json(info(&st, st.store.endpoint(&name).await?).await?))
-}
-
-/// Why a name that is in use cannot be created again. Only someone who may see the endpoint
-/// learns that it exists; anyone else gets the answer an invalid name gets (400, the same
-/// shape), since a 409 would confirm that a name they cannot see is someone's endpoint.
-async fn name_taken(st: &AppState, c: &Caller, name: &str) -> ApiError {
-    match visible(st, c, name).await {
-        Ok(e) if e.owner == c.user.name => {
-            ApiError::Conflict(format!("you already have an endpoint {name}"))
-        }
-        Ok(e) => ApiError::Conflict(format!(
-            "endpoint {name} already exists (owned by {})",
-            e.owner
-        )),
-        Err(_) => ApiError::BadRequest(requests::unusable_endpoint_name(name)),
-    }
-}
-
-pub async fn list(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<EndpointInfo>>, ApiError> {
-    let mut out = vec![];
-    for e in st.store.endpoints().await? {
-        if may_call(&e, Some(&c)) || may_manage(&e, &c) {
-            out.push(info(&st, e).await?);
-        }
-    }
-    Ok(Json(out))
-}
-
-pub async fn show(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-) -> Result<Json<EndpointInfo>, ApiError> {
-    let e = visible(&st, &c, &name).await?;
-    Ok(Json(info(&st, e).await?))
-}
-
-pub async fn history(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-) -> Result<Json<Vec<TakeoverInfo>>, ApiError> {
-    let e = visible(&st, &c, &name).await?;
-    let all = st.store.takeovers(Some(&e.name), false).await?;
-    Ok(Json(all.into_iter().map(takeover_info).collect()))
-}
-
-pub async fn delete(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    let e = managed(&st, &c, &name, "delete it").await?;
-    st.store
-        .delete_endpoint(&e.name, &c.user.name, now_ms())
-        .await?;
-    // Its URL ends now, not at the controller's next tick: whoever deleted it may call it next.
-    st.gateway.remove_route(&e.name);
-    st.wake_controller();
-    Ok(StatusCode::NO_CONTENT)
-}
-
-pub async fn token(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-    JsonBody(req): JsonBody<CreateEndpointToken>,
-) -> Result<Json<EndpointToken>, ApiError> {
-    let e = managed(&st, &c, &name, "make tokens for it").await?;
-    let now = now_ms();
-    let default = crate::caller::default_expiry(st.store.as_ref()).await?;
-    let expires_at = requests::token_expiry(req.expires.as_deref(), &default, now)
-        .map_err(ApiError::BadRequest)?;
-    let token = new_token();
-    let id = st
-        .store
-        .add_endpoint_token(&e.name, &hash_token(&token), &c.user.name, expires_at, now)
-        .await?;
-    Ok(Json(EndpointToken {
-        endpoint: e.name,
-        id,
-        token,
-        expires_at: expires_at.map(ts),
-    }))
-}
-
-fn endpoint_token_info(t: EndpointTokenRow, now: i64) -> EndpointTokenInfo {
-    EndpointTokenInfo {
-        expired: t.expires_at.is_some_and(|at| at <= now),
-        id: t.id,
-        endpoint: t.endpoint,
-        created_by: t.created_by,
-        created_at: ts(t.created_at),
-        expires_at: t.expires_at.map(ts),
-    }
-}
-
-/// The tokens of one endpoint, for those who may make them.
-pub async fn tokens(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-) -> Result<Json<Vec<EndpointTokenInfo>>, ApiError> {
-    let e = managed(&st, &c, &name, "list its tokens").await?;
-    let now = now_ms();
-    let list = st.store.endpoint_tokens(Some(&e.name)).await?;
-    Ok(Json(
-        list.into_iter()
-            .map(|t| endpoint_token_info(t, now))
-            .collect(),
-    ))
-}
-
-/// The tokens of every endpoint the caller may manage (all, for an administrator).
-pub async fn all_tokens(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<EndpointTokenInfo>>, ApiError> {
-    let mine: std::collections::HashSet<String> = st
-        .store
-        .endpoints()
-        .await?
-        .into_iter()
-        .filter(|e| may_manage(e, &c))
-        .map(|e| e.name)
-        .collect();
-    let now = now_ms();
-    let list = st.store.endpoint_tokens(None).await?;
-    Ok(Json(
-        list.into_iter()
-            .filter(|t| mine.contains(&t.endpoint))
-            .map(|t| endpoint_token_info(t, now))
-            .collect(),
-    ))
-}
-
-pub async fn revoke_token(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(id): Path<String>,
-) -> Result<Json<EndpointTokenInfo>, ApiError> {
-    let missing = || ApiError::NotFound(format!("no endpoint token {id}"));
-    let t = st
-        .store
-        .endpoint_token_by_id(&id)
-        .await
-        .map_err(|_| missing())?;
-    // A token of an endpoint the caller may not see is as unknown as one that never was.
-    match managed(&st, &c, &t.endpoint, "revoke its tokens").await {
-        Err(ApiError::NotFound(_)) => return Err(missing()),
-        Err(e) => return Err(e),
-        Ok(_) => {}
-    }
-    st.store
-        .revoke_endpoint_token(&id, &c.user.name, now_ms())
-        .await
-        .map_err(|_| missing())?;
-    Ok(Json(endpoint_token_info(t, now_ms())))
-}
-
-async fn pending(st: &AppState, c: &Caller, name: &str) -> Result<TakeoverRow, ApiError> {
-    let e = managed(st, c, name, "decide its takeovers").await?;
-    st.store
-        .takeovers(Some(&e.name), true)
-        .await?
-        .into_iter()
-        .find(|t| t.phase == Phase::AwaitingConfirmation.as_str())
-        .ok_or_else(|| {
-            ApiError::Conflict(format!(
-                "endpoint {name} has no takeover awaiting confirmation"
-            ))
-        })
-}
-
-/// Approve a takeover waiting for a person; `via` records the channel (cli, api, web, mcp).
-pub async fn approve_as(
-    st: &AppState,
-    c: &Caller,
-    name: &str,
-    via: &str,
-) -> Result<TakeoverInfo, ApiError> {
-    let t = pending(st, c, name).await?;
-    st.store
-        .apply_endpoints(&confirm_changes(&t, c, via, "approved"), now_ms())
-        .await?;
-    st.wake_controller();
-    Ok(takeover_info(st.store.takeover(t.id).await?))
-}
-
 /// Who confirmed a takeover and through which channel, on the takeover and in the new
 /// workflow's events.
 pub(crate) fn confirm_changes(
@@ -445,52 +215,6 @@ pub(crate) fn confirm_changes(
             ),
         }),
     ]
-}
-
-pub async fn reject_as(
-    st: &AppState,
-    c: &Caller,
-    name: &str,
-    via: &str,
-) -> Result<TakeoverInfo, ApiError> {
-    let t = pending(st, c, name).await?;
-    st.store
-        .apply_endpoints(
-            &[EndpointChange::Phase {
-                id: t.id,
-                phase: Phase::Cancelled.as_str().into(),
-                reason: Some(format!("rejected by {} via {via}", c.user.name)),
-                end: true,
-            }],
-            now_ms(),
-        )
-        .await?;
-    // The new workflow existed to take the endpoint over: it stops.
-    st.store
-        .request_stop(t.to_workflow, &c.user.name, now_ms())
-        .await?;
-    st.wake_controller();
-    Ok(takeover_info(st.store.takeover(t.id).await?))
-}
-
-pub async fn approve(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    headers: axum::http::HeaderMap,
-    Path(name): Path<String>,
-) -> Result<Json<TakeoverInfo>, ApiError> {
-    let via = crate::extract::channel_of(&headers);
-    Ok(Json(approve_as(&st, &c, &name, via).await?))
-}
-
-pub async fn reject(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    headers: axum::http::HeaderMap,
-    Path(name): Path<String>,
-) -> Result<Json<TakeoverInfo>, ApiError> {
-    let via = crate::extract::channel_of(&headers);
-    Ok(Json(reject_as(&st, &c, &name, via).await?))
 }
 
 /// At submit: every `attach:` must name an endpoint the submitter may take over, with no other

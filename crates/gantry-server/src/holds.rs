@@ -5,19 +5,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use axum::extract::{Path, State};
-use axum::Json;
-use gantry_api::v1::{HoldInfo, PlaceHold, ReleaseHolds};
+use gantry_api::v1::HoldInfo;
 use gantry_core::holds::{self, Decision, Hold, HoldState, HoldType, PoolView, Release};
 use gantry_intake::alertmanager::AlertEntry;
 use gantry_intake::requests;
 use gantry_store::{HoldChange, HoldKind, HoldRow, HoldSource, HoldStatus, NewEvent, ReleaseRule};
 use uuid::Uuid;
 
-use crate::auth::UserCaller;
 use crate::clock::ts;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 pub fn info(h: HoldRow) -> HoldInfo {
@@ -42,7 +38,7 @@ pub fn info(h: HoldRow) -> HoldInfo {
 }
 
 /// The store's kind of a core hold type.
-fn hold_kind(t: HoldType) -> HoldKind {
+pub(crate) fn hold_kind(t: HoldType) -> HoldKind {
     match t {
         HoldType::Cordon => HoldKind::Cordon,
         HoldType::Evict => HoldKind::Evict,
@@ -119,7 +115,7 @@ async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<Hold>), 
 /// Applies deferred holds of a pool while its cap allows. The caller holds the decision lock,
 /// as for every hold decision: a promotion read outside it could take the pool's last slot
 /// under the cap while an alert's decision, reading the same count, takes it too.
-async fn promote_locked(st: &AppState, pool: &str) -> Result<usize, ApiError> {
+pub(crate) async fn promote_locked(st: &AppState, pool: &str) -> Result<usize, ApiError> {
     let (view, holds) = pool_state(st, pool).await?;
     let ids = holds::promotions(&holds, &view);
     let changes: Vec<HoldChange> = ids
@@ -320,126 +316,6 @@ pub async fn apply_alerts(st: &AppState, entries: &[AlertEntry]) -> Result<Vec<A
         st.wake_controller();
     }
     Ok(out)
-}
-
-pub async fn place(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-    JsonBody(req): JsonBody<PlaceHold>,
-) -> Result<Json<HoldInfo>, ApiError> {
-    c.require_admin()?;
-    let (kind, reason) = requests::place_hold(&req).map_err(ApiError::BadRequest)?;
-    let _guard = st.hold_lock.lock().await;
-    let node = st
-        .store
-        .node(&name)
-        .await
-        .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
-    let row = HoldRow {
-        id: Uuid::new_v4(),
-        node: node.name.clone(),
-        pool: node.pool.clone(),
-        kind: hold_kind(kind),
-        source: HoldSource::Admin,
-        state: HoldStatus::Active,
-        alertname: None,
-        fingerprint: None,
-        episode: None,
-        release_rule: ReleaseRule::Admin,
-        reason,
-        created_by: c.user.name.clone(),
-        created_at: now_ms(),
-        activated_at: None,
-        alert_resolved_at: None,
-        released_by: None,
-        released_at: None,
-        release_reason: None,
-    };
-    let id = row.id;
-    st.store
-        .apply_holds(&[HoldChange::Place(Box::new(row))], now_ms())
-        .await?;
-    st.wake_controller();
-    Ok(Json(info(st.store.hold(id).await?)))
-}
-
-pub async fn release(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    Path(name): Path<String>,
-    JsonBody(req): JsonBody<ReleaseHolds>,
-) -> Result<Json<Vec<HoldInfo>>, ApiError> {
-    c.require_admin()?;
-    let requests::Release { hold, reason } =
-        requests::release_holds(req).map_err(ApiError::BadRequest)?;
-    {
-        let _guard = st.hold_lock.lock().await;
-        let node = st
-            .store
-            .node(&name)
-            .await
-            .map_err(|_| ApiError::NotFound(format!("no node {name}")))?;
-        let holds = st.store.holds(Some(&node.name), false).await?;
-        let chosen: Vec<&HoldRow> = match &hold {
-            Some(p) => {
-                let m: Vec<&HoldRow> = holds
-                    .iter()
-                    .filter(|h| h.id.to_string().starts_with(p.as_str()))
-                    .collect();
-                match m.len() {
-                    0 => {
-                        return Err(ApiError::NotFound(format!(
-                            "node {name} has no unreleased hold {p}"
-                        )))
-                    }
-                    1 => m,
-                    _ => {
-                        return Err(ApiError::BadRequest(format!(
-                            "{p} matches more than one hold: give more characters"
-                        )))
-                    }
-                }
-            }
-            None => holds.iter().collect(),
-        };
-        if chosen.is_empty() {
-            return Err(ApiError::Conflict(format!(
-                "node {name} has no holds to release"
-            )));
-        }
-        let mut changes = vec![];
-        for h in &chosen {
-            changes.push(HoldChange::Release {
-                id: h.id,
-                by: c.user.name.clone(),
-                reason: reason.clone(),
-            });
-            // An admin's release stands until the alert's next episode.
-            if let (Some(fp), Some(ep)) = (&h.fingerprint, &h.episode) {
-                changes.push(HoldChange::EndEpisode {
-                    fingerprint: fp.clone(),
-                    episode: ep.clone(),
-                    by: c.user.name.clone(),
-                });
-            }
-        }
-        st.store.apply_holds(&changes, now_ms()).await?;
-        // The room this frees goes to deferred holds in the same decision.
-        promote_locked(&st, &node.pool).await?;
-    }
-    st.wake_controller();
-    let after = st.store.holds(Some(&name), true).await?;
-    Ok(Json(
-        after
-            .into_iter()
-            .filter(|h| {
-                h.state == HoldStatus::Released
-                    && h.released_by.as_deref() == Some(c.user.name.as_str())
-            })
-            .map(info)
-            .collect(),
-    ))
 }
 
 /// Active holds by node, for the scheduler's reasons and the eviction pass.

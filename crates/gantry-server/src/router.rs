@@ -4,7 +4,9 @@
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::api::{admin, json_errors, nodes, whoami, workflows};
+use crate::api::{
+    admin, endpoints, holds, json_errors, nodes, secrets, volumes, whoami, workflows,
+};
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -20,51 +22,42 @@ pub fn router(state: AppState) -> Router {
         .route("/workflows/{id}/logs/{job}", get(crate::logs::read))
         .route("/nodes", get(nodes::list))
         .route("/nodes/{name}", get(nodes::show))
-        .route("/nodes/{name}/holds", post(crate::holds::place))
-        .route("/nodes/{name}/release", post(crate::holds::release))
+        .route("/nodes/{name}/holds", post(holds::place))
+        .route("/nodes/{name}/release", post(holds::release))
         .route("/monitoring/alertmanager", post(crate::monitoring::webhook))
         .route("/monitoring/targets", get(crate::monitoring::targets))
-        .route(
-            "/endpoints",
-            get(crate::endpoints::list).post(crate::endpoints::create),
-        )
+        .route("/endpoints", get(endpoints::list).post(endpoints::create))
         .route(
             "/endpoints/{name}",
-            get(crate::endpoints::show).delete(crate::endpoints::delete),
+            get(endpoints::show).delete(endpoints::delete),
         )
-        .route("/endpoints/{name}/history", get(crate::endpoints::history))
+        .route("/endpoints/{name}/history", get(endpoints::history))
         .route(
             "/endpoints/{name}/tokens",
-            get(crate::endpoints::tokens).post(crate::endpoints::token),
+            get(endpoints::tokens).post(endpoints::token),
         )
-        .route("/endpoint-tokens", get(crate::endpoints::all_tokens))
-        .route(
-            "/endpoint-tokens/{id}",
-            delete(crate::endpoints::revoke_token),
-        )
-        .route("/endpoints/{name}/approve", post(crate::endpoints::approve))
-        .route("/endpoints/{name}/reject", post(crate::endpoints::reject))
-        .route("/secrets", get(crate::secrets::list))
+        .route("/endpoint-tokens", get(endpoints::all_tokens))
+        .route("/endpoint-tokens/{id}", delete(endpoints::revoke_token))
+        .route("/endpoints/{name}/approve", post(endpoints::approve))
+        .route("/endpoints/{name}/reject", post(endpoints::reject))
+        .route("/secrets", get(secrets::list))
         .route(
             "/secrets/{scope}/{name}",
-            axum::routing::put(crate::secrets::put).delete(crate::secrets::delete),
+            axum::routing::put(secrets::put).delete(secrets::delete),
         )
-        .route(
-            "/volumes",
-            get(crate::volumes::list).post(crate::volumes::create),
-        )
+        .route("/volumes", get(volumes::list).post(volumes::create))
         .route(
             "/volumes/{scope}/{name}",
-            get(crate::volumes::show).delete(crate::volumes::delete),
+            get(volumes::show).delete(volumes::delete),
         )
-        .route("/storages", get(crate::volumes::usable_storages))
+        .route("/storages", get(volumes::usable_storages))
         .route(
             "/admin/storages",
-            get(crate::volumes::list_storages).post(crate::volumes::add_storage),
+            get(volumes::list_storages).post(volumes::add_storage),
         )
         .route(
             "/admin/storages/{name}",
-            axum::routing::delete(crate::volumes::delete_storage),
+            axum::routing::delete(volumes::delete_storage),
         )
         .route(
             "/admin/users",

@@ -6,22 +6,16 @@
 
 use std::path::Path;
 
-use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
-use axum::Json;
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use gantry_api::agent::{Assignment, RegistryCredential, TransferCredential};
-use gantry_api::v1::{PutSecret, SecretInfo};
 use gantry_intake::requests::{self, SecretScope, SecretType, TypedSecret};
 use gantry_store::SecretKey;
 
-use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
-use crate::state::{now_ms, AppState};
+use crate::state::AppState;
 
 /// The sealing key, created on first start.
 pub fn load_or_create_key(dir: &Path) -> anyhow::Result<[u8; 32]> {
@@ -102,7 +96,7 @@ pub fn parse_ref(uri: &str, user: &str, group: &str) -> Result<SecretKey, String
 }
 
 /// A secret's key: its scope, the owner that scope means for this user, and its name.
-fn key_of(scope: SecretScope, user: &str, group: &str, name: &str) -> SecretKey {
+pub(crate) fn key_of(scope: SecretScope, user: &str, group: &str, name: &str) -> SecretKey {
     let owner = match scope {
         SecretScope::User => user.to_string(),
         SecretScope::Group => group.to_string(),
@@ -279,68 +273,11 @@ pub async fn resolve(
 
 /// Who may write (and see) secrets of a scope: the user their own, a group member the
 /// group's, an administrator the organization's.
-fn owner_for(c: &Caller, scope: SecretScope, name: &str) -> Result<SecretKey, ApiError> {
+pub(crate) fn owner_for(c: &Caller, scope: SecretScope, name: &str) -> Result<SecretKey, ApiError> {
     if scope == SecretScope::Organization {
         c.require_admin()?;
     }
     Ok(key_of(scope, &c.user.name, &c.user.group, name))
-}
-
-pub async fn list(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<SecretInfo>>, ApiError> {
-    let owners = vec![
-        ("user".to_string(), c.user.name.clone()),
-        ("group".to_string(), c.user.group.clone()),
-        ("organization".to_string(), String::new()),
-    ];
-    let rows = st.store.list_secrets(&owners).await?;
-    Ok(Json(
-        rows.into_iter()
-            .map(|r| SecretInfo {
-                uri: format!("secret://{}/{}", r.scope, r.name),
-                scope: r.scope,
-                owner: r.owner,
-                name: r.name,
-                kind: r.kind,
-                updated_by: r.updated_by,
-                updated_at: crate::clock::ts(r.updated_at),
-            })
-            .collect(),
-    ))
-}
-
-pub async fn put(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    UrlPath((scope, name)): UrlPath<(String, String)>,
-    JsonBody(body): JsonBody<PutSecret>,
-) -> Result<StatusCode, ApiError> {
-    let (scope, kind) = requests::put_secret(&scope, &name, &body).map_err(ApiError::BadRequest)?;
-    let key = owner_for(&c, scope, &name)?;
-    let sealed = seal(&st.secret_key, &key, &body.value)?;
-    st.store
-        .put_secret(&key, kind.as_str(), &sealed, &c.user.name, now_ms())
-        .await?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
-pub async fn delete(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    UrlPath((scope, name)): UrlPath<(String, String)>,
-) -> Result<StatusCode, ApiError> {
-    let scope = SecretScope::parse(&scope).map_err(ApiError::BadRequest)?;
-    let key = owner_for(&c, scope, &name)?;
-    if st.store.delete_secret(&key, &c.user.name, now_ms()).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!(
-            "no secret://{}/{name}",
-            key.scope
-        )))
-    }
 }
 
 #[cfg(test)]

@@ -7,24 +7,19 @@
 //! carries where each lives.
 
 use crate::plan::{ResolvedVolume, WorkflowPlan};
-use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
-use axum::Json;
-use gantry_api::v1::{AddStorage, CreateVolume, StorageInfo, VolumeInfo};
-use gantry_intake::requests::{self, DEFAULT_STORAGE};
+use gantry_api::v1::{StorageInfo, VolumeInfo};
+use gantry_intake::requests::DEFAULT_STORAGE;
 use gantry_store::{StorageRow, VolumeRow};
 use uuid::Uuid;
 
-use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 /// Where the built-in storage keeps volumes, beneath each agent's `--storage-root`.
 const DEFAULT_DIR: &str = "persistent";
 
-fn builtin() -> StorageInfo {
+pub(crate) fn builtin() -> StorageInfo {
     StorageInfo {
         name: DEFAULT_STORAGE.into(),
         driver: "hostpath".into(),
@@ -35,7 +30,7 @@ fn builtin() -> StorageInfo {
     }
 }
 
-fn info(s: StorageRow) -> StorageInfo {
+pub(crate) fn info(s: StorageRow) -> StorageInfo {
     StorageInfo {
         name: s.name,
         driver: s.driver,
@@ -48,7 +43,11 @@ fn info(s: StorageRow) -> StorageInfo {
 
 /// The storage of that name, when the caller's group may use it. One the caller may not use
 /// is not found, like anything else outside their reach.
-async fn usable_storage(st: &AppState, c: &Caller, name: &str) -> Result<StorageInfo, ApiError> {
+pub(crate) async fn usable_storage(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+) -> Result<StorageInfo, ApiError> {
     if name == DEFAULT_STORAGE {
         return Ok(builtin());
     }
@@ -63,11 +62,11 @@ async fn usable_storage(st: &AppState, c: &Caller, name: &str) -> Result<Storage
     Ok(info(s))
 }
 
-fn may_use(c: &Caller, s: &StorageRow) -> bool {
+pub(crate) fn may_use(c: &Caller, s: &StorageRow) -> bool {
     c.is_admin() || s.groups.as_ref().is_none_or(|g| g.contains(&c.user.group))
 }
 
-fn resolved(v: &VolumeRow, s: &StorageInfo) -> ResolvedVolume {
+pub(crate) fn resolved(v: &VolumeRow, s: &StorageInfo) -> ResolvedVolume {
     if s.builtin {
         ResolvedVolume {
             id: v.id,
@@ -85,7 +84,7 @@ fn resolved(v: &VolumeRow, s: &StorageInfo) -> ResolvedVolume {
     }
 }
 
-fn owner_of(c: &Caller, scope: &str) -> String {
+pub(crate) fn owner_of(c: &Caller, scope: &str) -> String {
     if scope == "group" {
         c.user.group.clone()
     } else {
@@ -93,7 +92,7 @@ fn owner_of(c: &Caller, scope: &str) -> String {
     }
 }
 
-fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
+pub(crate) fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
     VolumeInfo {
         id: v.id,
         uri: format!("volume://{}/persistent/{}", v.scope, v.name),
@@ -108,7 +107,7 @@ fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
 }
 
 /// The volumes the caller sees: their own and their group's.
-fn owners(c: &Caller) -> Vec<(String, String)> {
+pub(crate) fn owners(c: &Caller) -> Vec<(String, String)> {
     vec![
         ("user".to_string(), c.user.name.clone()),
         ("group".to_string(), c.user.group.clone()),
@@ -231,7 +230,7 @@ pub async fn make_on_first_use(
     Ok(())
 }
 
-async fn visible_volume(
+pub(crate) async fn visible_volume(
     st: &AppState,
     c: &Caller,
     scope: &str,
@@ -247,134 +246,12 @@ async fn visible_volume(
         .ok_or_else(missing)
 }
 
-pub async fn list(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<VolumeInfo>>, ApiError> {
-    let rows = st.store.volumes(Some(&owners(&c))).await?;
-    Ok(Json(
-        rows.into_iter().map(|v| volume_info(v, vec![])).collect(),
-    ))
-}
-
-pub async fn create(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    JsonBody(req): JsonBody<CreateVolume>,
-) -> Result<(StatusCode, Json<VolumeInfo>), ApiError> {
-    let (scope, name, storage) = requests::create_volume(&req).map_err(ApiError::BadRequest)?;
-    usable_storage(&st, &c, &storage).await?;
-    let v = VolumeRow {
-        id: Uuid::new_v4(),
-        owner: owner_of(&c, &scope),
-        scope,
-        name,
-        storage,
-        created_by: c.user.name.clone(),
-        created_at: now_ms(),
-    };
-    st.store.create_volume(&v, now_ms()).await?;
-    Ok((StatusCode::CREATED, Json(volume_info(v, vec![]))))
-}
-
-pub async fn show(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    UrlPath((scope, name)): UrlPath<(String, String)>,
-) -> Result<Json<VolumeInfo>, ApiError> {
-    let v = visible_volume(&st, &c, &scope, &name).await?;
-    let by = st.store.volume_users(v.id).await?;
-    Ok(Json(volume_info(v, by)))
-}
-
-/// Refused while a workflow not yet ended mounts it (the store checks, in the transaction
-/// that removes it). The volume's files go with it: each pool that sees its storage is asked
-/// to remove its directory.
-pub async fn delete(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    UrlPath((scope, name)): UrlPath<(String, String)>,
-) -> Result<StatusCode, ApiError> {
-    let v = visible_volume(&st, &c, &scope, &name).await?;
-    let s = usable_storage(&st, &c, &v.storage).await.ok();
-    st.store.delete_volume(v.id, &c.user.name, now_ms()).await?;
-    if let Some(s) = s {
-        remove_persistent(&st, &resolved(&v, &s))
-            .await
-            .map_err(|e| ApiError::Internal(format!("{e:#}")))?;
-    }
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// The storages the caller may make volumes on: the built-in one and those open to their
-/// group. Others' are not listed, as they would not be found.
-pub async fn usable_storages(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<StorageInfo>>, ApiError> {
-    let mut out = vec![builtin()];
-    for s in st.store.storages().await? {
-        if may_use(&c, &s) {
-            out.push(info(s));
-        }
-    }
-    Ok(Json(out))
-}
-
-pub async fn list_storages(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<StorageInfo>>, ApiError> {
-    c.require_admin()?;
-    let mut out = vec![builtin()];
-    out.extend(st.store.storages().await?.into_iter().map(info));
-    Ok(Json(out))
-}
-
-pub async fn add_storage(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    JsonBody(req): JsonBody<AddStorage>,
-) -> Result<(StatusCode, Json<StorageInfo>), ApiError> {
-    c.require_admin()?;
-    requests::add_storage(&req).map_err(ApiError::BadRequest)?;
-    let row = StorageRow {
-        name: req.name,
-        driver: req.driver,
-        path: req.path,
-        pool: req.pool,
-        groups: req.groups,
-        created_by: c.user.name.clone(),
-        created_at: now_ms(),
-    };
-    st.store.add_storage(&row, now_ms()).await?;
-    Ok((StatusCode::CREATED, Json(info(row))))
-}
-
-pub async fn delete_storage(
-    State(st): State<AppState>,
-    UserCaller(c): UserCaller,
-    UrlPath(name): UrlPath<String>,
-) -> Result<StatusCode, ApiError> {
-    c.require_admin()?;
-    if name == DEFAULT_STORAGE {
-        return Err(ApiError::BadRequest(
-            "the built-in storage cannot be removed".into(),
-        ));
-    }
-    st.store
-        .delete_storage(&name, &c.user.name, now_ms())
-        .await
-        .map_err(|e| match e {
-            gantry_store::StoreError::NotFound => ApiError::NotFound(format!("no storage {name}")),
-            e => e.into(),
-        })?;
-    Ok(StatusCode::NO_CONTENT)
-}
-
 /// A removed persistent volume's directory goes too, by a live agent of each pool that sees
 /// its storage.
-async fn remove_persistent(st: &AppState, v: &crate::plan::ResolvedVolume) -> anyhow::Result<()> {
+pub(crate) async fn remove_persistent(
+    st: &AppState,
+    v: &crate::plan::ResolvedVolume,
+) -> anyhow::Result<()> {
     let pools: std::collections::BTreeSet<String> = match &v.pool {
         Some(p) => [p.clone()].into(),
         None => st

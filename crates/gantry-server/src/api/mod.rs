@@ -2,7 +2,11 @@
 //! answers 404, never 403, so ids of other people's work do not leak.
 
 pub(crate) mod admin;
+pub(crate) mod endpoints;
+pub(crate) mod holds;
 pub(crate) mod nodes;
+pub(crate) mod secrets;
+pub(crate) mod volumes;
 pub(crate) mod workflows;
 
 use axum::http::StatusCode;

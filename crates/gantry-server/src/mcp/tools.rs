@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::Json;
 use gantry_api::v1::ValidateWorkflow;
 use gantry_intake::mcp::{
     self, Call, DeleteEndpoint, Empty, EndpointName, JobLogs, ListWorkflows, NewEndpoint, Spec,
@@ -23,11 +22,9 @@ use serde_json::json;
 
 use super::confirm::Action;
 use super::Shared;
-use crate::api;
 use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
 use crate::services::workflows as svc;
 use crate::state::now_ms;
 
@@ -263,7 +260,7 @@ pub(crate) async fn call(
         Err(e) => return fail(e),
     };
     let st = &shared.st;
-    let user = || UserCaller(c.clone());
+    let _user = || UserCaller(c.clone());
     match call {
         Call::ListWorkflows(a) => {
             let list = api!(svc::list(st, c, a.status.as_deref()).await);
@@ -318,26 +315,23 @@ pub(crate) async fn call(
         Call::StartWorkflow(a) => start_workflow(shared, c, request, ctx, a).await,
         Call::StopWorkflow(a) => stop_workflow(shared, c, request, ctx, a).await,
         Call::ListNodes(Empty {}) => {
-            let Json(nodes) = api!(api::nodes::list(State(st.clone()), user()).await);
+            let nodes = api!(crate::services::nodes::list(st).await);
             ok(json!({ "nodes": nodes }))
         }
         Call::ListEndpoints(Empty {}) => {
-            let Json(list) = api!(crate::endpoints::list(State(st.clone()), user()).await);
+            let list = api!(crate::services::endpoints::list(st, c).await);
             ok(json!({ "endpoints": list }))
         }
         Call::GetEndpoint(a) => {
-            let Json(e) =
-                api!(crate::endpoints::show(State(st.clone()), user(), Path(a.name)).await);
+            let e = api!(crate::services::endpoints::show(st, c, &a.name).await);
             ok(e)
         }
         Call::CreateEndpoint(a) => {
-            let body = JsonBody(a.request());
-            let Json(e) = api!(crate::endpoints::create(State(st.clone()), user(), body).await);
+            let e = api!(crate::services::endpoints::create(st, c, a.request()).await);
             ok(e)
         }
         Call::EndpointHistory(a) => {
-            let Json(h) =
-                api!(crate::endpoints::history(State(st.clone()), user(), Path(a.name)).await);
+            let h = api!(crate::services::endpoints::history(st, c, &a.name).await);
             ok(json!({ "takeovers": h }))
         }
         Call::DeleteEndpoint(a) => delete_endpoint(shared, c, request, ctx, a).await,
@@ -599,14 +593,7 @@ async fn delete_endpoint(
     );
     let token = a.confirmation_token.as_deref();
     let via = confirmed!(shared, ctx, request, c, &action, token).via;
-    api!(
-        crate::endpoints::delete(
-            State(st.clone()),
-            UserCaller(c.clone()),
-            Path(e.name.clone())
-        )
-        .await
-    );
+    api!(crate::services::endpoints::delete(st, c, &e.name).await);
     record(
         shared,
         e.workflow_id,

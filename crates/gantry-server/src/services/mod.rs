@@ -2,4 +2,9 @@
 //! free of HTTP. The API's handlers, the web UI and MCP call these, never each other, so a
 //! rule holds for every client at once.
 
+pub mod endpoints;
+pub mod holds;
+pub mod nodes;
+pub mod secrets;
+pub mod volumes;
 pub mod workflows;

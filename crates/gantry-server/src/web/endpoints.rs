@@ -3,17 +3,14 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Json;
 use gantry_api::v1::{CreateEndpoint, EndpointInfo, TakeoverInfo};
 use serde::Deserialize;
 use time::OffsetDateTime;
 
 use super::session::{Nothing, Web, WebForm};
 use super::{ok_page, segment, short, span, when, Ctx, Done, WebError, When};
-use crate::auth::UserCaller;
-use crate::endpoints as api;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::services::endpoints as svc;
 use crate::state::AppState;
 
 /// The words the page uses for an endpoint's status.
@@ -101,7 +98,7 @@ pub struct EndpointRow {
 
 fn endpoint_row(web: &Web, e: &EndpointInfo) -> EndpointRow {
     // Whether the user may manage it is the API's own rule.
-    let manage = api::may_manage_info(e, &web.caller);
+    let manage = crate::endpoints::may_manage_info(e, &web.caller);
     EndpointRow {
         page: format!("/endpoints/{}", segment(&e.name)),
         name: e.name.clone(),
@@ -134,7 +131,7 @@ pub async fn list(
     web: Web,
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
-    let Json(all) = api::list(State(st.clone()), UserCaller(web.caller.clone())).await?;
+    let all = svc::list(&st, &web.caller).await?;
     let endpoints = all.iter().map(|e| endpoint_row(&web, e)).collect();
     Ok(ok_page(&ListPage {
         ctx: web.ctx("endpoints").with_notice(done.done()),
@@ -157,9 +154,8 @@ pub async fn show(
     Path(name): Path<String>,
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
-    let user = || UserCaller(web.caller.clone());
-    let Json(e) = api::show(State(st.clone()), user(), Path(name.clone())).await?;
-    let Json(history) = api::history(State(st.clone()), user(), Path(name)).await?;
+    let e = svc::show(&st, &web.caller, &name).await?;
+    let history = svc::history(&st, &web.caller, &name).await?;
     Ok(ok_page(&ShowPage {
         ctx: web.ctx("endpoints").with_notice(done.done()),
         drain: span(e.drain_timeout_secs as i64),
@@ -188,18 +184,14 @@ pub async fn create(
     WebForm { web, form }: WebForm<CreateForm>,
 ) -> Result<Response, WebError> {
     let nonempty = |s: Option<String>| s.map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    let Json(e) = api::create(
-        State(st),
-        UserCaller(web.caller),
-        JsonBody(CreateEndpoint {
-            name: form.name.trim().to_string(),
-            scope: nonempty(form.scope),
-            mode: nonempty(form.mode),
-            drain_timeout: nonempty(form.drain_timeout),
-            confirm: form.confirm.is_some(),
-        }),
-    )
-    .await?;
+    let req = CreateEndpoint {
+        name: form.name.trim().to_string(),
+        scope: nonempty(form.scope),
+        mode: nonempty(form.mode),
+        drain_timeout: nonempty(form.drain_timeout),
+        confirm: form.confirm.is_some(),
+    };
+    let e = svc::create(&st, &web.caller, req).await?;
     Ok(Redirect::to(&format!("/endpoints/{}?done=created", segment(&e.name))).into_response())
 }
 
@@ -223,7 +215,7 @@ pub async fn delete(
         ))
         .into());
     }
-    api::delete(State(st), UserCaller(web.caller), Path(name)).await?;
+    svc::delete(&st, &web.caller, &name).await?;
     Ok(Redirect::to("/endpoints?done=deleted").into_response())
 }
 
@@ -232,7 +224,7 @@ pub async fn approve(
     Path(name): Path<String>,
     WebForm { web, .. }: WebForm<Nothing>,
 ) -> Result<Response, WebError> {
-    api::approve_as(&st, &web.caller, &name, "web").await?;
+    svc::approve(&st, &web.caller, &name, "web").await?;
     Ok(Redirect::to(&format!("/endpoints/{}?done=approved", segment(&name))).into_response())
 }
 
@@ -241,6 +233,6 @@ pub async fn reject(
     Path(name): Path<String>,
     WebForm { web, .. }: WebForm<Nothing>,
 ) -> Result<Response, WebError> {
-    api::reject_as(&st, &web.caller, &name, "web").await?;
+    svc::reject(&st, &web.caller, &name, "web").await?;
     Ok(Redirect::to(&format!("/endpoints/{}?done=rejected", segment(&name))).into_response())
 }

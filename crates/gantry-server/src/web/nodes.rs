@@ -5,17 +5,14 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Json;
 use gantry_api::agent::Capacity;
 use gantry_api::v1::{HoldInfo, NodeInfo, PlaceHold, ReleaseHolds};
 use serde::Deserialize;
 
 use super::session::{Web, WebForm};
 use super::{bytes, ok_page, segment, short, when, Ctx, Done, WebError, When};
-use crate::api::nodes as api;
-use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::services::nodes as svc;
 use crate::state::AppState;
 
 pub struct HoldRow {
@@ -151,7 +148,7 @@ pub async fn list(
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
     let monitoring = monitoring_links(&st).await?;
-    let Json(nodes) = api::list(State(st), UserCaller(web.caller.clone())).await?;
+    let nodes = svc::list(&st).await?;
     let mut pools: BTreeMap<String, Vec<NodeRow>> = BTreeMap::new();
     for n in &nodes {
         pools.entry(n.pool.clone()).or_default().push(node_row(n));
@@ -214,11 +211,7 @@ pub async fn show(
     Query(page): Query<EventsPage>,
 ) -> Result<Response, WebError> {
     let limit = page.events.unwrap_or(PAGE_EVENTS).clamp(1, 10_000);
-    let q = api::ShowQuery {
-        limit: Some(limit),
-        since: None,
-    };
-    let d = api::detail(&st, &web.caller, &name, &q).await?;
+    let d = svc::detail(&st, &web.caller, &name, Some(limit), None).await?;
     let graphs = super::graphs::for_node(&st, &d.node.name).await;
     // Newest first: a person opening the page wants what just happened.
     let events: Vec<EventRow> = d
@@ -283,16 +276,11 @@ pub async fn hold(
     Path(name): Path<String>,
     WebForm { web, form }: WebForm<HoldForm>,
 ) -> Result<Response, WebError> {
-    let Json(_) = crate::holds::place(
-        State(st),
-        UserCaller(web.caller),
-        Path(name.clone()),
-        JsonBody(PlaceHold {
-            kind: form.kind,
-            reason: form.reason,
-        }),
-    )
-    .await?;
+    let req = PlaceHold {
+        kind: form.kind,
+        reason: form.reason,
+    };
+    crate::services::holds::place(&st, &web.caller, &name, &req).await?;
     Ok(back(&name, form.back.as_deref(), "held"))
 }
 
@@ -316,15 +304,10 @@ pub async fn release(
     if form.reason.trim().is_empty() {
         return Err(ApiError::BadRequest("say why the node is released (a reason)".into()).into());
     }
-    let Json(_) = crate::holds::release(
-        State(st),
-        UserCaller(web.caller),
-        Path(name.clone()),
-        JsonBody(ReleaseHolds {
-            hold: (!form.hold.is_empty()).then_some(form.hold),
-            reason: Some(form.reason.trim().to_string()),
-        }),
-    )
-    .await?;
+    let req = ReleaseHolds {
+        hold: (!form.hold.is_empty()).then_some(form.hold),
+        reason: Some(form.reason.trim().to_string()),
+    };
+    crate::services::holds::release(&st, &web.caller, &name, req).await?;
     Ok(back(&name, form.back.as_deref(), "released"))
 }

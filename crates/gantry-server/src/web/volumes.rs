@@ -4,11 +4,9 @@
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
 
 use super::session::Web;
 use super::{ok_page, when, Ctx, WebError, When};
-use crate::auth::UserCaller;
 use crate::state::AppState;
 
 pub struct VolumeRow {
@@ -27,7 +25,7 @@ struct VolumesPage {
 }
 
 pub async fn list(State(st): State<AppState>, web: Web) -> Result<Response, WebError> {
-    let Json(list) = crate::volumes::list(State(st), UserCaller(web.caller.clone())).await?;
+    let list = crate::services::volumes::list(&st, &web.caller).await?;
     let volumes = list
         .into_iter()
         .map(|v| VolumeRow {

@@ -9,7 +9,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::Json;
 use futures_util::{Stream, StreamExt};
 use gantry_api::v1::{Event, TaskInfo, WorkflowDetail, WorkflowSummary};
 use gantry_api::TaskStatus;
@@ -608,8 +607,7 @@ pub async fn stop_confirm(
         *by.entry(t.status.as_str().to_lowercase()).or_default() += 1;
     }
     // The endpoints the caller can see, by the API's own rule (as `workflow stop` asks them).
-    let Json(all) =
-        crate::endpoints::list(State(st.clone()), UserCaller(web.caller.clone())).await?;
+    let all = crate::services::endpoints::list(&st, &web.caller).await?;
     let endpoints = all
         .into_iter()
         .filter(|e| e.workflow_id == Some(s.id))
