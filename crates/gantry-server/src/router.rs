@@ -5,7 +5,7 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 
 use crate::api::{
-    admin, endpoints, holds, json_errors, nodes, secrets, volumes, whoami, workflows,
+    admin, endpoints, holds, json_errors, logs, nodes, secrets, volumes, whoami, workflows,
 };
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -19,7 +19,7 @@ pub fn router(state: AppState) -> Router {
         .route("/workflows/{id}", get(workflows::detail))
         .route("/workflows/{id}/events", get(workflows::events))
         .route("/workflows/{id}/stop", post(workflows::stop))
-        .route("/workflows/{id}/logs/{job}", get(crate::logs::read))
+        .route("/workflows/{id}/logs/{job}", get(logs::read))
         .route("/nodes", get(nodes::list))
         .route("/nodes/{name}", get(nodes::show))
         .route("/nodes/{name}/holds", post(holds::place))

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
 use gantry_api::v1::ValidateWorkflow;
 use gantry_intake::mcp::{
     self, Call, DeleteEndpoint, Empty, EndpointName, JobLogs, ListWorkflows, NewEndpoint, Spec,
@@ -22,7 +21,6 @@ use serde_json::json;
 
 use super::confirm::Action;
 use super::Shared;
-use crate::auth::UserCaller;
 use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::services::workflows as svc;
@@ -260,7 +258,6 @@ pub(crate) async fn call(
         Err(e) => return fail(e),
     };
     let st = &shared.st;
-    let _user = || UserCaller(c.clone());
     match call {
         Call::ListWorkflows(a) => {
             let list = api!(svc::list(st, c, a.status.as_deref()).await);
@@ -340,7 +337,7 @@ pub(crate) async fn call(
 
 async fn job_logs(shared: &Shared, c: &Caller, a: JobLogs) -> Result<CallToolResponse, ErrorData> {
     let limit = a.page();
-    let q = crate::logs::LogQuery {
+    let q = crate::services::logs::LogQuery {
         task: a.task,
         attempt: a.attempt,
         stream: a.stream,
@@ -348,24 +345,12 @@ async fn job_logs(shared: &Shared, c: &Caller, a: JobLogs) -> Result<CallToolRes
         follow: false,
         limit: Some(limit),
     };
-    let resp = api!(
-        crate::logs::read(
-            State(shared.st.clone()),
-            UserCaller(c.clone()),
-            Path((a.workflow, a.job)),
-            Query(q),
-        )
-        .await
-    );
-    let attempt = resp
-        .headers()
-        .get("x-gantry-attempt")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    let bytes = axum::body::to_bytes(resp.into_body(), (limit as usize) + 1)
-        .await
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    let r = api!(crate::services::logs::read(&shared.st, c, &a.workflow, &a.job, &q).await);
+    let attempt = u64::from(r.attempt);
+    let bytes = match r.body {
+        crate::services::logs::LogBody::Page(bytes) => bytes,
+        crate::services::logs::LogBody::Follow(_) => vec![],
+    };
     let more = bytes.len() as u64 >= limit;
     // A page never ends inside a character: the rest of it starts the next page.
     let whole = match std::str::from_utf8(&bytes) {

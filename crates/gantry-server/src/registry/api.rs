@@ -129,13 +129,17 @@ pub async fn list(
     Extension(reg): Extension<Arc<Registry>>,
     UserCaller(c): UserCaller,
 ) -> Result<Json<Vec<ImageInfo>>, ApiError> {
+    images(&reg, &c).await.map(Json)
+}
+
+/// The cached images the caller may see: theirs, their group's and the organization's.
+pub async fn images(reg: &Registry, c: &Caller) -> Result<Vec<ImageInfo>, ApiError> {
     let rows = reg.state.store.images(None).await?;
-    Ok(Json(
-        rows.iter()
-            .filter(|r| visible(&c, &r.key.scope, &r.key.owner))
-            .map(info)
-            .collect(),
-    ))
+    Ok(rows
+        .iter()
+        .filter(|r| visible(c, &r.key.scope, &r.key.owner))
+        .map(info)
+        .collect())
 }
 
 pub async fn show(

@@ -4,6 +4,7 @@
 
 pub mod endpoints;
 pub mod holds;
+pub mod logs;
 pub mod nodes;
 pub mod secrets;
 pub mod volumes;

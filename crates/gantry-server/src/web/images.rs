@@ -6,11 +6,10 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::Response;
-use axum::{Extension, Json};
+use axum::Extension;
 
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
-use crate::auth::UserCaller;
 use crate::error::ApiError;
 use crate::registry::api::ImageInfo;
 use crate::registry::Registry;
@@ -94,8 +93,7 @@ pub async fn list(
     Extension(reg): Extension<Arc<Registry>>,
     web: Web,
 ) -> Result<Response, WebError> {
-    let user = || UserCaller(web.caller.clone());
-    let Json(images) = crate::registry::api::list(Extension(reg), user()).await?;
+    let images = crate::registry::api::images(&reg, &web.caller).await?;
     let mut by_scope: BTreeMap<String, Vec<&ImageInfo>> = BTreeMap::new();
     for i in &images {
         by_scope

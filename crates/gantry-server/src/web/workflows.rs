@@ -16,10 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use super::session::{Nothing, Web, WebForm};
 use super::{ok_page, segment, short, when, Ctx, Done, WebError, When};
-use crate::auth::UserCaller;
 use crate::caller::Caller;
-use crate::logs::LogQuery;
 use crate::plan::WorkflowPlan;
+use crate::services::logs::{self, LogBody, LogQuery};
 use crate::services::workflows as svc;
 use crate::state::AppState;
 
@@ -711,12 +710,12 @@ struct LogPage {
     ended: bool,
 }
 
-fn header_num(resp: &Response, name: &str) -> u64 {
-    resp.headers()
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+/// A page's bytes (a read without `follow` is always one).
+fn page(body: LogBody) -> Vec<u8> {
+    match body {
+        LogBody::Page(bytes) => bytes,
+        LogBody::Follow(_) => vec![],
+    }
 }
 
 /// What a log page shows: one stream or both. Without a choice, stdout, but stderr for a
@@ -743,25 +742,17 @@ async fn first_page(
     attempt: Option<u32>,
     stream: &str,
 ) -> Result<(String, u32, usize), WebError> {
-    let resp = crate::logs::read(
-        State(st.clone()),
-        UserCaller(caller.clone()),
-        Path((wf.to_string(), job.to_string())),
-        Query(LogQuery {
-            task,
-            attempt,
-            stream: Some(stream.into()),
-            offset: 0,
-            follow: false,
-            limit: Some(LOG_PAGE),
-        }),
-    )
-    .await?;
-    let shown = header_num(&resp, "x-gantry-attempt") as u32;
-    let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
-        .await
-        .map_err(|e| crate::error::ApiError::Internal(e.to_string()))?;
-    let mut carry = body.to_vec();
+    let q = LogQuery {
+        task,
+        attempt,
+        stream: Some(stream.into()),
+        offset: 0,
+        follow: false,
+        limit: Some(LOG_PAGE),
+    };
+    let r = logs::read(st, caller, wf, job, &q).await?;
+    let shown = r.attempt;
+    let mut carry = page(r.body);
     let (text, n) = take_utf8(&mut carry);
     Ok((text, shown, n))
 }
@@ -864,29 +855,22 @@ pub async fn log_download(
     let mut offset = 0;
     let mut attempt = p.attempt;
     loop {
-        let resp = crate::logs::read(
-            State(st.clone()),
-            UserCaller(web.caller.clone()),
-            Path((wf.to_string(), job.clone())),
-            Query(LogQuery {
-                task: p.task,
-                attempt,
-                stream: Some(stream.into()),
-                offset,
-                follow: false,
-                limit: None,
-            }),
-        )
-        .await?;
-        let shown = header_num(&resp, "x-gantry-attempt") as u32;
+        let q = LogQuery {
+            task: p.task,
+            attempt,
+            stream: Some(stream.into()),
+            offset,
+            follow: false,
+            limit: None,
+        };
+        let r = logs::read(&st, &web.caller, &wf.to_string(), &job, &q).await?;
+        let shown = r.attempt;
         // Later pages stay on the attempt of the first.
         if shown > 0 {
             attempt = Some(shown);
         }
-        let next = header_num(&resp, "x-gantry-next-offset");
-        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
-            .await
-            .map_err(|e| crate::error::ApiError::Internal(e.to_string()))?;
+        let next = r.next_offset.unwrap_or(offset);
+        let body = page(r.body);
         if body.is_empty() || next <= offset {
             break;
         }
@@ -938,20 +922,18 @@ pub async fn log_live(
     let offset = last_event_id(&headers)
         .map(|o| o.max(0) as u64)
         .unwrap_or(p.offset);
-    let resp = crate::logs::read(
-        State(st),
-        UserCaller(web.caller),
-        Path((id, job)),
-        Query(LogQuery {
-            stream: Some(stream_of(&p).into()),
-            offset,
-            follow: true,
-            limit: None,
-            ..p
-        }),
-    )
-    .await?;
-    let body = resp.into_body().into_data_stream();
+    let q = LogQuery {
+        stream: Some(stream_of(&p).into()),
+        offset,
+        follow: true,
+        limit: None,
+        ..p
+    };
+    let r = logs::read(&st, &web.caller, &id, &job, &q).await?;
+    let body: logs::Chunks = match r.body {
+        LogBody::Follow(s) => s,
+        LogBody::Page(bytes) => Box::pin(futures_util::stream::iter([Ok(bytes)])),
+    };
     let stream = futures_util::stream::unfold(
         (body, Vec::new(), offset, false),
         |(mut body, mut carry, mut pos, done)| async move {
