@@ -6,7 +6,14 @@ use std::path::Path;
 
 fn main() -> std::io::Result<()> {
     let only: Option<String> = std::env::args().nth(1);
-    let crates_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The workspace this runs in: the nearest `crates/` at or above the current directory
+    // (the binary may have been built from another checkout), else the one it was built in.
+    let here = std::env::current_dir()?;
+    let crates_dir = here
+        .ancestors()
+        .map(|d| d.join("crates"))
+        .find(|d| d.join("gantry-layout").is_dir())
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
     for (name, root) in gantry_layout::workspace_crates(&crates_dir)? {
         if only.as_deref().is_some_and(|o| !name.starts_with(o)) {
             continue;

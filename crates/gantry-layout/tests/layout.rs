@@ -55,3 +55,76 @@ fn no_crate_has_an_import_circle() {
          gone or changed (update KNOWN in this file): {gone:?}\nall circles:{report}"
     );
 }
+
+/// `gantry-server`'s layers (ARCHITECTURE.md, "Layers of the server"), lowest first. A module
+/// may use modules of its own layer or below, never above; every module is in one.
+const SERVER_LAYERS: &[(&str, &[&str])] = &[
+    (
+        "leaves",
+        &[
+            "error", "clock", "caller", "hub", "cache", "views", "metrics", "routes", "private",
+            "examples",
+        ],
+    ),
+    ("state", &["state"]),
+    (
+        "areas",
+        &[
+            "endpoints",
+            "holds",
+            "secrets",
+            "volumes",
+            "builds",
+            "placement",
+            "netpolicy",
+            "logs",
+        ],
+    ),
+    ("use cases", &["services"]),
+    ("request reading", &["auth", "extract"]),
+    ("drivers", &["controller", "agents", "gateway"]),
+    (
+        "adapters",
+        &["router", "api", "web", "mcp", "monitoring", "registry"],
+    ),
+];
+
+#[test]
+fn the_server_imports_only_downwards() {
+    let root = crates_dir().join("gantry-server/src/lib.rs");
+    let k = gantry_layout::load("gantry-server", &root).unwrap();
+    let rank = |m: &str| SERVER_LAYERS.iter().position(|(_, ms)| ms.contains(&m));
+    let top: Vec<&String> = k
+        .modules
+        .keys()
+        .filter(|p| p.len() == 1)
+        .map(|p| &p[0])
+        .collect();
+    let unplaced: Vec<&&String> = top.iter().filter(|m| rank(m).is_none()).collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules in no layer (add them to SERVER_LAYERS and ARCHITECTURE.md): {unplaced:?}"
+    );
+    let upward: Vec<String> = k
+        .edges()
+        .into_iter()
+        .filter(|e| e.scope.is_empty())
+        .filter(|e| rank(&e.from) < rank(&e.to))
+        .map(|e| {
+            let layer = |m: &str| SERVER_LAYERS[rank(m).unwrap()].0;
+            format!(
+                "{} ({}) -> {} ({}) at {}",
+                e.from,
+                layer(&e.from),
+                e.to,
+                layer(&e.to),
+                e.at
+            )
+        })
+        .collect();
+    assert!(
+        upward.is_empty(),
+        "imports that go up a layer:\n  {}",
+        upward.join("\n  ")
+    );
+}
