@@ -81,12 +81,9 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("use cases", &["services"]),
-    ("request reading", &["auth", "extract"]),
-    ("drivers", &["controller", "agents", "gateway"]),
-    (
-        "adapters",
-        &["router", "api", "web", "mcp", "monitoring", "registry"],
-    ),
+    ("request reading", &["auth"]),
+    ("drivers", &["control", "agents"]),
+    ("adapters", &["http", "web", "mcp", "registry"]),
 ];
 
 #[test]

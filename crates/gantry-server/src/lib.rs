@@ -3,29 +3,25 @@
 //! core; this crate only gathers snapshots, applies plans through the store and talks to agents.
 
 mod agents;
-pub mod api;
 pub mod auth;
 mod builds;
 mod cache;
 mod caller;
 mod clock;
-mod controller;
+mod control;
 pub mod endpoints;
 pub mod error;
 pub mod examples;
-mod extract;
-mod gateway;
 mod holds;
+mod http;
 mod hub;
 mod logs;
 pub mod mcp;
 mod metrics;
-mod monitoring;
 mod netpolicy;
 pub mod placement;
 mod private;
 mod registry;
-mod router;
 mod routes;
 mod secrets;
 mod services;
@@ -49,7 +45,7 @@ pub use state::AppState;
 /// server runs its own loop from [`Server::start`].
 #[doc(hidden)]
 pub async fn controller_tick(st: &AppState) -> anyhow::Result<()> {
-    controller::tick(st).await
+    control::tick(st).await
 }
 
 #[derive(Debug, Clone)]
@@ -127,8 +123,8 @@ impl Server {
             .await
             .context("the subnet base")?;
         let state = AppState::new(store, config, key, base);
-        controller::spawn(state.clone());
-        let app = router::router(state.clone());
+        control::spawn(state.clone());
+        let app = http::router(state.clone());
         let task = tokio::spawn(async move {
             let app = app.into_make_service_with_connect_info::<SocketAddr>();
             // Without TCP_NODELAY a keep-alive client's delayed ACK holds each small response

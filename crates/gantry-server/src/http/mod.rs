@@ -1,14 +1,18 @@
-//! Every route of the server in one table: the JSON API under `/api/v1`, the agents' socket,
-//! the web UI, the object cache's registry, MCP, and the endpoint proxy in front of them all.
+//! HTTP: every route of the server in one table (the JSON API under `/api/v1` in `api/`, the
+//! agents' socket, the web UI, the object cache's registry, MCP, monitoring's webhook and
+//! discovery in `monitoring.rs`), and the endpoint proxy in front of them all (`proxy.rs`).
+
+pub(crate) mod api;
+mod extract;
+mod monitoring;
+mod proxy;
 
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::api::{
-    admin, endpoints, holds, json_errors, logs, nodes, secrets, volumes, whoami, workflows,
-};
 use crate::error::ApiError;
 use crate::state::AppState;
+use api::{admin, endpoints, holds, json_errors, logs, nodes, secrets, volumes, whoami, workflows};
 
 pub fn router(state: AppState) -> Router {
     let images = crate::registry::Registry::new(&state);
@@ -24,8 +28,11 @@ pub fn router(state: AppState) -> Router {
         .route("/nodes/{name}", get(nodes::show))
         .route("/nodes/{name}/holds", post(holds::place))
         .route("/nodes/{name}/release", post(holds::release))
-        .route("/monitoring/alertmanager", post(crate::monitoring::webhook))
-        .route("/monitoring/targets", get(crate::monitoring::targets))
+        .route(
+            "/monitoring/alertmanager",
+            post(crate::http::monitoring::webhook),
+        )
+        .route("/monitoring/targets", get(crate::http::monitoring::targets))
         .route("/endpoints", get(endpoints::list).post(endpoints::create))
         .route(
             "/endpoints/{name}",
@@ -82,7 +89,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::map_response(json_errors));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
-        .route("/metrics", get(crate::monitoring::metrics))
+        .route("/metrics", get(crate::http::monitoring::metrics))
         .nest("/api/v1", api)
         // The web UI at `/` (its Images page lists the object cache).
         .merge(crate::web::routes(&state, images.clone()))
@@ -93,6 +100,6 @@ pub fn router(state: AppState) -> Router {
         .with_state(state.clone())
         .layer(axum::middleware::from_fn_with_state(
             state,
-            crate::gateway::endpoints_first,
+            crate::http::proxy::endpoints_first,
         ))
 }

@@ -7,7 +7,7 @@ use gantry_api::v1::{HoldInfo, PlaceHold, ReleaseHolds};
 
 use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::http::extract::JsonBody;
 use crate::services::holds as svc;
 use crate::state::AppState;
 

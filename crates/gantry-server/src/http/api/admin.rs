@@ -13,7 +13,7 @@ use crate::auth::UserCaller;
 use crate::caller::{hash_token, new_token};
 use crate::clock::ts;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::http::extract::JsonBody;
 use crate::state::{now_ms, AppState};
 
 pub async fn create_user(

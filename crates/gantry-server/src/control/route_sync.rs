@@ -1,15 +1,12 @@
-//! The proxy as the server uses it: which routes exist (every persistent endpoint, and every
-//! running workflow's own endpoints), where each points now, who may call it, and the
-//! fallback handler that sends `/e/NAME/...`, `/w/WORKFLOW/NAME/...` and endpoint host names
-//! through the proxy.
+//! The proxy's routes brought in line with the store each tick: which routes exist (every
+//! persistent endpoint, and every running workflow's own endpoints) and where each points now.
+//! Who may call a route is `crate::routes`'; the middleware that sends endpoint traffic to the
+//! proxy is `http::proxy`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
 use gantry_proxy::Backend;
 use uuid::Uuid;
 
@@ -142,25 +139,4 @@ pub async fn sync_from(
         }
     }
     Ok(())
-}
-
-/// In front of every route: endpoint traffic (`Host: NAME.<domain>`, which wins over any
-/// path, `/e/NAME/...`, `/w/WORKFLOW/NAME/...`) goes through the proxy, untouched by the API's
-/// error wrapping; everything else goes on to the API.
-pub async fn endpoints_first(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let domain = st.config.endpoint_domain.clone();
-    let req = match st.gateway.proxy.dispatch(req, Some(&domain)).await {
-        Ok(resp) => return resp,
-        Err(req) => req,
-    };
-    // Per-workflow path endpoints keep their full path: `/w/WORKFLOW/NAME/...`.
-    let path = req.uri().path().to_string();
-    if let Some(rest) = path.strip_prefix("/w/") {
-        let mut parts = rest.splitn(3, '/');
-        if let (Some(wf), Some(name)) = (parts.next(), parts.next()) {
-            let key = format!("w/{wf}/{name}");
-            return st.gateway.proxy.handle(&key, req, None).await;
-        }
-    }
-    next.run(req).await
 }

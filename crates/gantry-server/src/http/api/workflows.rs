@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::extract::{channel_of, JsonBody, WORKFLOW_BODY_LIMIT};
+use crate::http::extract::{channel_of, JsonBody, WORKFLOW_BODY_LIMIT};
 use crate::services::workflows as svc;
 use crate::state::AppState;
 

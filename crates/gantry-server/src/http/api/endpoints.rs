@@ -11,7 +11,7 @@ use gantry_api::v1::{
 
 use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::extract::{channel_of, JsonBody};
+use crate::http::extract::{channel_of, JsonBody};
 use crate::services::endpoints as svc;
 use crate::state::AppState;
 

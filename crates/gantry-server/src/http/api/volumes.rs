@@ -8,7 +8,7 @@ use gantry_api::v1::{AddStorage, CreateVolume, StorageInfo, VolumeInfo};
 
 use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::extract::JsonBody;
+use crate::http::extract::JsonBody;
 use crate::services::volumes as svc;
 use crate::state::AppState;
 

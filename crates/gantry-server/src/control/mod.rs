@@ -1,4 +1,4 @@
-//! The one plan applier. Each tick gathers a snapshot from the store, asks `gantry-core` what
+//! The controller: the one plan applier. Each tick gathers a snapshot from the store, asks `gantry-core` what
 //! to do (the workflow state machine, then the scheduler), commits the result as one
 //! transaction, and only then tells agents. A crash between commit and send loses nothing: a
 //! reconnecting agent receives its full desired set.
@@ -6,6 +6,8 @@
 //! A tick's cost follows the work in play, not the workflows' size: the store hands over only
 //! the tasks that have not ended (the rest as counts per job), and what never changes once
 //! written (plans, assignments) is parsed once and kept in [`Cache`].
+
+mod route_sync;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
@@ -488,7 +490,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         ended: &finished,
     };
     let endpoints = crate::endpoints::drive(st, st.gateway.as_ref(), in_play).await?;
-    crate::gateway::sync_from(st, &endpoints, in_play).await?;
+    route_sync::sync_from(st, &endpoints, in_play).await?;
     Ok(())
 }
 
