@@ -24,7 +24,6 @@ use super::Shared;
 use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::services::workflows as svc;
-use crate::state::now_ms;
 
 pub(crate) struct ToolDef {
     pub name: &'static str,
@@ -415,33 +414,6 @@ fn takeover_action(
     )
 }
 
-/// The takeovers a prepared submit would make that need the person first: endpoints another
-/// workflow serves now, unless the endpoint asks for `approve` at switch time anyway.
-async fn takeovers_to_confirm(
-    shared: &Shared,
-    prepared: &svc::Prepared,
-) -> Result<Vec<(String, uuid::Uuid, String)>, ApiError> {
-    let mut out = vec![];
-    for t in &prepared.takeovers {
-        let Some(from) = t.from_workflow else {
-            continue;
-        };
-        let e = shared.st.store.endpoint(&t.endpoint).await?;
-        if e.confirm {
-            continue;
-        }
-        let owner = shared
-            .st
-            .store
-            .workflow(from)
-            .await
-            .map(|w| w.owner)
-            .unwrap_or_else(|_| "someone".into());
-        out.push((t.endpoint.clone(), from, owner));
-    }
-    Ok(out)
-}
-
 async fn start_workflow(
     shared: &Shared,
     c: &Caller,
@@ -454,7 +426,7 @@ async fn start_workflow(
     let req = a.request();
     // Everything that would refuse the workflow is checked before anyone is asked.
     let mut prepared = api!(prepare(st, c, req, "mcp").await);
-    let asks = api!(takeovers_to_confirm(shared, &prepared).await);
+    let asks = api!(svc::takeovers_to_confirm(&shared.st, &prepared).await);
     let mut via = None;
     if !asks.is_empty() && !a.await_approval {
         let req = &prepared.req;
@@ -465,7 +437,7 @@ async fn start_workflow(
             // The person may have taken a while: check again, and only go ahead if
             // the endpoints are still served by what they were asked about.
             prepared = api!(prepare(st, c, prepared.req, "mcp").await);
-            let now = api!(takeovers_to_confirm(shared, &prepared).await);
+            let now = api!(svc::takeovers_to_confirm(&shared.st, &prepared).await);
             if now != asks {
                 return fail(
                     "Nothing was started: the endpoints changed hands while the person \
@@ -511,7 +483,8 @@ async fn stop_workflow(
 ) -> Result<CallToolResponse, ErrorData> {
     let st = &shared.st;
     let w = api!(svc::visible_workflow(st, c, &a.id).await);
-    let serving: Vec<String> = api!(st.store.endpoints().await.map_err(ApiError::from))
+    // The endpoints the caller can see, by the API's own rule (as the web UI's stop asks).
+    let serving: Vec<String> = api!(crate::services::endpoints::list(st, c).await)
         .into_iter()
         .filter(|e| e.workflow_id == Some(w.id))
         .map(|e| e.name)
@@ -601,7 +574,7 @@ async fn record(shared: &Shared, workflow: Option<uuid::Uuid>, message: String) 
         kind: "mcp.confirmed".into(),
         message,
     });
-    if let Err(e) = shared.st.store.apply_endpoints(&[change], now_ms()).await {
+    if let Err(e) = crate::services::endpoints::record(&shared.st, &change).await {
         tracing::error!("recording an MCP confirmation: {e}");
     }
 }

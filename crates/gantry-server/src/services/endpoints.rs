@@ -250,3 +250,12 @@ pub async fn reject(
     st.wake_controller();
     Ok(takeover_info(st.store.takeover(t.id).await?))
 }
+
+/// Records a change of an endpoint's history that is no decision of its own (an event: who
+/// confirmed what, through which client).
+pub async fn record(st: &AppState, change: &EndpointChange) -> Result<(), ApiError> {
+    Ok(st
+        .store
+        .apply_endpoints(std::slice::from_ref(change), now_ms())
+        .await?)
+}

@@ -2,6 +2,7 @@
 //! free of HTTP. The API's handlers, the web UI and MCP call these, never each other, so a
 //! rule holds for every client at once.
 
+pub mod builds;
 pub mod endpoints;
 pub mod holds;
 pub mod logs;

@@ -123,3 +123,22 @@ pub async fn detail(
         more_events,
     })
 }
+
+/// The monitoring tools an administrator linked (`monitoring.*_url` settings that hold a link),
+/// as (name, URL); a value that is not an http(s) URL (set
+/// before the check existed, or straight in the store) is left out rather than linked.
+pub async fn monitoring_links(st: &AppState) -> Result<Vec<(&'static str, String)>, ApiError> {
+    let names = ["Prometheus", "Alertmanager", "Grafana"];
+    let mut out = vec![];
+    for (key, name) in gantry_intake::requests::MONITORING_URL_KEYS
+        .iter()
+        .zip(names)
+    {
+        if let Some(v) = st.store.setting(key).await? {
+            if gantry_intake::requests::link_url(&v) {
+                out.push((name, v));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -520,3 +520,30 @@ pub async fn stop(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowSummary
     let w = st.store.workflow(w.id).await?;
     summary(st, w).await
 }
+
+/// The takeovers a prepared submit would make that need the person first (MCP asks them
+/// before [`commit`]): endpoints another
+/// workflow serves now, unless the endpoint asks for `approve` at switch time anyway.
+pub async fn takeovers_to_confirm(
+    st: &AppState,
+    prepared: &Prepared,
+) -> Result<Vec<(String, Uuid, String)>, ApiError> {
+    let mut out = vec![];
+    for t in &prepared.takeovers {
+        let Some(from) = t.from_workflow else {
+            continue;
+        };
+        let e = st.store.endpoint(&t.endpoint).await?;
+        if e.confirm {
+            continue;
+        }
+        let owner = st
+            .store
+            .workflow(from)
+            .await
+            .map(|w| w.owner)
+            .unwrap_or_else(|_| "someone".into());
+        out.push((t.endpoint.clone(), from, owner));
+    }
+    Ok(out)
+}

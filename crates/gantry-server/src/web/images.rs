@@ -10,7 +10,6 @@ use axum::Extension;
 
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
-use crate::error::ApiError;
 use crate::registry::api::ImageInfo;
 use crate::registry::Registry;
 use crate::state::AppState;
@@ -113,38 +112,20 @@ pub async fn list(
         })
         .collect();
 
-    let mut workflows = crate::services::workflows::list(&st, &web.caller, None).await?;
-    workflows.sort_by_key(|w| std::cmp::Reverse(w.created_at));
-    let mut builds = vec![];
-    for w in workflows.iter().take(RECENT) {
-        // The workflow's builds from its plan, then each build's one task: not every task and
-        // attempt of the workflow (an array may have thousands).
-        let plan = st
-            .cache
-            .plan_of(st.store.as_ref(), w.id)
-            .await
-            .map_err(|e| ApiError::Internal(format!("workflow {}: {e:#}", w.id)))?;
-        for b in &plan.builds {
-            let Some(t) = st
-                .store
-                .job_task(w.id, &b.task_name())
-                .await
-                .map_err(ApiError::from)?
-            else {
-                continue;
-            };
-            builds.push(BuildRow {
-                image: b.name.clone(),
-                workflow: format!("{} ({})", w.name, short(&w.id)),
-                workflow_url: format!("/workflows/{}", w.id),
-                status: t.status.to_string(),
-                node: t.node.clone().unwrap_or_default(),
-                reason: t.reason.clone().unwrap_or_default(),
-                log: format!("/workflows/{}/logs/{}", w.id, segment(&t.job)),
-                when: when(crate::clock::ts(t.ended_at.unwrap_or(t.created_at))),
-            });
-        }
-    }
+    let builds = crate::services::builds::recent(&st, &web.caller, RECENT)
+        .await?
+        .into_iter()
+        .map(|b| BuildRow {
+            image: b.image,
+            workflow: format!("{} ({})", b.workflow_name, short(&b.workflow_id)),
+            workflow_url: format!("/workflows/{}", b.workflow_id),
+            status: b.status.to_string(),
+            node: b.node.unwrap_or_default(),
+            reason: b.reason.unwrap_or_default(),
+            log: format!("/workflows/{}/logs/{}", b.workflow_id, segment(&b.job)),
+            when: when(crate::clock::ts(b.at)),
+        })
+        .collect();
     Ok(ok_page(&ImagesPage {
         ctx: web.ctx("images"),
         scopes,

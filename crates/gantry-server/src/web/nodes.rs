@@ -124,30 +124,12 @@ struct ListPage {
     monitoring: Vec<(&'static str, String)>,
 }
 
-/// The `monitoring.*_url` settings that hold a link; a value that is not an http(s) URL (set
-/// before the check existed, or straight in the store) is left out rather than linked.
-async fn monitoring_links(st: &AppState) -> Result<Vec<(&'static str, String)>, WebError> {
-    let names = ["Prometheus", "Alertmanager", "Grafana"];
-    let mut out = vec![];
-    for (key, name) in gantry_intake::requests::MONITORING_URL_KEYS
-        .iter()
-        .zip(names)
-    {
-        if let Some(v) = st.store.setting(key).await.map_err(ApiError::from)? {
-            if gantry_intake::requests::link_url(&v) {
-                out.push((name, v));
-            }
-        }
-    }
-    Ok(out)
-}
-
 pub async fn list(
     State(st): State<AppState>,
     web: Web,
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
-    let monitoring = monitoring_links(&st).await?;
+    let monitoring = svc::monitoring_links(&st).await?;
     let nodes = svc::list(&st).await?;
     let mut pools: BTreeMap<String, Vec<NodeRow>> = BTreeMap::new();
     for n in &nodes {
