@@ -62,7 +62,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
     (
         "leaves",
         &[
-            "error", "clock", "caller", "hub", "cache", "views", "metrics", "routes", "private",
+            "error", "clock", "caller", "link", "cache", "views", "metrics", "routes", "private",
             "examples",
         ],
     ),

@@ -73,7 +73,13 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
     let store: Arc<dyn Store> = Arc::new(store);
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), dir.to_path_buf());
     config.heartbeat_timeout = Duration::from_secs(3600);
-    let st = AppState::new(store.clone(), config, [7; 32], 42);
+    let st = AppState::new(
+        store.clone(),
+        config,
+        [7; 32],
+        42,
+        std::sync::Arc::new(gantry_server::Unlinked),
+    );
     let t0 = now_ms();
     let capacity = Capacity {
         cpus: 64,

@@ -401,7 +401,7 @@ mod tests {
             store.register_node(&reg, 1).await.unwrap();
         }
         let config = crate::ServerConfig::new("127.0.0.1:0".parse().unwrap(), dir.path().into());
-        let st = AppState::new(store.clone(), config, [7; 32], 1);
+        let st = AppState::new(store.clone(), config, [7; 32], 1, Arc::new(crate::Unlinked));
         // n0's hold waits for room.
         let deferred = hold("n0", HoldStatus::Deferred);
         store

@@ -14,7 +14,7 @@ pub mod error;
 pub mod examples;
 mod holds;
 mod http;
-mod hub;
+mod link;
 mod logs;
 pub mod mcp;
 mod metrics;
@@ -39,6 +39,7 @@ use anyhow::Context;
 use gantry_store::{SqliteStore, Store};
 
 pub use gantry_core::plan;
+pub use link::{AgentLink, Unlinked};
 pub use state::AppState;
 
 /// One controller tick, as the server's loop runs it. For `benches/controller.rs` only: a
@@ -122,9 +123,12 @@ impl Server {
         let base = agents::subnet_base(store.as_ref())
             .await
             .context("the subnet base")?;
-        let state = AppState::new(store, config, key, base);
+        // The agents' connections: the sessions register in the hub, everything else reaches
+        // the agents through it as the state's link.
+        let hub = Arc::new(agents::Hub::default());
+        let state = AppState::new(store, config, key, base, hub.clone());
         control::spawn(state.clone());
-        let app = http::router(state.clone());
+        let app = http::router(state.clone(), hub);
         let task = tokio::spawn(async move {
             let app = app.into_make_service_with_connect_info::<SocketAddr>();
             // Without TCP_NODELAY a keep-alive client's delayed ACK holds each small response

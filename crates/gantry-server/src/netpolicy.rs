@@ -51,7 +51,7 @@ pub fn sync(st: &AppState, active: &[ActiveWorkflow], plans: &[Arc<WorkflowPlan>
                 .insert(aw.workflow.id, elsewhere);
         }
     }
-    st.hub.sync_peers(&want);
+    st.link.sync_peers(&want);
 }
 
 /// Fills in the egress decision as an assignment is sent, so a changed setting applies to

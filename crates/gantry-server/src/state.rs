@@ -6,14 +6,16 @@ use gantry_store::Store;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{hub::Hub, ServerConfig};
+use crate::link::AgentLink;
+use crate::ServerConfig;
 
 /// Shared by every request handler and background loop.
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub config: Arc<ServerConfig>,
-    pub(crate) hub: Hub,
+    /// The agents, as the controller and the areas reach them.
+    pub(crate) link: Arc<dyn AgentLink>,
     /// Wakes the controller: something changed that may unblock work.
     pub(crate) wake: Arc<Notify>,
     /// Seals secrets at rest; lives in the data dir, never in the database.
@@ -65,11 +67,12 @@ impl AppState {
         config: ServerConfig,
         secret_key: [u8; 32],
         subnet_base: u8,
+        link: Arc<dyn AgentLink>,
     ) -> Self {
         Self {
             store: store.clone(),
             config: Arc::new(config),
-            hub: Hub::default(),
+            link,
             wake: Arc::new(Notify::new()),
             secret_key: Arc::new(secret_key),
             hold_lock: Arc::default(),

@@ -342,7 +342,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             .map(|n| {
                 let cap: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
                 let (u, running, excl) = used.remove(n.name.as_str()).unwrap_or_default();
-                let connected = st.hub.is_connected(&n.name);
+                let connected = st.link.is_connected(&n.name);
                 let ready = n.state == NodeState::Ready;
                 NodeView {
                     used: u,
@@ -465,14 +465,14 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         st.wake_controller();
     }
     for (node, msg) in sends {
-        st.hub.send(&node, msg);
+        st.link.send(&node, msg);
     }
     for (node, mut asg, owner, group) in assigns {
         crate::builds::fill_cached(st, &mut asg).await;
         crate::netpolicy::fill(st, &mut asg).await;
         match crate::secrets::resolve(st, &mut asg, &owner, &group).await {
             Ok(()) => {
-                st.hub.send(&node, ServerMessage::Assign(Box::new(asg)));
+                st.link.send(&node, ServerMessage::Assign(Box::new(asg)));
             }
             Err(e) => {
                 crate::agents::end_attempt(st, asg.attempt_id, None, EndCause::StartError, Some(e))
@@ -551,7 +551,7 @@ async fn lose_silent_nodes(
         st.store
             .set_node_state(&n.name, NodeState::Down, &why, now)
             .await?;
-        st.hub.drop_node(&n.name);
+        st.link.drop_node(&n.name);
         for a in st.store.live_attempts_on(&n.name).await? {
             crate::agents::end_attempt(
                 st,
@@ -612,16 +612,19 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
 async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::Result<()> {
     let chores = st.store.pending_chores().await?;
     for c in chores {
-        if c.sent_to.as_deref().is_some_and(|n| st.hub.is_connected(n)) {
+        if c.sent_to
+            .as_deref()
+            .is_some_and(|n| st.link.is_connected(n))
+        {
             continue;
         }
         let Some(node) = nodes
             .iter()
-            .find(|n| n.pool == c.pool && st.hub.is_connected(&n.name))
+            .find(|n| n.pool == c.pool && st.link.is_connected(&n.name))
         else {
             continue;
         };
-        if st.hub.send(
+        if st.link.send(
             &node.name,
             ServerMessage::Chore(gantry_api::agent::Chore {
                 id: c.id,

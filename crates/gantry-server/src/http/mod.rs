@@ -14,7 +14,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use api::{admin, endpoints, holds, json_errors, logs, nodes, secrets, volumes, whoami, workflows};
 
-pub fn router(state: AppState) -> Router {
+pub fn router(state: AppState, hub: std::sync::Arc<crate::agents::Hub>) -> Router {
     let images = crate::registry::Registry::new(&state);
     let api = Router::new()
         .route("/whoami", get(whoami))
@@ -84,7 +84,10 @@ pub fn router(state: AppState) -> Router {
             "/admin/settings/{key}",
             get(admin::get_setting).put(admin::set_setting),
         )
-        .route("/agent/connect", get(crate::agents::connect))
+        .route(
+            "/agent/connect",
+            get(crate::agents::connect).layer(axum::Extension(hub)),
+        )
         .merge(crate::registry::api_routes(images.clone()))
         .layer(axum::middleware::map_response(json_errors));
     Router::new()

@@ -9,16 +9,14 @@ use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use gantry_api::v1::{TargetGroup, WebhookOutcome};
-use gantry_core::holds::HoldState;
-use gantry_intake::alertmanager;
+use gantry_api::v1::TargetGroup;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::auth::MonitoringCaller;
 use crate::error::ApiError;
-use crate::holds::{apply_alerts, Applied};
+use crate::services::monitoring::{self as svc, Refusal};
 use crate::state::{now_ms, AppState};
 
 use crate::metrics::Labels;
@@ -38,78 +36,22 @@ pub async fn webhook(
     MonitoringCaller(_): MonitoringCaller,
     body: Bytes,
 ) -> Response {
-    let payload = match alertmanager::decode(&body) {
-        Ok(p) => p,
-        Err(message) => {
+    let post = match svc::read(&st, &body).await {
+        Ok(post) => post,
+        Err(Refusal::Never(message)) => {
             count(&st, StatusCode::BAD_REQUEST);
             st.metrics.webhook_errors.inc();
             return ApiError::BadRequest(message).into_response();
         }
+        Err(Refusal::Transient(e)) => return transient(&st, e),
     };
-    let known: std::collections::BTreeSet<String> = match st.store.nodes().await {
-        Ok(nodes) => nodes.into_iter().map(|n| n.name).collect(),
-        Err(e) => return transient(&st, e.into()),
-    };
-    let reading = alertmanager::read(&payload, |node| known.contains(node));
-    if !reading.refused.is_empty() && reading.refused.len() == payload.alerts.len() {
-        // Nothing of this post can ever be accepted: a 4xx, which Alertmanager does not retry.
-        count(&st, StatusCode::BAD_REQUEST);
-        st.metrics.webhook_errors.inc();
-        return ApiError::BadRequest(format!(
-            "no alert of this post can be accepted: {}",
-            reading.refused.join("; ")
-        ))
-        .into_response();
-    }
-    if reading.watchdog_firing {
+    if post.watchdog_firing() {
         st.metrics.watchdog_at.store(now_ms(), Ordering::Relaxed);
     }
-    let mut out = WebhookOutcome {
-        alerts: payload.alerts.len(),
-        unchanged: reading.watchdogs,
-        ignored: reading.ignored,
-        refused: reading.refused,
-        ..Default::default()
-    };
-    let unknown: Vec<gantry_store::UnknownNodeAlert> = reading
-        .unknown
-        .into_iter()
-        .map(|u| gantry_store::UnknownNodeAlert {
-            fingerprint: u.fingerprint,
-            episode: u.episode,
-            status: u.status,
-            event: gantry_store::NewEvent {
-                workflow_id: None,
-                node: Some(u.node),
-                task: None,
-                kind: "alert.unknown_node".into(),
-                message: u.message,
-            },
-        })
-        .collect();
-    // Repeats of an episode (Alertmanager re-sends every group interval, HA peers each send
-    // it) record nothing more.
-    if let Err(e) = st
-        .store
-        .record_unknown_node_alerts(&unknown, now_ms())
-        .await
-    {
-        return transient(&st, e.into());
-    }
-    match apply_alerts(&st, &reading.entries).await {
-        Ok(applied) => {
-            for a in applied {
-                match a {
-                    Applied::Placed(HoldState::Deferred) => out.deferred += 1,
-                    Applied::Placed(_) => out.placed += 1,
-                    Applied::Released => out.released += 1,
-                    Applied::AwaitingAdmin => out.awaiting_admin += 1,
-                    Applied::Unchanged => out.unchanged += 1,
-                }
-            }
-        }
+    let out = match svc::act(&st, post).await {
+        Ok(out) => out,
         Err(e) => return transient(&st, e),
-    }
+    };
     for (outcome, n) in [
         ("placed", out.placed),
         ("deferred", out.deferred),

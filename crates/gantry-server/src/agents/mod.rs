@@ -2,33 +2,40 @@
 //! reports and log chunks come in; assignments, stops and chores go out. Messages of one
 //! connection are handled in order, so an attempt's log chunks are stored before its end.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 use gantry_api::agent::{
     AgentMessage, Assignment, AttemptPhase, AttemptReport, ServerMessage, TransferEnded,
     TransferOutcome,
 };
-use gantry_api::{EndCause, TaskStatus};
-use gantry_store::{AttemptEnd, NodeRegistration, TaskNext};
+use gantry_api::EndCause;
+use gantry_store::NodeRegistration;
 use tokio::sync::mpsc;
 use uuid::Uuid;
+
+mod hub;
+mod reports;
+
+pub use hub::Hub;
+pub use reports::end_attempt;
 
 use crate::auth::AgentCaller;
 use crate::state::{now_ms, AppState};
 
 pub async fn connect(
     State(st): State<AppState>,
+    Extension(hub): Extension<Arc<Hub>>,
     AgentCaller(_): AgentCaller,
     ws: WebSocketUpgrade,
 ) -> Response {
     ws.max_message_size(16 << 20)
         .on_upgrade(move |socket| async move {
-            if let Err(e) = session(st, socket).await {
+            if let Err(e) = session(st, &hub, socket).await {
                 tracing::warn!("agent session ended: {e:#}");
             }
         })
@@ -45,7 +52,7 @@ async fn recv(socket: &mut WebSocket) -> anyhow::Result<Option<AgentMessage>> {
     Ok(None)
 }
 
-async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
+async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Result<()> {
     let Some(AgentMessage::Hello {
         name,
         pool,
@@ -115,7 +122,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     for stop in stops {
         tx.send(stop)?;
     }
-    st.hub.insert(&name, conn_id, tx);
+    hub.insert(&name, conn_id, tx);
     // A node joining may make room under its pool's hold cap.
     if let Err(e) = crate::holds::promote_all(&st).await {
         tracing::warn!("promoting deferred holds: {e}");
@@ -150,7 +157,7 @@ async fn session(st: AppState, mut socket: WebSocket) -> anyhow::Result<()> {
     }
     .await;
     writer.abort();
-    if st.hub.remove(&name, conn_id) {
+    if hub.remove(&name, conn_id) {
         st.store.node_disconnected(&name, now_ms()).await?;
         tracing::info!(node = %name, "agent disconnected");
     }
@@ -165,7 +172,7 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
         AgentMessage::Status(report) => status(st, node, report).await?,
         AgentMessage::Log(chunk) => {
             let (stdout, stderr) = crate::logs::append(st, &chunk).await?;
-            st.hub.send(
+            st.link.send(
                 node,
                 ServerMessage::LogAck {
                     attempt_id: chunk.attempt_id,
@@ -196,7 +203,7 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
     Ok(())
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -280,7 +287,7 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
         Ok(a) => a,
         Err(gantry_store::StoreError::NotFound) => {
             // Not ours (a database restored from backup?): the agent may drop it.
-            st.hub.send(node, ServerMessage::Forget { attempt_id: id });
+            st.link.send(node, ServerMessage::Forget { attempt_id: id });
             return Ok(());
         }
         Err(e) => return Err(e.into()),
@@ -322,9 +329,9 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
         ),
     };
     if attempt.ended_at.is_none() {
-        end_read_attempt(st, attempt, exit_code, cause, reason).await?;
+        reports::end_read_attempt(st, attempt, exit_code, cause, reason).await?;
     }
-    st.hub.send(node, ServerMessage::Forget { attempt_id: id });
+    st.link.send(node, ServerMessage::Forget { attempt_id: id });
     Ok(())
 }
 
@@ -337,149 +344,6 @@ fn is_service(assignment: &str) -> bool {
         service: Option<serde::de::IgnoredAny>,
     }
     serde_json::from_str::<Kind>(assignment).map_or(true, |k| k.service.is_some())
-}
-
-/// Ends an attempt and moves its task on, as core decides from the attempt's cause.
-pub async fn end_attempt(
-    st: &AppState,
-    attempt_id: Uuid,
-    exit_code: Option<i32>,
-    cause: EndCause,
-    reason: Option<String>,
-) -> anyhow::Result<()> {
-    let attempt = st.store.attempt(attempt_id).await?;
-    end_read_attempt(st, attempt, exit_code, cause, reason).await
-}
-
-/// [`end_attempt`] for an attempt the caller has read already (every end report has).
-async fn end_read_attempt(
-    st: &AppState,
-    attempt: gantry_store::AttemptRow,
-    exit_code: Option<i32>,
-    cause: EndCause,
-    reason: Option<String>,
-) -> anyhow::Result<()> {
-    let attempt_id = attempt.id;
-    lock(&st.transfer_progress).remove(&attempt_id);
-    lock(&st.probe_failures).remove(&attempt_id);
-    let task = st.store.task(attempt.task_id).await?;
-    let plan = st
-        .cache
-        .plan_of(st.store.as_ref(), attempt.workflow_id)
-        .await?;
-    let jp = plan.job(&task.job).ok_or_else(|| {
-        anyhow::anyhow!("workflow {} has no job {}", attempt.workflow_id, task.job)
-    })?;
-    let mut job = crate::plan::job_view_of(jp);
-    // A member's end depends on its gang's other members: core reads them from the job.
-    if jp.multinode.is_some() {
-        job.tasks = gang_members(st, &task).await?;
-    }
-    // A stop the server asked for names its own cause (timeout, stopped, evicted); the agent
-    // only knows the process ended.
-    let cause = match (cause, attempt.stop_sent) {
-        (EndCause::Exit, Some(asked)) => asked,
-        (c, _) => c,
-    };
-    // A failed build says why in its last line of output.
-    let reason = match (reason, cause) {
-        (None, EndCause::Exit) if task.job.starts_with("build:") && exit_code != Some(0) => {
-            crate::logs::last_line(st, attempt_id, "stderr")
-        }
-        (r, _) => r,
-    };
-    // Say which hold took the node's work away.
-    let reason = match (reason, cause) {
-        (None, EndCause::Evicted) => crate::holds::active_by_node(st).await.ok().and_then(|m| {
-            m.get(&attempt.node)
-                .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
-                .map(crate::holds::describe)
-        }),
-        (r, _) => r,
-    };
-    // One time for the end and the backoff it starts, so the next attempt waits the whole
-    // backoff after the end the store records.
-    let now = now_ms();
-    let outcome = gantry_core::engine::member_outcome(
-        &job,
-        task.index,
-        task.attempts,
-        exit_code,
-        cause,
-        &attempt.node,
-        now,
-    );
-    // A start error's own message is what a person needs to see on the task.
-    let detail = |r: String| match (&reason, cause) {
-        (Some(why), EndCause::StartError | EndCause::Evicted | EndCause::Exit) => {
-            format!("{r}: {why}")
-        }
-        _ => r,
-    };
-    let next = match outcome {
-        gantry_core::engine::Outcome::Retry { reason, not_before } => TaskNext::Retry {
-            reason: detail(reason),
-            not_before,
-        },
-        gantry_core::engine::Outcome::Final { status, reason } => TaskNext::Final {
-            status,
-            reason: reason.map(detail),
-        },
-    };
-    // The attempt's own status, whatever becomes of its task.
-    let status = match cause {
-        EndCause::Exit if exit_code == Some(0) => TaskStatus::Finished,
-        EndCause::Stopped => TaskStatus::Stopped,
-        _ => TaskStatus::Failed,
-    };
-    let outcome = st
-        .store
-        .end_attempt(
-            &AttemptEnd {
-                attempt_id,
-                status,
-                cause,
-                exit_code,
-                reason,
-                task: next,
-            },
-            now,
-        )
-        .await?;
-    if !outcome.is_ended() {
-        // A repeated or stale report: the store changed nothing, and the agent is not told.
-        tracing::debug!("end of attempt {attempt_id} not applied: {outcome:?}");
-        return Ok(());
-    }
-    st.wake_controller();
-    Ok(())
-}
-
-/// Every member of `task`'s multinode job, with its live attempt.
-async fn gang_members(
-    st: &AppState,
-    task: &gantry_store::TaskRow,
-) -> anyhow::Result<Vec<gantry_core::engine::TaskView>> {
-    let attempts: HashMap<Uuid, gantry_store::AttemptRow> = st
-        .store
-        .attempts(task.workflow_id)
-        .await?
-        .into_iter()
-        .filter(|a| a.ended_at.is_none())
-        .map(|a| (a.id, a))
-        .collect();
-    let mut members: Vec<gantry_store::TaskRow> = st
-        .store
-        .tasks(task.workflow_id)
-        .await?
-        .into_iter()
-        .filter(|t| t.job == task.job)
-        .collect();
-    members.sort_by_key(|t| t.index);
-    Ok(members
-        .iter()
-        .map(|t| crate::views::task_view_of(t, t.live_attempt.and_then(|a| attempts.get(&a))))
-        .collect())
 }
 
 /// A node's container subnet from the cluster's base and the node's sequence number:

@@ -1,6 +1,5 @@
-//! The live agent connections, by node name: what the controller sends through and the agent
-//! sessions register in. Nothing queues here: an agent that reconnects is sent its whole
-//! desired set, so a message to a node that is not connected is dropped.
+//! The live agent connections, by node name: the agent sessions register in it, and the
+//! controller sends through it as its `AgentLink`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use gantry_api::agent::ServerMessage;
 use tokio::sync::mpsc;
 use uuid::Uuid;
+
+use crate::link::AgentLink;
 
 /// Live agent connections by node name.
 #[derive(Clone, Default)]
@@ -23,20 +24,6 @@ struct Conn {
 }
 
 impl Hub {
-    /// Sends to a node's agent; false when it is not connected (the message is not queued:
-    /// everything an agent must know is re-sent as its desired set when it reconnects).
-    pub fn send(&self, node: &str, msg: ServerMessage) -> bool {
-        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(node).is_some_and(|c| c.tx.send(msg).is_ok())
-    }
-
-    pub fn is_connected(&self, node: &str) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(node)
-    }
-
     pub(crate) fn insert(&self, node: &str, id: Uuid, tx: mpsc::UnboundedSender<ServerMessage>) {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).insert(
             node.to_string(),
@@ -48,9 +35,36 @@ impl Hub {
         );
     }
 
+    /// Removes the connection only if it is still this one (a newer one may have replaced it).
+    pub(crate) fn remove(&self, node: &str, id: Uuid) -> bool {
+        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(node).is_some_and(|c| c.id == id) {
+            map.remove(node);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl AgentLink for Hub {
+    /// Sends to a node's agent; false when it is not connected (the message is not queued:
+    /// everything an agent must know is re-sent as its desired set when it reconnects).
+    fn send(&self, node: &str, msg: ServerMessage) -> bool {
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(node).is_some_and(|c| c.tx.send(msg).is_ok())
+    }
+
+    fn is_connected(&self, node: &str) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(node)
+    }
+
     /// Sends each connected node the `Peers` of `want` that its connection was not sent yet,
     /// and an empty one for each workflow it no longer runs containers of.
-    pub fn sync_peers(&self, want: &HashMap<String, HashMap<Uuid, Vec<String>>>) {
+    fn sync_peers(&self, want: &HashMap<String, HashMap<Uuid, Vec<String>>>) {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let none = HashMap::new();
         for (node, conn) in map.iter_mut() {
@@ -75,18 +89,7 @@ impl Hub {
         }
     }
 
-    /// Removes the connection only if it is still this one (a newer one may have replaced it).
-    pub(crate) fn remove(&self, node: &str, id: Uuid) -> bool {
-        let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(node).is_some_and(|c| c.id == id) {
-            map.remove(node);
-            true
-        } else {
-            false
-        }
-    }
-
-    pub fn drop_node(&self, node: &str) {
+    fn drop_node(&self, node: &str) {
         self.inner
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -97,6 +100,7 @@ impl Hub {
 #[cfg(test)]
 mod tests {
     use super::Hub;
+    use crate::link::AgentLink;
     use gantry_api::agent::ServerMessage;
     use std::collections::HashMap;
     use uuid::Uuid;
