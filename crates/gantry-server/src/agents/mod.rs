@@ -2,6 +2,7 @@
 //! reports and log chunks come in; assignments, stops and chores go out. Messages of one
 //! connection are handled in order, so an attempt's log chunks are stored before its end.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -92,23 +93,16 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
     // Stops the controller sent while no connection of the node's was there to take them (a
     // workflow stopped while its agent restarted) go again right after the desired set.
     let mut stops: Vec<ServerMessage> = Vec::new();
+    let mut told: HashSet<Uuid> = HashSet::new();
+    let mut stopped: HashSet<Uuid> = HashSet::new();
     for a in st.store.live_attempts_on(&name).await? {
-        if let Some(cause) = a.stop_sent {
-            stops.push(ServerMessage::Stop {
-                attempt_id: a.id,
-                grace_ms: st.config.stop_grace.as_millis() as u64,
-                cause,
-            });
+        told.insert(a.id);
+        if let Some(stop) = stop_of(&st, &a) {
+            stopped.insert(a.id);
+            stops.push(stop);
         }
-        let Ok(mut asg) = serde_json::from_str::<Assignment>(&a.assignment) else {
-            continue;
-        };
-        let wf = st.store.workflow(a.workflow_id).await?;
-        crate::builds::fill_cached(&st, &mut asg).await;
-        crate::netpolicy::fill(&st, &mut asg).await;
-        match crate::secrets::resolve(&st, &mut asg, &wf.owner, &wf.group).await {
-            Ok(()) => desired.push(asg),
-            Err(e) => end_attempt(&st, a.id, None, EndCause::StartError, Some(e)).await?,
+        if let Some(asg) = assignment_of(&st, &a).await? {
+            desired.push(asg);
         }
     }
     tx.send(ServerMessage::Welcome {
@@ -123,6 +117,22 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
         tx.send(stop)?;
     }
     hub.insert(&name, conn_id, tx);
+    // What the controller placed or stopped on this node between the read above and the
+    // insert went to no connection (and the store already says it was sent): tell it now.
+    // Anything the controller sends from here on reaches this connection too; the agent
+    // ignores an assignment it knows, and a second stop of an attempt changes nothing.
+    for a in st.store.live_attempts_on(&name).await? {
+        if !told.contains(&a.id) {
+            if let Some(asg) = assignment_of(&st, &a).await? {
+                st.link.send(&name, ServerMessage::Assign(Box::new(asg)));
+            }
+        }
+        if !stopped.contains(&a.id) {
+            if let Some(stop) = stop_of(&st, &a) {
+                st.link.send(&name, stop);
+            }
+        }
+    }
     // A node joining may make room under its pool's hold cap.
     if let Err(e) = crate::holds::promote_all(&st).await {
         tracing::warn!("promoting deferred holds: {e}");
@@ -162,6 +172,37 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
         tracing::info!(node = %name, "agent disconnected");
     }
     result
+}
+
+/// The stop the controller sent for a live attempt, if it did.
+fn stop_of(st: &AppState, a: &gantry_store::AttemptRow) -> Option<ServerMessage> {
+    a.stop_sent.map(|cause| ServerMessage::Stop {
+        attempt_id: a.id,
+        grace_ms: st.config.stop_grace.as_millis() as u64,
+        cause,
+    })
+}
+
+/// A live attempt's assignment as its agent is given it: with the cached build layers, the
+/// network's peers and its secrets filled in. `None` when it cannot be: one whose assignment
+/// does not parse is left out, one whose secrets cannot be resolved ends (`START_ERROR`).
+async fn assignment_of(
+    st: &AppState,
+    a: &gantry_store::AttemptRow,
+) -> anyhow::Result<Option<Assignment>> {
+    let Ok(mut asg) = serde_json::from_str::<Assignment>(&a.assignment) else {
+        return Ok(None);
+    };
+    let wf = st.store.workflow(a.workflow_id).await?;
+    crate::builds::fill_cached(st, &mut asg).await;
+    crate::netpolicy::fill(st, &mut asg).await;
+    match crate::secrets::resolve(st, &mut asg, &wf.owner, &wf.group).await {
+        Ok(()) => Ok(Some(asg)),
+        Err(e) => {
+            end_attempt(st, a.id, None, EndCause::StartError, Some(e)).await?;
+            Ok(None)
+        }
+    }
 }
 
 async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
