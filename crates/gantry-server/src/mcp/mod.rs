@@ -3,8 +3,8 @@
 //!
 //! Served with the official Rust SDK (`rmcp`) as Streamable HTTP at `/mcp`; `gantry mcp`
 //! relays stdio clients to it. Every request is authenticated by [`guard`] (the same bearer
-//! tokens and role rules as `/api/v1`), and every tool calls the API's own handlers with that
-//! caller, so visibility (404 for what one may not see), scopes and checks are the API's.
+//! tokens and role rules as `/api/v1`), and every tool calls the use cases the API's handlers
+//! call (`crate::services`) with that caller, so visibility (404 for what one may not see), scopes and checks are the API's.
 //! Both protocol forms are served: sessions with server-sent requests for clients on revisions
 //! before 2026-07-28, and stateless requests from 2026-07-28 on (the SDK routes each request by
 //! the version it names). What needs a person's confirmation is decided in [`confirm`].

@@ -3,8 +3,8 @@
 //! the copy buttons, live events and logs (Server-Sent Events), refreshing regions and the
 //! typed confirmation of deletes.
 //!
-//! Every page and form calls the API's own handlers and functions with the signed-in user as
-//! the caller, so the UI shows and does exactly what the API allows that user: what they may
+//! Every page and form calls the use cases the API's handlers call (`crate::services`) with the
+//! signed-in user as the caller, so the UI shows and does exactly what the API allows that user: what they may
 //! not see is 404 here too.
 
 mod endpoints;

@@ -1,6 +1,6 @@
 //! "New workflow": a workflow file pasted or uploaded, validated with its errors shown at
-//! their lines, and started as the signed-in user. Both buttons go through the API's own
-//! handlers (`POST /workflows/validate` and `POST /workflows`), so the page accepts and
+//! their lines, and started as the signed-in user. Both buttons go through the use cases of
+//! `POST /workflows/validate` and `POST /workflows` (`services::workflows`), so the page accepts and
 //! refuses exactly what `gantry workflow validate|start` do.
 
 use axum::extract::State;
