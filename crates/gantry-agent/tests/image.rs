@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use gantry_agent::image::{ImageError, ImageStore, PreparedImage, PullConfig};
+use gantry_agent::image::{ImageError, ImageStore, OciError, PreparedImage, PullConfig};
 use gantry_api::agent::{ImageSource, RegistryCredential};
 
 /// Built from JSON so the test does not depend on every field of the wire type.
@@ -84,7 +84,10 @@ async fn https_is_the_default() {
         )))
         .await
         .unwrap_err();
-    assert!(matches!(err, ImageError::Registry { .. }), "{err}");
+    assert!(
+        matches!(err, ImageError::Oci(OciError::Registry { .. })),
+        "{err}"
+    );
     // TLS to a plain-HTTP registry: the one case for the insecure-registries hint.
     assert!(err.to_string().contains("insecure registries"), "{err}");
 }
@@ -112,7 +115,10 @@ async fn basic_auth_credentials() {
     let uri = format!("docker://{}/private/busybox:1", env.auth_registry);
 
     let err = s.prepare(&src(&uri)).await.unwrap_err();
-    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    assert!(
+        matches!(err, ImageError::Oci(OciError::Unauthorized { .. })),
+        "{err}"
+    );
 
     let wrong = src_with(
         &uri,
@@ -122,7 +128,10 @@ async fn basic_auth_credentials() {
         }),
     );
     let err = s.prepare(&wrong).await.unwrap_err();
-    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    assert!(
+        matches!(err, ImageError::Oci(OciError::Unauthorized { .. })),
+        "{err}"
+    );
 
     let right = src_with(
         &uri,
@@ -137,9 +146,15 @@ async fn basic_auth_credentials() {
     // The resolution just made is reused only by callers with that same credential: the image
     // is in the node's cache now, and it must still not reach anyone the registry refuses.
     let err = s.prepare(&src(&uri)).await.unwrap_err();
-    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    assert!(
+        matches!(err, ImageError::Oci(OciError::Unauthorized { .. })),
+        "{err}"
+    );
     let err = s.prepare(&wrong).await.unwrap_err();
-    assert!(matches!(err, ImageError::Unauthorized { .. }), "{err}");
+    assert!(
+        matches!(err, ImageError::Oci(OciError::Unauthorized { .. })),
+        "{err}"
+    );
     let again = s.prepare(&right).await.unwrap();
     assert_eq!(again, img);
 }
@@ -153,7 +168,10 @@ async fn missing_image_is_not_found() {
         .prepare(&src(&format!("docker://{}/library/nope:1", env.registry)))
         .await
         .unwrap_err();
-    assert!(matches!(err, ImageError::NotFound { .. }), "{err}");
+    assert!(
+        matches!(err, ImageError::Oci(OciError::NotFound { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("check the tag"), "{err}");
     assert!(!err.to_string().contains("insecure"), "{err}");
 }
@@ -479,7 +497,7 @@ fn oci_roots_must_be_absolute() {
         let dir = common::scratch("bad-root");
         let r = ImageStore::new(dir.path().join("cache"), layouts_in(vec![bad.into()]));
         assert!(
-            matches!(r, Err(ImageError::InvalidConfig(_))),
+            matches!(r, Err(ImageError::Oci(OciError::InvalidConfig(_)))),
             "{bad} was taken as a root"
         );
     }

@@ -19,7 +19,9 @@ pub mod unpack;
 pub use layout::LayoutDir;
 // References, pull configuration, the registry client and its errors' hints are shared with
 // the server (which must not link this crate): they live in gantry-oci.
-pub use gantry_oci::{check_oci_roots, hint, oci_path_allowed, parse_source, PullConfig, Source};
+pub use gantry_oci::{
+    check_oci_roots, hint, oci_path_allowed, parse_source, OciError, PullConfig, Source,
+};
 
 use std::collections::HashMap;
 use std::fs;
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use gantry_api::agent::{ImageSource, RegistryCredential};
-use gantry_oci::{layout_whole, OciError};
+use gantry_oci::layout_whole;
 use oci_client::errors::OciDistributionError;
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::{Client, Reference};
@@ -66,26 +68,10 @@ pub struct PreparedImage {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
-    #[error("invalid image `{uri}`: {reason}")]
-    InvalidSource { uri: String, reason: String },
-    #[error("invalid pull configuration: {0}")]
-    InvalidConfig(String),
-    #[error(
-        "registry {registry} refused access to {reference}: {detail} (check the image's secret)"
-    )]
-    Unauthorized {
-        registry: String,
-        reference: String,
-        detail: String,
-    },
-    #[error("image {reference} not found: {detail} (check the tag and the repository's name)")]
-    NotFound { reference: String, detail: String },
-    #[error("pulling {reference} from {registry}: {detail}")]
-    Registry {
-        registry: String,
-        reference: String,
-        detail: String,
-    },
+    /// A reference, the pull configuration or the registry refused (gantry-oci's error, its
+    /// message unchanged).
+    #[error(transparent)]
+    Oci(#[from] OciError),
     #[error("blob {digest}: content does not match its digest (got {actual})")]
     DigestMismatch { digest: String, actual: String },
     #[error("unsupported digest `{0}` (only sha256 is supported)")]
@@ -113,36 +99,6 @@ pub enum ImageError {
         #[source]
         source: io::Error,
     },
-}
-
-/// gantry-oci's errors keep their variants and messages here, so a pull's error reads (and
-/// matches) the same whether it came from a reference, the configuration or the registry.
-impl From<OciError> for ImageError {
-    fn from(e: OciError) -> Self {
-        match e {
-            OciError::InvalidSource { uri, reason } => ImageError::InvalidSource { uri, reason },
-            OciError::InvalidConfig(s) => ImageError::InvalidConfig(s),
-            OciError::Unauthorized {
-                registry,
-                reference,
-                detail,
-            } => ImageError::Unauthorized {
-                registry,
-                reference,
-                detail,
-            },
-            OciError::NotFound { reference, detail } => ImageError::NotFound { reference, detail },
-            OciError::Registry {
-                registry,
-                reference,
-                detail,
-            } => ImageError::Registry {
-                registry,
-                reference,
-                detail,
-            },
-        }
-    }
 }
 
 type Result<T, E = ImageError> = std::result::Result<T, E>;
@@ -205,7 +161,9 @@ impl ImageStore {
         let root = root.into();
         for (host, base) in &config.mirrors {
             gantry_oci::mirror_host(base).map_err(|reason| {
-                ImageError::InvalidConfig(format!("mirror for {host}: {reason}"))
+                ImageError::Oci(OciError::InvalidConfig(format!(
+                    "mirror for {host}: {reason}"
+                )))
             })?;
         }
         check_oci_roots(&config.oci_roots)?;
@@ -300,8 +258,8 @@ impl ImageStore {
         format: Format,
     ) -> Result<PreparedImage> {
         let display = original.whole();
-        let (target, plain_http) =
-            gantry_oci::apply_mirror(&original, &self.config).map_err(ImageError::InvalidConfig)?;
+        let (target, plain_http) = gantry_oci::apply_mirror(&original, &self.config)
+            .map_err(|e| ImageError::Oci(OciError::InvalidConfig(e)))?;
         let registry = target.resolve_registry().to_owned();
         let mut plain: Vec<String> = self.config.insecure_hosts.clone();
         plain.extend(plain_http);
@@ -557,10 +515,12 @@ impl ImageStore {
             .map_err(io_err(format!("creating {}", tmp.display())))?;
         let mut hasher = Sha256::new();
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| ImageError::Registry {
-                registry: ctx.registry.clone(),
-                reference: ctx.display.clone(),
-                detail: format!("downloading {}: {e}", desc.digest),
+            let chunk = chunk.map_err(|e| {
+                ImageError::Oci(OciError::Registry {
+                    registry: ctx.registry.clone(),
+                    reference: ctx.display.clone(),
+                    detail: format!("downloading {}: {e}", desc.digest),
+                })
             })?;
             hasher.update(&chunk);
             file.write_all(&chunk)
@@ -904,7 +864,7 @@ mod tests {
         }
         assert!(matches!(
             ImageError::from(parse_source("http://x").unwrap_err()),
-            ImageError::InvalidSource { .. }
+            ImageError::Oci(OciError::InvalidSource { .. })
         ));
     }
 }
