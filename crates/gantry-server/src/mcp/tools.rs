@@ -346,10 +346,7 @@ async fn job_logs(shared: &Shared, c: &Caller, a: JobLogs) -> Result<CallToolRes
     };
     let r = api!(crate::services::logs::read(&shared.st, c, &a.workflow, &a.job, &q).await);
     let attempt = u64::from(r.attempt);
-    let bytes = match r.body {
-        crate::services::logs::LogBody::Page(bytes) => bytes,
-        crate::services::logs::LogBody::Follow(_) => vec![],
-    };
+    let bytes = r.body.into_page();
     let more = bytes.len() as u64 >= limit;
     // A page never ends inside a character: the rest of it starts the next page.
     let whole = match std::str::from_utf8(&bytes) {

@@ -29,6 +29,24 @@ pub enum LogBody {
     Follow(Chunks),
 }
 
+impl LogBody {
+    /// A page's bytes. A read without `follow` is always a page; a followed one gives none.
+    pub fn into_page(self) -> Vec<u8> {
+        match self {
+            LogBody::Page(bytes) => bytes,
+            LogBody::Follow(_) => vec![],
+        }
+    }
+
+    /// The body as chunks, a page as its one chunk.
+    pub fn into_chunks(self) -> Chunks {
+        match self {
+            LogBody::Follow(chunks) => chunks,
+            LogBody::Page(bytes) => Box::pin(futures_util::stream::iter([Ok(bytes)])),
+        }
+    }
+}
+
 /// A followed log's chunks.
 pub type Chunks = Pin<Box<dyn Stream<Item = std::io::Result<Vec<u8>>> + Send>>;
 

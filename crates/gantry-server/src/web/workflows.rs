@@ -18,7 +18,7 @@ use super::session::{Nothing, Web, WebForm};
 use super::{ok_page, segment, short, when, Ctx, Done, WebError, When};
 use crate::caller::Caller;
 use crate::plan::WorkflowPlan;
-use crate::services::logs::{self, LogBody, LogQuery};
+use crate::services::logs::{self, LogQuery};
 use crate::services::workflows as svc;
 use crate::state::AppState;
 
@@ -710,14 +710,6 @@ struct LogPage {
     ended: bool,
 }
 
-/// A page's bytes (a read without `follow` is always one).
-fn page(body: LogBody) -> Vec<u8> {
-    match body {
-        LogBody::Page(bytes) => bytes,
-        LogBody::Follow(_) => vec![],
-    }
-}
-
 /// What a log page shows: one stream or both. Without a choice, stdout, but stderr for a
 /// task that failed: its error is there. The store keeps each stream as a file of bytes with
 /// no time per line, so "both" shows them one above the other, not interleaved.
@@ -752,7 +744,7 @@ async fn first_page(
     };
     let r = logs::read(st, caller, wf, job, &q).await?;
     let shown = r.attempt;
-    let mut carry = page(r.body);
+    let mut carry = r.body.into_page();
     let (text, n) = take_utf8(&mut carry);
     Ok((text, shown, n))
 }
@@ -870,7 +862,7 @@ pub async fn log_download(
             attempt = Some(shown);
         }
         let next = r.next_offset.unwrap_or(offset);
-        let body = page(r.body);
+        let body = r.body.into_page();
         if body.is_empty() || next <= offset {
             break;
         }
@@ -930,10 +922,7 @@ pub async fn log_live(
         ..p
     };
     let r = logs::read(&st, &web.caller, &id, &job, &q).await?;
-    let body: logs::Chunks = match r.body {
-        LogBody::Follow(s) => s,
-        LogBody::Page(bytes) => Box::pin(futures_util::stream::iter([Ok(bytes)])),
-    };
+    let body = r.body.into_chunks();
     let stream = futures_util::stream::unfold(
         (body, Vec::new(), offset, false),
         |(mut body, mut carry, mut pos, done)| async move {
