@@ -26,6 +26,30 @@ pub(crate) struct Usage {
     pub(crate) exclusive: bool,
 }
 
+impl Usage {
+    /// What an assignment's resources take of its node.
+    pub(crate) fn of(r: &Resources) -> Usage {
+        let mut res = Res::default();
+        add_used(&mut res, r);
+        Usage {
+            res,
+            exclusive: r.devices.contains_key(EXCLUSIVE),
+        }
+    }
+
+    /// The same as the store's fit check takes it: the exclusive marker a flag, not a device.
+    pub(crate) fn need(&self) -> gantry_store::AttemptNeed {
+        let mut devices = self.res.devices.clone();
+        devices.remove(EXCLUSIVE);
+        gantry_store::AttemptNeed {
+            millicpus: self.res.millicpus,
+            memory_bytes: self.res.memory_bytes,
+            devices,
+            exclusive: self.exclusive,
+        }
+    }
+}
+
 impl Cache {
     /// The compiled plan of the workflow with this id. Its row (with its file) is read only
     /// when the plan is not parsed yet.
@@ -57,14 +81,7 @@ impl Cache {
         }
         let u = serde_json::from_str::<Assignment>(&a.assignment)
             .ok()
-            .map(|asg| {
-                let mut res = Res::default();
-                add_used(&mut res, &asg.resources);
-                Usage {
-                    res,
-                    exclusive: asg.resources.devices.contains_key(EXCLUSIVE),
-                }
-            });
+            .map(|asg| Usage::of(&asg.resources));
         self.usage.lock().unwrap().insert(a.id, u.clone());
         u
     }
@@ -81,7 +98,7 @@ impl Cache {
     }
 }
 
-pub(crate) fn add_used(used: &mut Res, r: &Resources) {
+fn add_used(used: &mut Res, r: &Resources) {
     used.millicpus += (r.cpus * 1000.0).round() as u64;
     used.memory_bytes += r.memory_bytes.unwrap_or(0);
     for (d, n) in &r.devices {

@@ -78,20 +78,6 @@ fn add_res(used: &mut Res, r: &Res) {
     }
 }
 
-/// What an attempt holds on its node for the store's fit check: what [`crate::cache::Cache`]
-/// counts, with the exclusive marker as a flag rather than a device.
-fn need_of(r: &gantry_api::agent::Resources) -> gantry_store::AttemptNeed {
-    let mut used = Res::default();
-    crate::cache::add_used(&mut used, r);
-    let exclusive = used.devices.remove(crate::plan::EXCLUSIVE).is_some();
-    gantry_store::AttemptNeed {
-        millicpus: used.millicpus,
-        memory_bytes: used.memory_bytes,
-        devices: used.devices,
-        exclusive,
-    }
-}
-
 struct Placing<'a> {
     aw: &'a ActiveWorkflow,
     plan: &'a WorkflowPlan,
@@ -434,7 +420,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
                     workflow_id: p.aw.workflow.id,
                     node: node.0.clone(),
                     assignment: serde_json::to_string(&asg)?,
-                    need: need_of(&asg.resources),
+                    need: crate::cache::Usage::of(&asg.resources).need(),
                 });
                 let wf = &p.aw.workflow;
                 assigns.push((node.0.clone(), asg, wf.owner.clone(), wf.group.clone()));
