@@ -317,9 +317,9 @@ pub struct AttemptNeed {
     pub exclusive: bool,
 }
 
-/// What [`Store::end_attempt`](crate::Store::end_attempt) did. Only [`EndOutcome::Ended`] changed anything; the others
-/// are refusals of a stale report, which callers drop (an agent may resend an end after a
-/// reconnect, or report an attempt the server replaced).
+/// What [`Store::end_attempt`](crate::Store::end_attempt) did. Only [`EndOutcome::Ended`]
+/// moved a task; the others are stale reports, which callers drop (an agent may resend an end
+/// after a reconnect, or report an attempt the server replaced).
 #[must_use]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndOutcome {
@@ -327,7 +327,7 @@ pub enum EndOutcome {
     Ended,
     /// The attempt had ended already: nothing changed.
     AlreadyEnded,
-    /// The attempt is not its task's current one: nothing changed.
+    /// The attempt is not its task's current one: it ended, its task was left alone.
     NotCurrent,
 }
 

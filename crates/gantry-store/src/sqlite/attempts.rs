@@ -467,9 +467,9 @@ impl SqliteStore {
         if state.get::<bool, _>("ended") {
             return Ok(EndOutcome::AlreadyEnded);
         }
-        if !state.get::<bool, _>("current") {
-            return Ok(EndOutcome::NotCurrent);
-        }
+        // An attempt that is not its task's current one still ends (else it would count as
+        // live on its node for ever); only its task is left alone (`live_attempt = ?` below).
+        let current = state.get::<bool, _>("current");
         let Some(r) = sqlx::query(returning_attempt_ident!(
             "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
              WHERE id = ? AND ended_at IS NULL"
@@ -549,7 +549,11 @@ impl SqliteStore {
             .await?;
         }
         tx.commit().await?;
-        Ok(EndOutcome::Ended)
+        Ok(if current {
+            EndOutcome::Ended
+        } else {
+            EndOutcome::NotCurrent
+        })
     }
 
     pub(super) async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {
