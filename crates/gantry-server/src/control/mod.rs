@@ -439,10 +439,17 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
 
     match st.store.apply(&changes, now).await {
         // The snapshot this plan was decided on went stale (a task moved on, a node was held
-        // or filled): nothing of it was applied, so nothing is sent; decide again at once.
+        // or filled): nothing of it was applied. The rest of the plan (ends, stops, workflows'
+        // moves) does not depend on the placements, so it is applied and sent without them;
+        // the placements are decided again at the next tick, on the timer rather than at once,
+        // so a store and a scheduler that disagree cannot spin.
         Err(gantry_store::StoreError::Refused(why)) => {
-            tracing::info!("controller: plan refused, deciding again: {why}");
-            st.wake_controller();
+            tracing::info!("controller: placements refused, deciding them again: {why}");
+            changes.retain(|c| !matches!(c, Change::CreateAttempt { .. }));
+            st.store.apply(&changes, now).await?;
+            for (node, msg) in sends {
+                st.link.send(&node, msg);
+            }
             return Ok(());
         }
         r => r?,
