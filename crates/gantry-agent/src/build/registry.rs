@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use gantry_api::agent::{ImageSource, RegistryCredential};
+use gantry_api::agent::ImageSource;
 use oci_client::client::{ClientConfig, ClientProtocol};
 use oci_client::errors::OciDistributionError;
 use oci_client::secrets::RegistryAuth;
@@ -76,16 +76,6 @@ fn oci_media_type(mt: &str) -> String {
     }
 }
 
-fn auth_of(credential: Option<&RegistryCredential>) -> RegistryAuth {
-    match credential {
-        None => RegistryAuth::Anonymous,
-        Some(RegistryCredential::Basic { username, password }) => {
-            RegistryAuth::Basic(username.clone(), password.clone())
-        }
-        Some(RegistryCredential::Bearer { token }) => RegistryAuth::Bearer(token.clone()),
-    }
-}
-
 /// Error text with its causes (reqwest hides refused connections in the chain).
 fn detail(e: &OciDistributionError) -> String {
     let mut s = e.to_string();
@@ -142,15 +132,10 @@ pub async fn base_image(
             let plain_http = plain.contains(&registry);
             let base_detail =
                 |e: &OciDistributionError| crate::image::hint::describe(e, &registry, plain_http);
-            let client = Client::new(ClientConfig {
-                protocol: ClientProtocol::HttpsExcept(plain),
-                connect_timeout: Some(Duration::from_secs(30)),
-                read_timeout: Some(Duration::from_secs(120)),
-                ..Default::default()
-            });
+            let client = gantry_oci::client(plain, gantry_oci::PULL_READ_TIMEOUT);
             let by_digest =
                 Reference::with_digest(registry.clone(), repository, manifest_digest.to_owned());
-            let auth = auth_of(src.credential.as_ref());
+            let auth = gantry_oci::registry_auth(src.credential.as_ref());
             let (raw, _) = client
                 .pull_manifest_raw(&by_digest, &auth, &[OCI_MANIFEST, DOCKER_MANIFEST])
                 .await
