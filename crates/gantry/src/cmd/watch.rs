@@ -35,7 +35,6 @@ pub fn event_line(e: &Event) -> String {
     }
 }
 
-/// Prints above the progress line, or plainly when there is no terminal to draw it on.
 /// How a task is named to people: `job`, or `job[i]` for a task-array member and for member
 /// `i` of a multinode job (whose hostname is `job-i`).
 pub fn task_label(job: &str, index: Option<u32>) -> String {
@@ -45,6 +44,7 @@ pub fn task_label(job: &str, index: Option<u32>) -> String {
     }
 }
 
+/// Prints above the progress line, or plainly when there is no terminal to draw it on.
 fn say(bar: &ProgressBar, line: String) {
     if bar.is_hidden() {
         eprintln!("{line}");
