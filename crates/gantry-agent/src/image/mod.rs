@@ -857,10 +857,21 @@ mod tests {
                 detail: d.into(),
             },
         ];
-        for e in cases {
+        // The messages as users read them before the move, word for word.
+        let before = [
+            "invalid image `http://x`: expected docker://REF",
+            "invalid pull configuration: mirror for docker.io: bad",
+            "registry docker.io refused access to docker.io/library/x:1: 401 Unauthorized \
+             (check the image's secret)",
+            "image docker.io/library/x:1 not found: 401 Unauthorized (check the tag and the \
+             repository's name)",
+            "pulling docker.io/library/x:1 from docker.io: 401 Unauthorized",
+        ];
+        for (e, want) in cases.into_iter().zip(before) {
             let text = e.to_string();
             let converted = ImageError::from(e);
             assert_eq!(converted.to_string(), text);
+            assert_eq!(text, want);
         }
         assert!(matches!(
             ImageError::from(parse_source("http://x").unwrap_err()),
