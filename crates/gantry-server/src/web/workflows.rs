@@ -280,10 +280,7 @@ struct TaskRow {
 }
 
 fn task_label(t: &TaskInfo) -> String {
-    match t.index {
-        Some(i) => format!("{}[{i}]", t.job),
-        None => t.job.clone(),
-    }
+    crate::plan::task_label(&t.job, t.index)
 }
 
 fn log_url(wf: &str, t: &TaskInfo) -> String {
