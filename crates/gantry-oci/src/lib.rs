@@ -11,7 +11,7 @@
 pub mod hint;
 mod reference;
 
-pub use reference::{apply_mirror, mirror_host, parse_source, Source};
+pub use reference::{apply_mirror, mirror_host, parse_source, pull_target, Source};
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};

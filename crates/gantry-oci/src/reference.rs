@@ -108,6 +108,18 @@ pub fn apply_mirror(
     Ok((r, plain.then_some(host)))
 }
 
+/// Where a pull of `original` goes (its mirror's reference when one is configured) and every
+/// host to speak plain HTTP to on the way: the configured insecure hosts and a plain mirror.
+pub fn pull_target(
+    original: &Reference,
+    config: &PullConfig,
+) -> Result<(Reference, Vec<String>), String> {
+    let (target, plain_mirror) = apply_mirror(original, config)?;
+    let mut plain = config.insecure_hosts.clone();
+    plain.extend(plain_mirror);
+    Ok((target, plain))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,5 +208,30 @@ mod tests {
         assert_eq!(r.whole(), "quay.io/x/y:1");
         assert_eq!(plain, None);
         assert!(mirror_host("http://host:1/path").is_err());
+    }
+
+    #[test]
+    fn a_pull_goes_to_its_mirror_and_a_plain_mirror_is_spoken_to_in_http() {
+        let r = reg("docker://busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000");
+        let mut pull = PullConfig {
+            insecure_hosts: vec!["registry.lan:5000".into()],
+            ..Default::default()
+        };
+        let (target, plain) = pull_target(&r, &pull).unwrap();
+        assert_eq!(target.resolve_registry(), "index.docker.io");
+        assert_eq!(target.repository(), "library/busybox");
+        assert_eq!(plain, vec!["registry.lan:5000".to_owned()]);
+        pull.mirrors
+            .insert("docker.io".into(), "http://127.0.0.1:5000/".into());
+        let (target, plain) = pull_target(&r, &pull).unwrap();
+        assert_eq!(target.resolve_registry(), "127.0.0.1:5000");
+        assert_eq!(target.digest(), r.digest());
+        assert_eq!(
+            plain,
+            vec!["registry.lan:5000".to_owned(), "127.0.0.1:5000".to_owned()]
+        );
+        pull.mirrors
+            .insert("docker.io".into(), "https://m.lan/v2/x".into());
+        assert!(pull_target(&r, &pull).is_err());
     }
 }

@@ -3,6 +3,7 @@
 //! layers are fetched from it, and the result is pushed to it.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -16,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::image::{parse_source, ImageStore, PullConfig, Source};
+use crate::image::{parse_source, ImageStore, LayoutDir, PullConfig, Source};
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
@@ -112,9 +113,15 @@ pub async fn base_image(
             ))
         }
         Source::Layout { path, .. } => {
+            // Beneath the agent's `--oci-root`s, without following symlinks out of them, as
+            // the image store opens a layout a job runs from.
+            let dir = LayoutDir::open(&pull.oci_roots, &path).map_err(|e| e.to_string())?;
             let read = |digest: &str| -> Result<Vec<u8>, String> {
-                let p = path.join("blobs/sha256").join(hex_of(digest)?);
-                let b = std::fs::read(&p).map_err(|e| format!("reading {}: {e}", p.display()))?;
+                let mut b = Vec::new();
+                dir.open_blob(digest)
+                    .map_err(|e| e.to_string())?
+                    .read_to_end(&mut b)
+                    .map_err(|e| format!("reading blob {digest} of {}: {e}", path.display()))?;
                 verify(digest, &b)?;
                 Ok(b)
             };
@@ -128,13 +135,17 @@ pub async fn base_image(
             (m, config)
         }
         Source::Registry(reference) => {
-            let (registry, repository, plain) = mirrored(&reference, pull)?;
+            let (target, plain) = gantry_oci::pull_target(&reference, pull)?;
+            let registry = target.resolve_registry().to_owned();
             let plain_http = plain.contains(&registry);
             let base_detail =
                 |e: &OciDistributionError| crate::image::hint::describe(e, &registry, plain_http);
             let client = gantry_oci::client(plain, gantry_oci::PULL_READ_TIMEOUT);
-            let by_digest =
-                Reference::with_digest(registry.clone(), repository, manifest_digest.to_owned());
+            let by_digest = Reference::with_digest(
+                registry.clone(),
+                target.repository().to_owned(),
+                manifest_digest.to_owned(),
+            );
             let auth = gantry_oci::registry_auth(src.credential.as_ref());
             let (raw, _) = client
                 .pull_manifest_raw(&by_digest, &auth, &[OCI_MANIFEST, DOCKER_MANIFEST])
@@ -176,31 +187,6 @@ pub async fn base_image(
         })
         .collect();
     Ok(BaseImage { config, layers })
-}
-
-/// Where the image store pulls `reference` from: its mirror when one is configured (see
-/// [`PullConfig::mirrors`]), and the hosts to speak plain HTTP to.
-fn mirrored(
-    reference: &Reference,
-    pull: &PullConfig,
-) -> Result<(String, String, Vec<String>), String> {
-    let mut plain = pull.insecure_hosts.clone();
-    let repository = reference.repository().to_owned();
-    let Some(base) = pull.mirrors.get(reference.registry()) else {
-        return Ok((reference.resolve_registry().to_owned(), repository, plain));
-    };
-    let (rest, is_plain) = match base.strip_prefix("http://") {
-        Some(r) => (r, true),
-        None => (base.strip_prefix("https://").unwrap_or(base), false),
-    };
-    let host = rest.trim_end_matches('/').to_owned();
-    if host.is_empty() || host.contains('/') {
-        return Err(format!("mirror `{base}` is not a registry base URL"));
-    }
-    if is_plain {
-        plain.push(host.clone());
-    }
-    Ok((host, repository, plain))
 }
 
 /// The build's registry and repository, spoken to in plain HTTP with the agent's token.
@@ -359,22 +345,71 @@ mod tests {
         );
     }
 
-    #[test]
-    fn mirrors_are_followed_like_the_image_store_does() {
-        let r: Reference = "docker.io/library/busybox@sha256:0000000000000000000000000000000000000000000000000000000000000000"
-            .parse()
-            .unwrap();
-        let mut pull = PullConfig::default();
-        let (reg, repo, plain) = mirrored(&r, &pull).unwrap();
-        assert_eq!(
-            (reg.as_str(), repo.as_str()),
-            ("index.docker.io", "library/busybox")
+    /// A layout of one image with no layers, written by hand: its manifest's digest.
+    fn write_layout(dir: &Path) -> String {
+        let blobs = dir.join("blobs/sha256");
+        std::fs::create_dir_all(&blobs).unwrap();
+        let put = |bytes: &[u8]| {
+            let hex = hex::encode(Sha256::digest(bytes));
+            std::fs::write(blobs.join(&hex), bytes).unwrap();
+            (format!("sha256:{hex}"), bytes.len())
+        };
+        let (config, config_len) = put(br#"{"architecture":"amd64","os":"linux","config":{}}"#);
+        let manifest = format!(
+            r#"{{"schemaVersion":2,"mediaType":"{OCI_MANIFEST}","config":{{"mediaType":"{OCI_CONFIG}","digest":"{config}","size":{config_len}}},"layers":[]}}"#
         );
-        assert!(plain.is_empty());
-        pull.mirrors
-            .insert("docker.io".into(), "http://127.0.0.1:5000/".into());
-        let (reg, _, plain) = mirrored(&r, &pull).unwrap();
-        assert_eq!(reg, "127.0.0.1:5000");
-        assert_eq!(plain, vec!["127.0.0.1:5000".to_owned()]);
+        let (digest, len) = put(manifest.as_bytes());
+        std::fs::write(
+            dir.join("index.json"),
+            format!(
+                r#"{{"schemaVersion":2,"manifests":[{{"mediaType":"{OCI_MANIFEST}","digest":"{digest}","size":{len}}}]}}"#
+            ),
+        )
+        .unwrap();
+        digest
+    }
+
+    #[tokio::test]
+    async fn a_layout_base_is_read_only_beneath_the_oci_roots_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("layouts");
+        let outside = tmp.path().join("outside");
+        let digest = write_layout(&root.join("base"));
+        write_layout(&outside);
+        std::os::unix::fs::symlink(&outside, root.join("linked")).unwrap();
+        let pull = PullConfig {
+            oci_roots: vec![root.clone()],
+            ..Default::default()
+        };
+        let images = ImageStore::new(tmp.path().join("store"), pull.clone()).unwrap();
+        let src = |path: &Path| ImageSource {
+            uri: format!("oci://{}", path.display()),
+            credential: None,
+            secret: None,
+        };
+
+        // The legitimate use: a layout beneath the root gives its configuration.
+        let base = base_image(&images, &pull, &src(&root.join("base")), &digest)
+            .await
+            .unwrap();
+        assert_eq!(base.config["os"], "linux");
+        assert!(base.layers.is_empty());
+
+        // The same bytes reached through a link out of the root, or outside every root, are
+        // refused as unavailable, whatever the server checked by name before.
+        for path in [
+            root.join("linked"),
+            outside.clone(),
+            root.join("../outside"),
+        ] {
+            let e = base_image(&images, &pull, &src(&path), &digest)
+                .await
+                .unwrap_err();
+            assert!(
+                e.contains("is not available on this node"),
+                "{}: {e}",
+                path.display()
+            );
+        }
     }
 }

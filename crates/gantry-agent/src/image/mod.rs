@@ -258,11 +258,9 @@ impl ImageStore {
         format: Format,
     ) -> Result<PreparedImage> {
         let display = original.whole();
-        let (target, plain_http) = gantry_oci::apply_mirror(&original, &self.config)
+        let (target, plain) = gantry_oci::pull_target(&original, &self.config)
             .map_err(|e| ImageError::Oci(OciError::InvalidConfig(e)))?;
         let registry = target.resolve_registry().to_owned();
-        let mut plain: Vec<String> = self.config.insecure_hosts.clone();
-        plain.extend(plain_http);
         let key = credential_key(credential);
         // The format is part of the key: `docker://` and `oras://` of one reference are
         // different images.
