@@ -3,7 +3,6 @@
 //! layers are fetched from it, and the result is pushed to it.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::image::{parse_source, ImageStore, LayoutDir, PullConfig, Source};
+use crate::image::{parse_source, read_blob, ImageStore, LayoutDir, PullConfig, Source};
 
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
@@ -116,15 +115,7 @@ pub async fn base_image(
             // Beneath the agent's `--oci-root`s, without following symlinks out of them, as
             // the image store opens a layout a job runs from.
             let dir = LayoutDir::open(&pull.oci_roots, &path).map_err(|e| e.to_string())?;
-            let read = |digest: &str| -> Result<Vec<u8>, String> {
-                let mut b = Vec::new();
-                dir.open_blob(digest)
-                    .map_err(|e| e.to_string())?
-                    .read_to_end(&mut b)
-                    .map_err(|e| format!("reading blob {digest} of {}: {e}", path.display()))?;
-                verify(digest, &b)?;
-                Ok(b)
-            };
+            let read = |digest: &str| read_blob(&dir, digest).map_err(|e| e.to_string());
             let raw = read(manifest_digest)?;
             let m: RawManifest = serde_json::from_slice(&raw)
                 .map_err(|e| format!("manifest {manifest_digest}: {e}"))?;

@@ -137,7 +137,7 @@ fn relative_to(root: &Path, path: &Path) -> Option<Option<Rel>> {
 }
 
 /// Reads a small JSON blob from the layout, checking it against its digest.
-fn read_blob(dir: &LayoutDir, digest: &str) -> Result<Vec<u8>, ImageError> {
+pub fn read_blob(dir: &LayoutDir, digest: &str) -> Result<Vec<u8>, ImageError> {
     let rel = Path::new("blobs/sha256").join(check_digest(digest)?);
     let bytes = dir
         .read(&rel)

@@ -16,7 +16,7 @@ mod layout;
 pub mod sif;
 pub mod unpack;
 
-pub use layout::LayoutDir;
+pub use layout::{read_blob, LayoutDir};
 // References, pull configuration, the registry client and its errors' hints are shared with
 // the server (which must not link this crate): they live in gantry-oci.
 pub use gantry_oci::{
