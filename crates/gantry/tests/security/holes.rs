@@ -165,6 +165,27 @@ fn oci_layouts_run_only_from_allowed_roots_and_refusals_say_nothing_of_what_exis
         "nothing was stored"
     );
 
+    // A build base beneath the root by name but reached through a planted link out of it:
+    // refused (at submit or on the node), never built from what lies outside.
+    let linked = format!("oci://{}/linked:1", root.display());
+    let build = format!("version: v4\nimages:\n  x:\n    from: {linked}\n    run: [\"true\"]\njobs:\n  main:\n    image: {{ build: x }}\n    command: [\"true\"]\n");
+    let f = c.write("linked-build.yaml", &build);
+    let out = c.as_user(&mallory, &["workflow", "start", f.to_str().unwrap()]);
+    if out.status.success() {
+        let id = text(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        let d = c.wait_status(&id, "FAILED");
+        let reason = Cluster::task(&d, "build:x")["reason"].to_string();
+        assert!(reason.contains("is not available on this node"), "{reason}");
+    } else {
+        let err = text(&out.stderr);
+        assert!(err.contains("is not available on this node"), "{err}");
+    }
+
     // Beneath the root by name but not a layout there (missing, or a symlink out of it): the
     // node refuses, and the two refusals read the same, but for the path the user gave.
     let mut reasons = vec![];
