@@ -180,6 +180,32 @@ impl NodeFit {
     }
 }
 
+/// Why the guarded placement moved no row: the task is gone, is past PENDING, or has a live
+/// attempt. Read only after the guard refused, inside the same transaction.
+async fn placement_refusal(
+    tx: &mut Transaction<'_, Sqlite>,
+    task_id: Uuid,
+    node: &str,
+) -> Result<StoreError> {
+    let t = sqlx::query(
+        "SELECT job, idx, status,
+                EXISTS (SELECT 1 FROM attempts a
+                        WHERE a.task_id = tasks.id AND a.ended_at IS NULL) AS live
+         FROM tasks WHERE id = ?",
+    )
+    .bind(task_id.to_string())
+    .fetch_optional(&mut **tx)
+    .await?
+    .ok_or(StoreError::NotFound)?;
+    let label = task_label(t.get("job"), t.get("idx"));
+    let status: TaskStatus = parse(t.get("status"))?;
+    Ok(StoreError::Refused(if status != TaskStatus::Pending {
+        format!("task {label} is {status}, not PENDING: not placed on {node}")
+    } else {
+        format!("task {label} has a live attempt already: not placed on {node}")
+    }))
+}
+
 impl SqliteStore {
     pub(super) async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
         if changes.is_empty() {
@@ -200,28 +226,28 @@ impl SqliteStore {
                     assignment,
                     need,
                 } => {
-                    let t = sqlx::query(
-                        "SELECT job, idx, status,
-                                EXISTS (SELECT 1 FROM attempts a
-                                        WHERE a.task_id = tasks.id AND a.ended_at IS NULL) AS live
-                         FROM tasks WHERE id = ?",
+                    // The guard is the statement that moves the task: it matches only a
+                    // PENDING task with no live attempt, so two appliers (or a stale plan)
+                    // cannot both place it. The row numbers the attempt and names it for the
+                    // event (tasks.live_attempt has no foreign key, so the attempt's row may
+                    // follow). A refusal reads the task once more, only to say why.
+                    let r = sqlx::query(
+                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = attempts + 1,
+                                          live_attempt = ?, node = ?
+                         WHERE id = ? AND status = 'PENDING' AND live_attempt IS NULL
+                           AND NOT EXISTS (SELECT 1 FROM attempts a
+                                           WHERE a.task_id = tasks.id AND a.ended_at IS NULL)
+                         RETURNING workflow_id, job, idx, attempts",
                     )
+                    .bind(attempt_id.to_string())
+                    .bind(node)
                     .bind(task_id.to_string())
                     .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
-                    let label = task_label(t.get("job"), t.get("idx"));
-                    let status: TaskStatus = parse(t.get("status"))?;
-                    if status != TaskStatus::Pending {
-                        return Err(StoreError::Refused(format!(
-                            "task {label} is {status}, not PENDING: not placed on {node}"
-                        )));
-                    }
-                    if t.get::<bool, _>("live") {
-                        return Err(StoreError::Refused(format!(
-                            "task {label} has a live attempt already: not placed on {node}"
-                        )));
-                    }
+                    .await?;
+                    let Some(r) = r else {
+                        return Err(placement_refusal(&mut tx, *task_id, node).await?);
+                    };
+                    let label = task_label(r.get("job"), r.get("idx"));
                     let fit = match fits.entry(node.as_str()) {
                         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                         std::collections::hash_map::Entry::Vacant(e) => {
@@ -234,21 +260,6 @@ impl SqliteStore {
                         )));
                     }
                     fit.add(need);
-                    // The task's row numbers the attempt and names it for the event, in the
-                    // same statement that moves it (tasks.live_attempt has no foreign key, so
-                    // the attempt's row may follow).
-                    let r = sqlx::query(
-                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = attempts + 1,
-                                          live_attempt = ?, node = ?
-                         WHERE id = ?
-                         RETURNING workflow_id, job, idx, attempts",
-                    )
-                    .bind(attempt_id.to_string())
-                    .bind(node)
-                    .bind(task_id.to_string())
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(StoreError::NotFound)?;
                     let wf = uuid(r.get("workflow_id"))?;
                     let number: i64 = r.get("attempts");
                     let devices = serde_json::to_string(&need.devices)
