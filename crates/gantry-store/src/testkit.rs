@@ -563,6 +563,9 @@ pub async fn exclusive_attempts_are_alone_on_their_node(s: Arc<dyn Store>) {
 
 /// Only the first end of a task's current attempt is applied: a repeated end, or the end of
 /// an attempt its task has moved on from, changes nothing and says so.
+/// (`NotCurrent`, a live attempt that is not its task's current one, cannot be made through
+/// the trait: the placement guard forbids it. The SQLite tests plant one as an old database
+/// could hold it.)
 pub async fn stale_attempt_ends_are_refused(s: Arc<dyn Store>) {
     let s = s.as_ref();
     node(s, "n1", 64, 1 << 30, &[]).await;

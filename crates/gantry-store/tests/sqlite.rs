@@ -1287,3 +1287,65 @@ async fn a_chore_keeps_its_kind_until_done() {
     s.chore_done(id, None, 2).await.unwrap();
     assert!(s.pending_chores().await.unwrap().is_empty());
 }
+
+/// The store's guards keep one live attempt per task, so an attempt that is live but not its
+/// task's current one cannot be made through the `Store` trait (the testkit reaches only
+/// `AlreadyEnded`). A database written before the placement guard can hold one, so this plants
+/// it beside the store, as such a database would have it, and ends it: it ends (else it would
+/// count on its node for ever) and says `NotCurrent`, and its task is left to the current one.
+#[tokio::test]
+async fn a_live_attempt_that_is_not_current_ends_without_moving_its_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir).await;
+    let w = workflow("ada", "physics", 1);
+    let task = w.tasks[0].id;
+    s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
+    let current = Uuid::new_v4();
+    s.apply(&[place(w.id, current, task)], 2).await.unwrap();
+    let orphan = Uuid::new_v4();
+    {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.path().join("gantry.db"));
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        sqlx::query(
+            "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
+             VALUES (?, ?, ?, 0, 'n2', 'STARTED', '{}', 1)",
+        )
+        .bind(orphan.to_string())
+        .bind(task.to_string())
+        .bind(w.id.to_string())
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    }
+    let before = s.task(task).await.unwrap();
+    let end = AttemptEnd {
+        attempt_id: orphan,
+        status: TaskStatus::Failed,
+        cause: EndCause::Exit,
+        exit_code: Some(3),
+        reason: None,
+        task: TaskNext::Final {
+            status: TaskStatus::Failed,
+            reason: None,
+        },
+    };
+    assert_eq!(
+        s.end_attempt(&end, 3).await.unwrap(),
+        EndOutcome::NotCurrent
+    );
+    assert!(
+        s.attempt(orphan).await.unwrap().ended_at.is_some(),
+        "the orphan ended"
+    );
+    let after = s.task(task).await.unwrap();
+    assert_eq!(after.status, before.status, "its task is left alone");
+    assert_eq!(after.live_attempt, Some(current));
+    assert_eq!(s.attempt(current).await.unwrap().ended_at, None);
+    assert_eq!(
+        s.end_attempt(&end, 4).await.unwrap(),
+        EndOutcome::AlreadyEnded,
+        "and only once"
+    );
+}
