@@ -4,7 +4,12 @@
 
 pub mod agent;
 pub mod common;
+pub mod kinds;
 pub mod status;
 pub mod v1;
 
+pub use kinds::{
+    Channel, EndpointScope, SecretScope, SecretType, StorageDriver, TakeoverMode, TakeoverPhase,
+    VolumeScope,
+};
 pub use status::*;

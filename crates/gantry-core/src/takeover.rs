@@ -11,71 +11,8 @@
 //! AWAITING_CONFIRMATION, and a new service that fails or stops before it is ready fails the
 //! takeover while the old one keeps serving.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    WaitingReady,
-    AwaitingConfirmation,
-    Switching,
-    Draining,
-    Done,
-    Failed,
-    Cancelled,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 7] = [
-        Phase::WaitingReady,
-        Phase::AwaitingConfirmation,
-        Phase::Switching,
-        Phase::Draining,
-        Phase::Done,
-        Phase::Failed,
-        Phase::Cancelled,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::WaitingReady => "WAITING_READY",
-            Phase::AwaitingConfirmation => "AWAITING_CONFIRMATION",
-            Phase::Switching => "SWITCHING",
-            Phase::Draining => "DRAINING",
-            Phase::Done => "DONE",
-            Phase::Failed => "FAILED",
-            Phase::Cancelled => "CANCELLED",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|p| p.as_str() == s)
-    }
-
-    pub fn is_terminal(self) -> bool {
-        matches!(self, Phase::Done | Phase::Failed | Phase::Cancelled)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    WhenReady,
-    StopFirst,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::WhenReady => "when-ready",
-            Mode::StopFirst => "stop-first",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Mode> {
-        match s {
-            "when-ready" => Some(Mode::WhenReady),
-            "stop-first" => Some(Mode::StopFirst),
-            _ => None,
-        }
-    }
-}
+// The phases and modes are stored and shown as text, so they live with the API's vocabulary.
+pub use gantry_api::{TakeoverMode as Mode, TakeoverPhase as Phase};
 
 /// How the new service stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,13 +339,6 @@ mod tests {
                 ..view()
             })
             .is_empty());
-        }
-    }
-
-    #[test]
-    fn phases_round_trip() {
-        for p in super::Phase::ALL {
-            assert_eq!(super::Phase::parse(p.as_str()), Some(p));
         }
     }
 }

@@ -9,9 +9,9 @@ use gantry_api::v1::{
     ReleaseHolds, Role, S3Secret, Setting, SubmitWorkflow,
 };
 use gantry_api::WorkflowStatus;
+use gantry_api::{EndpointScope, StorageDriver, TakeoverMode, VolumeScope};
 use gantry_core::holds::HoldType;
 use gantry_core::plan::{self, WorkflowPlan};
-use gantry_core::takeover::Mode;
 use gantry_spec::Workflow;
 
 /// Why a workflow file or a submit is refused.
@@ -562,8 +562,8 @@ pub fn unusable_endpoint_name(name: &str) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEndpoint {
     pub name: String,
-    pub scope: String,
-    pub mode: String,
+    pub scope: EndpointScope,
+    pub mode: TakeoverMode,
     pub drain_timeout_ms: i64,
     pub confirm: bool,
 }
@@ -573,18 +573,18 @@ pub fn create_endpoint(req: CreateEndpoint) -> Result<NewEndpoint, String> {
     if !valid_endpoint_name(&req.name) {
         return Err(unusable_endpoint_name(&req.name));
     }
-    let scope = req.scope.unwrap_or_else(|| "user".into());
-    if !matches!(scope.as_str(), "user" | "group" | "organization" | "public") {
-        return Err(format!(
-            "scope must be user, group, organization or public, not {scope:?}"
-        ));
-    }
-    let mode = req.mode.unwrap_or_else(|| "when-ready".into());
-    if Mode::parse(&mode).is_none() {
-        return Err(format!(
-            "mode must be when-ready or stop-first, not {mode:?}"
-        ));
-    }
+    let scope = match req.scope.as_deref() {
+        None => EndpointScope::User,
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("scope must be user, group, organization or public, not {s:?}"))?,
+    };
+    let mode = match req.mode.as_deref() {
+        None => TakeoverMode::WhenReady,
+        Some(m) => m
+            .parse()
+            .map_err(|_| format!("mode must be when-ready or stop-first, not {m:?}"))?,
+    };
     let drain = match &req.drain_timeout {
         Some(d) => {
             gantry_spec::parse_duration(d).map_err(|e| format!("drain timeout {d:?}: {e}"))?
@@ -644,33 +644,17 @@ fn millis(d: Duration) -> i64 {
 
 // --- secrets -------------------------------------------------------------------------------
 
-/// Whose a secret is: the user's, their group's, or the whole organization's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretScope {
-    User,
-    Group,
-    Organization,
-}
+pub use gantry_api::{SecretScope, SecretType};
 
-impl SecretScope {
-    /// `account` is the vendor format's word for the group; `org` is short for organization.
-    pub fn parse(s: &str) -> Result<SecretScope, String> {
-        match s {
-            "user" => Ok(SecretScope::User),
-            "group" | "account" => Ok(SecretScope::Group),
-            "organization" | "org" => Ok(SecretScope::Organization),
-            other => Err(format!(
-                "unknown scope {other:?}; use user, group or organization"
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SecretScope::User => "user",
-            SecretScope::Group => "group",
-            SecretScope::Organization => "organization",
-        }
+/// A secret's scope as a person writes it: `account` is the vendor format's word for the
+/// group; `org` is short for organization.
+pub fn secret_scope(s: &str) -> Result<SecretScope, String> {
+    match s {
+        "account" => Ok(SecretScope::Group),
+        "org" => Ok(SecretScope::Organization),
+        other => other
+            .parse()
+            .map_err(|_| format!("unknown scope {other:?}; use user, group or organization")),
     }
 }
 
@@ -686,38 +670,12 @@ pub fn valid_secret_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// What a secret holds: an opaque value, or the fields of a credential for S3, HTTP or an
-/// image registry (a JSON object, checked here so a typo is refused at `secret set`, not
-/// discovered when a transfer runs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecretType {
-    Value,
-    S3,
-    Http,
-    Image,
-}
-
-impl SecretType {
-    pub fn parse(s: &str) -> Result<SecretType, String> {
-        match s {
-            "value" => Ok(SecretType::Value),
-            "s3" => Ok(SecretType::S3),
-            "http" => Ok(SecretType::Http),
-            "image" => Ok(SecretType::Image),
-            other => Err(format!(
-                "unknown secret type {other:?}; use value, s3, http or image"
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SecretType::Value => "value",
-            SecretType::S3 => "s3",
-            SecretType::Http => "http",
-            SecretType::Image => "image",
-        }
-    }
+/// A secret's type as a person writes it. A credential's fields (a JSON object) are checked
+/// by [`TypedSecret::parse`], so a typo is refused at `secret set`, not discovered when a
+/// transfer runs.
+pub fn secret_type(s: &str) -> Result<SecretType, String> {
+    s.parse()
+        .map_err(|_| format!("unknown secret type {s:?}; use value, s3, http or image"))
 }
 
 /// The fields of a typed secret, read from its JSON value.
@@ -833,9 +791,9 @@ pub fn put_secret(
     name: &str,
     body: &PutSecret,
 ) -> Result<(SecretScope, SecretType), String> {
-    let scope = SecretScope::parse(scope)?;
+    let scope = secret_scope(scope)?;
     valid_secret_name(name)?;
-    let kind = SecretType::parse(body.kind.as_deref().unwrap_or("value"))?;
+    let kind = secret_type(body.kind.as_deref().unwrap_or("value"))?;
     if body.value.is_empty() || body.value.len() > MAX_SECRET {
         return Err(format!("a secret's value must be 1 to {MAX_SECRET} bytes"));
     }
@@ -852,7 +810,7 @@ pub fn secret_ref(uri: &str) -> Result<(SecretScope, &str), String> {
         .split_once('/')
         .ok_or_else(|| format!("{uri:?}: expected secret://SCOPE/NAME"))?;
     valid_secret_name(name).map_err(|e| format!("{uri:?}: {e}"))?;
-    let scope = SecretScope::parse(scope).map_err(|e| format!("{uri:?}: {e}"))?;
+    let scope = secret_scope(scope).map_err(|e| format!("{uri:?}: {e}"))?;
     Ok((scope, name))
 }
 
@@ -862,14 +820,16 @@ pub const DEFAULT_STORAGE: &str = "default";
 /// `POST /volumes`, checked: (scope, name, storage).
 pub fn create_volume(
     req: &gantry_api::v1::CreateVolume,
-) -> Result<(String, String, String), String> {
+) -> Result<(VolumeScope, String, String), String> {
     if let Some(e) = gantry_spec::names::name_error(&req.name) {
         return Err(format!("volume name: {e}"));
     }
-    let scope = req.scope.clone().unwrap_or_else(|| "user".into());
-    if !matches!(scope.as_str(), "user" | "group") {
-        return Err(format!("scope must be user or group, not {scope:?}"));
-    }
+    let scope = match req.scope.as_deref() {
+        None => VolumeScope::User,
+        Some(s) => s
+            .parse()
+            .map_err(|_| format!("scope must be user or group, not {s:?}"))?,
+    };
     let storage = req
         .storage
         .clone()
@@ -880,8 +840,8 @@ pub fn create_volume(
     Ok((scope, req.name.clone(), storage))
 }
 
-/// `POST /admin/storages`, checked.
-pub fn add_storage(req: &gantry_api::v1::AddStorage) -> Result<(), String> {
+/// `POST /admin/storages`, checked: the driver it names.
+pub fn add_storage(req: &gantry_api::v1::AddStorage) -> Result<StorageDriver, String> {
     if let Some(e) = gantry_spec::names::name_error(&req.name) {
         return Err(format!("storage name: {e}"));
     }
@@ -890,12 +850,12 @@ pub fn add_storage(req: &gantry_api::v1::AddStorage) -> Result<(), String> {
             "`{DEFAULT_STORAGE}` is the built-in storage (beneath each agent's storage root); pick another name"
         ));
     }
-    if req.driver != "hostpath" {
+    let Ok(driver) = req.driver.parse::<StorageDriver>() else {
         return Err(format!(
             "driver {:?} is not known: `hostpath` (a directory every node of the pool sees) is the only one",
             req.driver
         ));
-    }
+    };
     let p = std::path::Path::new(&req.path);
     let plain = p.components().all(|c| {
         matches!(
@@ -924,7 +884,7 @@ pub fn add_storage(req: &gantry_api::v1::AddStorage) -> Result<(), String> {
             return Err(format!("group name {g:?} is not valid"));
         }
     }
-    Ok(())
+    Ok(driver)
 }
 
 #[cfg(test)]
@@ -1277,7 +1237,7 @@ mod tests {
         };
         assert_eq!(
             create_volume(&v("data", None)).unwrap(),
-            ("user".into(), "data".into(), "default".into())
+            (VolumeScope::User, "data".into(), "default".into())
         );
         assert!(create_volume(&v("../data", None)).is_err());
         assert!(create_volume(&v("a/b", None)).is_err());

@@ -3,7 +3,7 @@
 //! (`auth.rs`), the web UI's sessions, the registry and the endpoint proxy all ask here.
 
 use gantry_api::v1::Role;
-use gantry_store::{Store, TokenRefusal, User, Visibility};
+use gantry_store::{EndpointScope, Store, TokenRefusal, User, Visibility};
 use sha2::{Digest, Sha256};
 
 use crate::clock::now_ms;
@@ -136,11 +136,11 @@ pub async fn default_expiry(store: &dyn Store) -> Result<String, ApiError> {
 
 /// Whether a signed-in caller may call an endpoint of this scope, owner and group: the rule
 /// both the API and the proxy's access check apply.
-pub fn scope_admits(scope: &str, owner: &str, group: &str, c: &Caller) -> bool {
+pub fn scope_admits(scope: EndpointScope, owner: &str, group: &str, c: &Caller) -> bool {
     match scope {
-        "public" | "organization" => true,
+        EndpointScope::Public | EndpointScope::Organization => true,
         _ if c.is_admin() => true,
-        "group" => c.user.group == group || c.user.name == owner,
-        _ => c.user.name == owner,
+        EndpointScope::Group => c.user.group == group || c.user.name == owner,
+        EndpointScope::User => c.user.name == owner,
     }
 }

@@ -7,8 +7,8 @@
 
 use gantry_api::v1::{EndpointInfo, TakeoverInfo};
 use gantry_api::TaskStatus;
-use gantry_core::takeover::{self, Mode, NewService, Phase, Step};
-use gantry_store::{EndpointChange, EndpointRow, NewEvent, TakeoverRow};
+use gantry_core::takeover::{self, NewService, Phase, Step};
+use gantry_store::{Channel, EndpointChange, EndpointRow, EndpointScope, NewEvent, TakeoverRow};
 use uuid::Uuid;
 
 use crate::caller::Caller;
@@ -19,23 +19,28 @@ use crate::state::{now_ms, AppState};
 
 /// Who may call an endpoint (and see it): its scope decides.
 pub fn may_call(e: &EndpointRow, c: Option<&Caller>) -> bool {
-    e.scope == "public"
-        || c.is_some_and(|c| crate::caller::scope_admits(&e.scope, &e.owner, &e.group, c))
+    e.scope == EndpointScope::Public
+        || c.is_some_and(|c| crate::caller::scope_admits(e.scope, &e.owner, &e.group, c))
 }
 
 /// Who may manage an endpoint and take it over: its owner, a member of its group when it is
 /// group-scoped, or an administrator.
 pub fn may_manage(e: &EndpointRow, c: &Caller) -> bool {
-    manages(c, &e.owner, &e.scope, &e.group)
+    manages(c, &e.owner, e.scope == EndpointScope::Group, &e.group)
 }
 
 /// [`may_manage`] for an endpoint as the API shows it (it carries the same three fields).
 pub fn may_manage_info(e: &EndpointInfo, c: &Caller) -> bool {
-    manages(c, &e.owner, &e.scope, &e.group)
+    manages(
+        c,
+        &e.owner,
+        e.scope == EndpointScope::Group.as_str(),
+        &e.group,
+    )
 }
 
-fn manages(c: &Caller, owner: &str, scope: &str, group: &str) -> bool {
-    c.is_admin() || c.user.name == owner || (scope == "group" && c.user.group == group)
+fn manages(c: &Caller, owner: &str, group_scoped: bool, group: &str) -> bool {
+    c.is_admin() || c.user.name == owner || (group_scoped && c.user.group == group)
 }
 
 pub(crate) fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
@@ -46,9 +51,9 @@ pub(crate) fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
         to_workflow: t.to_workflow,
         to_service: t.to_service,
         requested_by: t.requested_by,
-        channel: t.channel,
-        mode: t.mode,
-        phase: t.phase,
+        channel: t.channel.to_string(),
+        mode: t.mode.to_string(),
+        phase: t.phase.to_string(),
         reason: t.reason,
         confirmed_by: t.confirmed_by,
         confirmed_via: t.confirmed_via,
@@ -62,9 +67,9 @@ pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, 
     let all = st.store.takeovers(Some(&e.name), false).await?;
     let open = all.iter().rev().find(|t| t.ended_at.is_none()).cloned();
     let last = all.last();
-    let (status, reason) = match (open.as_ref().map(|t| t.phase.as_str()), &e.workflow_id) {
-        (Some("SWITCHING"), _) => ("SWITCHING", None),
-        (Some("DRAINING"), _) => ("DRAINING", None),
+    let (status, reason) = match (open.as_ref().map(|t| t.phase), &e.workflow_id) {
+        (Some(Phase::Switching), _) => ("SWITCHING", None),
+        (Some(Phase::Draining), _) => ("DRAINING", None),
         (_, Some(_)) => ("SERVING", None),
         _ => {
             let (failed, why) = idle_reason(st, last).await;
@@ -75,8 +80,8 @@ pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, 
         url: format!("{}/e/{}/", st.public_url(), e.name),
         host: format!("{}.{}", e.name, st.config.endpoint_domain),
         name: e.name,
-        scope: e.scope,
-        mode: e.mode,
+        scope: e.scope.to_string(),
+        mode: e.mode.to_string(),
         drain_timeout_secs: (e.drain_timeout_ms / 1000) as u64,
         confirm: e.confirm,
         owner: e.owner,
@@ -88,7 +93,7 @@ pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, 
         since: e.since.map(ts),
         created_at: ts(e.created_at),
         takeover: open.map(|t| {
-            let waiting = t.phase == Phase::WaitingReady.as_str() && t.reason.is_none();
+            let waiting = t.phase == Phase::WaitingReady && t.reason.is_none();
             let (workflow, service) = (t.to_workflow, t.to_service.clone());
             let mut info = takeover_info(t);
             if waiting {
@@ -129,7 +134,7 @@ async fn idle_reason(st: &AppState, last: Option<&TakeoverRow>) -> (bool, String
             )
         })
         .unwrap_or_default();
-    let before_ready = if t.phase == "FAILED" {
+    let before_ready = if t.phase == Phase::Failed {
         " before it was ready"
     } else {
         ""
@@ -143,7 +148,7 @@ async fn idle_reason(st: &AppState, last: Option<&TakeoverRow>) -> (bool, String
             (false, format!("{who} was stopped{at}{before_ready}"))
         }
         gantry_api::WorkflowStatus::Finished => (false, format!("{who} finished{at}")),
-        _ if t.phase == "FAILED" => (
+        _ if t.phase == Phase::Failed => (
             false,
             format!(
                 "{who}: {}",
@@ -224,7 +229,7 @@ pub async fn check_attach(
     c: &Caller,
     plan: &WorkflowPlan,
     workflow: Uuid,
-    channel: &str,
+    channel: Channel,
 ) -> Result<Vec<TakeoverRow>, ApiError> {
     let mut out = vec![];
     for j in &plan.jobs {
@@ -244,7 +249,7 @@ pub async fn check_attach(
                         "services.{}: you may not take over endpoint {name}: it belongs to {}{}",
                         j.name,
                         e.owner,
-                        if e.scope == "group" {
+                        if e.scope == EndpointScope::Group {
                             format!(" and group {}", e.group)
                         } else {
                             String::new()
@@ -268,9 +273,9 @@ pub async fn check_attach(
                 to_service: j.name.clone(),
                 port: ep.port,
                 requested_by: c.user.name.clone(),
-                channel: channel.into(),
-                mode: e.mode.clone(),
-                phase: Phase::WaitingReady.as_str().into(),
+                channel,
+                mode: e.mode,
+                phase: Phase::WaitingReady,
                 reason: None,
                 confirmed_by: None,
                 confirmed_via: None,
@@ -403,9 +408,7 @@ pub async fn drive(
         let Some(e) = endpoints.iter().find(|e| e.name == t.endpoint) else {
             continue;
         };
-        let Some(phase) = Phase::parse(&t.phase) else {
-            continue;
-        };
+        let phase = t.phase;
         let new = in_play
             .service(st, t.to_workflow, &t.to_service, t.port)
             .await?;
@@ -425,8 +428,8 @@ pub async fn drive(
         let deadline_passed = t.switched_at.is_some_and(|s| now - s >= e.drain_timeout_ms);
         let view = takeover::View {
             phase,
-            mode: Mode::parse(&t.mode).unwrap_or(Mode::WhenReady),
-            needs_confirmation: e.confirm || t.channel == "mcp",
+            mode: t.mode,
+            needs_confirmation: e.confirm || t.channel == Channel::Mcp,
             confirmed: t.confirmed_by.is_some(),
             rejected: false,
             has_old: old.is_some(),
@@ -440,7 +443,7 @@ pub async fn drive(
             match s {
                 Step::Enter(p, reason) => changes.push(EndpointChange::Phase {
                     id: t.id,
-                    phase: p.as_str().into(),
+                    phase: p,
                     reason,
                     end: p.is_terminal(),
                 }),

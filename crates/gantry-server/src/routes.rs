@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use axum::http::request::Parts;
 use axum::response::IntoResponse;
 use gantry_proxy::{Access, Authorize, Proxy, ProxyConfig};
+use gantry_store::EndpointScope;
 use uuid::Uuid;
 
 use crate::caller::{hash_token, Caller};
@@ -26,7 +27,7 @@ pub trait Routes: Send + Sync {
 /// What a route needs for access decisions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouteMeta {
-    pub scope: String,
+    pub scope: EndpointScope,
     pub owner: String,
     pub group: String,
     /// Set for persistent endpoints: their tokens are accepted too.
@@ -52,7 +53,7 @@ fn deny(status: axum::http::StatusCode, msg: &str) -> Access {
 impl Authorize<RouteMeta> for EndpointAuth {
     async fn authorize(&self, endpoint: &str, meta: &RouteMeta, req: &Parts) -> Access {
         // Public endpoints are the application's own business, its Authorization header too.
-        if meta.scope == "public" {
+        if meta.scope == EndpointScope::Public {
             return Access::Allow {
                 strip_authorization: false,
             };
@@ -86,7 +87,7 @@ impl Authorize<RouteMeta> for EndpointAuth {
                 }
             };
             let c = Caller { user, role };
-            let allowed = crate::caller::scope_admits(&meta.scope, &meta.owner, &meta.group, &c);
+            let allowed = crate::caller::scope_admits(meta.scope, &meta.owner, &meta.group, &c);
             return if allowed {
                 Access::Allow {
                     strip_authorization: true,

@@ -103,7 +103,7 @@ pub(crate) fn key_of(scope: SecretScope, user: &str, group: &str, name: &str) ->
         SecretScope::Organization => String::new(),
     };
     SecretKey {
-        scope: scope.as_str().into(),
+        scope,
         owner,
         name: name.into(),
     }
@@ -117,7 +117,7 @@ async fn reveal(st: &AppState, key: &SecretKey) -> Result<TypedSecret, String> {
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("secret://{}/{} does not exist", key.scope, key.name))?;
     let value = open(&st.secret_key, key, &stored.sealed)?;
-    TypedSecret::parse(SecretType::parse(&stored.kind)?, &value)
+    TypedSecret::parse(stored.kind, &value)
         .map_err(|e| format!("secret://{}/{}: {e}", key.scope, key.name))
 }
 
@@ -153,7 +153,7 @@ pub async fn check_refs(
                         .jobs
                         .iter()
                         .any(|j| j.image_secret.as_ref() == Some(&uri));
-                    if as_image && !matches!(found.kind.as_str(), "value" | "image") {
+                    if as_image && !matches!(found.kind, SecretType::Value | SecretType::Image) {
                         problems.push(format!(
                             "{uri} is an {} secret; image.secret takes an image secret \
                              (`gantry secret set {} --type image`)",
@@ -183,7 +183,7 @@ pub async fn check_refs(
 
 /// The remote ends of transfers that name `uri` as their secret, with the secret type each
 /// needs.
-fn transfer_uses(plan: &crate::plan::WorkflowPlan, uri: &str) -> Vec<(String, &'static str)> {
+fn transfer_uses(plan: &crate::plan::WorkflowPlan, uri: &str) -> Vec<(String, SecretType)> {
     plan.jobs
         .iter()
         .filter_map(|j| j.transfer.as_ref())
@@ -195,9 +195,9 @@ fn transfer_uses(plan: &crate::plan::WorkflowPlan, uri: &str) -> Vec<(String, &'
                 .map(move |i| {
                     let remote = if ingress { &i.source } else { &i.destination };
                     let kind = if remote.starts_with("s3://") {
-                        "s3"
+                        SecretType::S3
                     } else {
-                        "http"
+                        SecretType::Http
                     };
                     (remote.clone(), kind)
                 })
@@ -286,7 +286,7 @@ mod tests {
 
     fn key(name: &str) -> SecretKey {
         SecretKey {
-            scope: "user".into(),
+            scope: SecretScope::User,
             owner: "ada".into(),
             name: name.into(),
         }

@@ -9,7 +9,7 @@
 use crate::plan::{ResolvedVolume, WorkflowPlan};
 use gantry_api::v1::{StorageInfo, VolumeInfo};
 use gantry_intake::requests::DEFAULT_STORAGE;
-use gantry_store::{StorageRow, VolumeRow};
+use gantry_store::{StorageDriver, StorageRow, VolumeRow, VolumeScope};
 use uuid::Uuid;
 
 use crate::caller::Caller;
@@ -22,7 +22,7 @@ const DEFAULT_DIR: &str = "persistent";
 pub(crate) fn builtin() -> StorageInfo {
     StorageInfo {
         name: DEFAULT_STORAGE.into(),
-        driver: "hostpath".into(),
+        driver: StorageDriver::HostPath.to_string(),
         path: DEFAULT_DIR.into(),
         pool: None,
         groups: None,
@@ -33,7 +33,7 @@ pub(crate) fn builtin() -> StorageInfo {
 pub(crate) fn info(s: StorageRow) -> StorageInfo {
     StorageInfo {
         name: s.name,
-        driver: s.driver,
+        driver: s.driver.to_string(),
         path: s.path,
         pool: s.pool,
         groups: s.groups,
@@ -84,8 +84,8 @@ pub(crate) fn resolved(v: &VolumeRow, s: &StorageInfo) -> ResolvedVolume {
     }
 }
 
-pub(crate) fn owner_of(c: &Caller, scope: &str) -> String {
-    if scope == "group" {
+pub(crate) fn owner_of(c: &Caller, scope: VolumeScope) -> String {
+    if scope == VolumeScope::Group {
         c.user.group.clone()
     } else {
         c.user.name.clone()
@@ -96,7 +96,7 @@ pub(crate) fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
     VolumeInfo {
         id: v.id,
         uri: format!("volume://{}/persistent/{}", v.scope, v.name),
-        scope: v.scope,
+        scope: v.scope.to_string(),
         owner: v.owner,
         name: v.name,
         storage: v.storage,
@@ -107,11 +107,17 @@ pub(crate) fn volume_info(v: VolumeRow, mounted_by: Vec<Uuid>) -> VolumeInfo {
 }
 
 /// The volumes the caller sees: their own and their group's.
-pub(crate) fn owners(c: &Caller) -> Vec<(String, String)> {
+pub(crate) fn owners(c: &Caller) -> Vec<(VolumeScope, String)> {
     vec![
-        ("user".to_string(), c.user.name.clone()),
-        ("group".to_string(), c.user.group.clone()),
+        (VolumeScope::User, c.user.name.clone()),
+        (VolumeScope::Group, c.user.group.clone()),
     ]
+}
+
+/// A volume's scope as the plan names it (`user` or `group`, the spec's words); anything else
+/// is read as the narrower, the user's own.
+fn plan_scope(s: &str) -> VolumeScope {
+    s.parse().unwrap_or(VolumeScope::User)
 }
 
 /// Finds each persistent volume the plan mounts among the submitter's, checks the storage it
@@ -121,12 +127,12 @@ pub(crate) fn owners(c: &Caller) -> Vec<(String, String)> {
 pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Result<(), ApiError> {
     let mut problems = vec![];
     for (key, p) in plan.persistent.iter_mut() {
-        let scopes: Vec<&str> = match p.scope.as_deref() {
-            Some(s) => vec![s],
-            None => vec!["user", "group"],
+        let scopes: Vec<VolumeScope> = match p.scope.as_deref() {
+            Some(s) => vec![plan_scope(s)],
+            None => vec![VolumeScope::User, VolumeScope::Group],
         };
         let mut found = vec![];
-        for scope in &scopes {
+        for &scope in &scopes {
             if let Some(v) = st.store.volume(scope, &owner_of(c, scope), &p.name).await? {
                 found.push(v);
             }
@@ -135,7 +141,7 @@ pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Resu
             (1, _) => found.pop().expect("one"),
             (0, true) => VolumeRow {
                 id: Uuid::new_v4(),
-                scope: scopes[0].to_string(),
+                scope: scopes[0],
                 owner: owner_of(c, scopes[0]),
                 name: p.name.clone(),
                 storage: p.storage.clone().unwrap_or_else(|| DEFAULT_STORAGE.into()),
@@ -212,9 +218,10 @@ pub async fn make_on_first_use(
         if !p.made_on_use {
             continue;
         }
+        let scope = plan_scope(scope);
         let want = VolumeRow {
             id: r.id,
-            scope: scope.to_string(),
+            scope,
             owner: owner_of(c, scope),
             name: p.name.clone(),
             storage: p.storage.clone().unwrap_or_else(|| DEFAULT_STORAGE.into()),
@@ -237,9 +244,9 @@ pub(crate) async fn visible_volume(
     name: &str,
 ) -> Result<VolumeRow, ApiError> {
     let missing = || ApiError::NotFound(format!("no volume {scope}/{name}"));
-    if !matches!(scope, "user" | "group") {
+    let Ok(scope) = scope.parse() else {
         return Err(missing());
-    }
+    };
     st.store
         .volume(scope, &owner_of(c, scope), name)
         .await?

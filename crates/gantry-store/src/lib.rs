@@ -179,13 +179,13 @@ pub trait Store: Send + Sync + 'static {
     async fn put_secret(
         &self,
         key: &SecretKey,
-        kind: &str,
+        kind: SecretType,
         sealed: &str,
         by: &str,
         now: Millis,
     ) -> Result<()>;
     async fn secret(&self, key: &SecretKey) -> Result<Option<SealedSecret>>;
-    async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>>;
+    async fn list_secrets(&self, owners: &[(SecretScope, String)]) -> Result<Vec<SecretRow>>;
     async fn delete_secret(&self, key: &SecretKey, by: &str, now: Millis) -> Result<bool>;
 
     // --- holds ------------------------------------------------------------------------------
@@ -314,9 +314,14 @@ pub trait Store: Send + Sync + 'static {
     async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()>;
     /// The volume of that name, made as `v` says when there is none (first use).
     async fn ensure_volume(&self, v: &VolumeRow, now: Millis) -> Result<VolumeRow>;
-    async fn volume(&self, scope: &str, owner: &str, name: &str) -> Result<Option<VolumeRow>>;
+    async fn volume(
+        &self,
+        scope: VolumeScope,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<VolumeRow>>;
     /// The volumes of these (scope, owner) pairs; every volume when `None`.
-    async fn volumes(&self, owners: Option<&[(String, String)]>) -> Result<Vec<VolumeRow>>;
+    async fn volumes(&self, owners: Option<&[(VolumeScope, String)]>) -> Result<Vec<VolumeRow>>;
     /// Refused ([`StoreError::Conflict`], naming them) while a workflow not yet ended mounts it.
     async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()>;
     /// The workflows not yet ended that mount the volume.

@@ -3,38 +3,14 @@
 
 pub use gantry_api::v1::Role;
 pub use gantry_api::NodeState;
+pub use gantry_api::{
+    Channel, EndpointScope, SecretScope, SecretType, StorageDriver, TakeoverMode, TakeoverPhase,
+    VolumeScope,
+};
 use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
 use uuid::Uuid;
 
-/// An enum stored as fixed text: `as_str`, `Display` and `FromStr` (exact text).
-macro_rules! text_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $($(#[$vm])* $variant),+
-        }
-        impl $name {
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-        }
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-        impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    _ => Err(format!("unknown {} {s:?}", stringify!($name))),
-                }
-            }
-        }
-    };
-}
+use gantry_api::text_enum;
 
 text_enum!(
     /// What a hold does to its node.
@@ -447,7 +423,7 @@ pub struct ChoreRow {
 /// group name (empty for organization).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretKey {
-    pub scope: String,
+    pub scope: SecretScope,
     pub owner: String,
     pub name: String,
 }
@@ -455,17 +431,16 @@ pub struct SecretKey {
 /// A stored secret: its type and its sealed value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedSecret {
-    pub kind: String,
+    pub kind: SecretType,
     pub sealed: String,
 }
 
 #[derive(Debug, Clone)]
 pub struct SecretRow {
-    pub scope: String,
+    pub scope: SecretScope,
     pub owner: String,
     pub name: String,
-    /// `value`, `s3`, `http` or `image`.
-    pub kind: String,
+    pub kind: SecretType,
     pub updated_by: String,
     pub updated_at: Millis,
 }
@@ -521,8 +496,8 @@ pub struct EndpointRow {
     pub name: String,
     pub owner: String,
     pub group: String,
-    pub scope: String,
-    pub mode: String,
+    pub scope: EndpointScope,
+    pub mode: TakeoverMode,
     pub drain_timeout_ms: i64,
     pub confirm: bool,
     pub created_at: Millis,
@@ -541,11 +516,13 @@ pub struct TakeoverRow {
     pub to_service: String,
     pub port: u16,
     pub requested_by: String,
-    pub channel: String,
-    pub mode: String,
-    pub phase: String,
+    pub channel: Channel,
+    pub mode: TakeoverMode,
+    pub phase: TakeoverPhase,
     pub reason: Option<String>,
     pub confirmed_by: Option<String>,
+    /// How the person confirmed: a channel's word (`cli`, `web`...) or, from MCP, how the
+    /// client asked them (`mcp-elicitation`, `mcp-token`...).
     pub confirmed_via: Option<String>,
     pub created_at: Millis,
     pub updated_at: Millis,
@@ -559,7 +536,7 @@ pub enum EndpointChange {
     /// Move a takeover to a phase; `end` marks it finished (DONE, FAILED, CANCELLED).
     Phase {
         id: Uuid,
-        phase: String,
+        phase: TakeoverPhase,
         reason: Option<String>,
         end: bool,
     },
@@ -639,7 +616,7 @@ pub struct NewManifest {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StorageRow {
     pub name: String,
-    pub driver: String,
+    pub driver: StorageDriver,
     pub path: String,
     pub pool: Option<String>,
     /// `None`: open to every group.
@@ -652,8 +629,7 @@ pub struct StorageRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct VolumeRow {
     pub id: Uuid,
-    /// `user` or `group`.
-    pub scope: String,
+    pub scope: VolumeScope,
     pub owner: String,
     pub name: String,
     pub storage: String,

@@ -1074,7 +1074,7 @@ async fn a_volume_is_not_removed_while_a_live_workflow_mounts_it() {
     let s = open(&dir).await;
     let vol = |name: &str| VolumeRow {
         id: Uuid::new_v4(),
-        scope: "user".into(),
+        scope: VolumeScope::User,
         owner: "ada".into(),
         name: name.into(),
         storage: "default".into(),
@@ -1102,7 +1102,11 @@ async fn a_volume_is_not_removed_while_a_live_workflow_mounts_it() {
     set_status(&s, w.id, WorkflowStatus::Finished, 5).await;
     assert!(s.volume_users(v.id).await.unwrap().is_empty());
     s.delete_volume(v.id, "ada", 6).await.unwrap();
-    assert!(s.volume("user", "ada", "results").await.unwrap().is_none());
+    assert!(s
+        .volume(VolumeScope::User, "ada", "results")
+        .await
+        .unwrap()
+        .is_none());
 
     // A workflow resolved against a volume removed meanwhile is not stored at all.
     let mut late = workflow("ada", "lab", 1);

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use gantry_proxy::Backend;
+use gantry_store::EndpointScope;
 use uuid::Uuid;
 
 use crate::routes::{Gateway, RouteMeta};
@@ -43,7 +44,7 @@ pub async fn sync_from(
             e.name.clone(),
             Want {
                 meta: RouteMeta {
-                    scope: e.scope.clone(),
+                    scope: e.scope,
                     owner: e.owner.clone(),
                     group: e.group.clone(),
                     persistent: Some(e.name.clone()),
@@ -91,7 +92,9 @@ pub async fn sync_from(
                     key,
                     Want {
                         meta: RouteMeta {
-                            scope: ep.scope.clone(),
+                            // The plan writes one of the scope's words; anything else
+                            // is read as the narrowest.
+                            scope: ep.scope.parse().unwrap_or(EndpointScope::User),
                             owner: aw.workflow.owner.clone(),
                             group: aw.workflow.group.clone(),
                             persistent: None,

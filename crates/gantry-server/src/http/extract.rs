@@ -2,6 +2,7 @@
 //! route's limit, and which client sent it.
 
 use axum::Json;
+use gantry_api::Channel;
 
 use crate::error::ApiError;
 
@@ -91,14 +92,10 @@ where
 }
 
 /// Which client asked (`x-gantry-channel`): recorded on takeovers and their confirmations.
-pub fn channel_of(headers: &axum::http::HeaderMap) -> &'static str {
-    match headers
+pub fn channel_of(headers: &axum::http::HeaderMap) -> Channel {
+    headers
         .get("x-gantry-channel")
         .and_then(|v| v.to_str().ok())
-    {
-        Some("cli") => "cli",
-        Some("mcp") => "mcp",
-        Some("web") => "web",
-        _ => "api",
-    }
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(Channel::Api)
 }

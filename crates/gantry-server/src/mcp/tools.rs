@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use gantry_api::v1::ValidateWorkflow;
+use gantry_api::Channel;
 use gantry_intake::mcp::{
     self, Call, DeleteEndpoint, Empty, EndpointName, JobLogs, ListWorkflows, NewEndpoint, Spec,
     StartWorkflow, StopWorkflow, WorkflowEvents, WorkflowId,
@@ -422,7 +423,7 @@ async fn start_workflow(
     let st = &shared.st;
     let req = a.request();
     // Everything that would refuse the workflow is checked before anyone is asked.
-    let mut prepared = api!(prepare(st, c, req, "mcp").await);
+    let mut prepared = api!(prepare(st, c, req, Channel::Mcp).await);
     let asks = api!(svc::takeovers_to_confirm(&shared.st, &prepared).await);
     let mut via = None;
     if !asks.is_empty() && !a.await_approval {
@@ -433,7 +434,7 @@ async fn start_workflow(
         if yes.waited {
             // The person may have taken a while: check again, and only go ahead if
             // the endpoints are still served by what they were asked about.
-            prepared = api!(prepare(st, c, prepared.req, "mcp").await);
+            prepared = api!(prepare(st, c, prepared.req, Channel::Mcp).await);
             let now = api!(svc::takeovers_to_confirm(&shared.st, &prepared).await);
             if now != asks {
                 return fail(

@@ -202,7 +202,7 @@ async fn pending(st: &AppState, c: &Caller, name: &str) -> Result<TakeoverRow, A
         .takeovers(Some(&e.name), true)
         .await?
         .into_iter()
-        .find(|t| t.phase == Phase::AwaitingConfirmation.as_str())
+        .find(|t| t.phase == Phase::AwaitingConfirmation)
         .ok_or_else(|| {
             ApiError::Conflict(format!(
                 "endpoint {name} has no takeover awaiting confirmation"
@@ -236,7 +236,7 @@ pub async fn reject(
         .apply_endpoints(
             &[EndpointChange::Phase {
                 id: t.id,
-                phase: Phase::Cancelled.as_str().into(),
+                phase: Phase::Cancelled,
                 reason: Some(format!("rejected by {} via {via}", c.user.name)),
                 end: true,
             }],

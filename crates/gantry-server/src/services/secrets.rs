@@ -11,19 +11,19 @@ use crate::state::{now_ms, AppState};
 
 pub async fn list(st: &AppState, c: &Caller) -> Result<Vec<SecretInfo>, ApiError> {
     let owners = vec![
-        ("user".to_string(), c.user.name.clone()),
-        ("group".to_string(), c.user.group.clone()),
-        ("organization".to_string(), String::new()),
+        (SecretScope::User, c.user.name.clone()),
+        (SecretScope::Group, c.user.group.clone()),
+        (SecretScope::Organization, String::new()),
     ];
     let rows = st.store.list_secrets(&owners).await?;
     Ok(rows
         .into_iter()
         .map(|r| SecretInfo {
             uri: format!("secret://{}/{}", r.scope, r.name),
-            scope: r.scope,
+            scope: r.scope.to_string(),
             owner: r.owner,
             name: r.name,
-            kind: r.kind,
+            kind: r.kind.to_string(),
             updated_by: r.updated_by,
             updated_at: crate::clock::ts(r.updated_at),
         })
@@ -41,13 +41,13 @@ pub async fn put(
     let key = owner_for(c, scope, name)?;
     let sealed = seal(&st.secret_key, &key, &body.value)?;
     st.store
-        .put_secret(&key, kind.as_str(), &sealed, &c.user.name, now_ms())
+        .put_secret(&key, kind, &sealed, &c.user.name, now_ms())
         .await?;
     Ok(())
 }
 
 pub async fn delete(st: &AppState, c: &Caller, scope: &str, name: &str) -> Result<(), ApiError> {
-    let scope = SecretScope::parse(scope).map_err(ApiError::BadRequest)?;
+    let scope = requests::secret_scope(scope).map_err(ApiError::BadRequest)?;
     let key = owner_for(c, scope, name)?;
     if st.store.delete_secret(&key, &c.user.name, now_ms()).await? {
         Ok(())

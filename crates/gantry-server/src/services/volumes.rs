@@ -25,7 +25,7 @@ pub async fn create(st: &AppState, c: &Caller, req: CreateVolume) -> Result<Volu
     usable_storage(st, c, &storage).await?;
     let v = VolumeRow {
         id: Uuid::new_v4(),
-        owner: owner_of(c, &scope),
+        owner: owner_of(c, scope),
         scope,
         name,
         storage,
@@ -87,10 +87,10 @@ pub async fn add_storage(
     req: AddStorage,
 ) -> Result<StorageInfo, ApiError> {
     c.require_admin()?;
-    requests::add_storage(&req).map_err(ApiError::BadRequest)?;
+    let driver = requests::add_storage(&req).map_err(ApiError::BadRequest)?;
     let row = StorageRow {
         name: req.name,
-        driver: req.driver,
+        driver,
         path: req.path,
         pool: req.pool,
         groups: req.groups,

@@ -9,7 +9,7 @@ use gantry_api::v1::{
     AttemptInfo, Event, SubmitWorkflow, TaskInfo, TransferProgress, ValidateWorkflow, Validation,
     WorkflowCreated, WorkflowDetail, WorkflowSummary,
 };
-use gantry_api::TaskStatus;
+use gantry_api::{Channel, TaskStatus};
 use gantry_intake::requests::{self, Refusal};
 use gantry_store::{EventQuery, EventRow, NewTask, NewWorkflow, WorkflowRow};
 use uuid::Uuid;
@@ -61,7 +61,7 @@ pub async fn submit(
     st: &AppState,
     c: &Caller,
     req: SubmitWorkflow,
-    channel: &str,
+    channel: Channel,
 ) -> Result<WorkflowCreated, ApiError> {
     let prepared = prepare(st, c, req, channel).await?;
     commit(st, c, prepared, None).await
@@ -84,7 +84,7 @@ pub async fn prepare(
     st: &AppState,
     c: &Caller,
     req: SubmitWorkflow,
-    channel: &str,
+    channel: Channel,
 ) -> Result<Prepared, ApiError> {
     let requests::Submission {
         workflow: wf,

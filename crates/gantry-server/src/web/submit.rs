@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use gantry_api::v1::{Diagnostic, SubmitWorkflow, ValidateWorkflow, MAX_WORKFLOW_FILE_BYTES};
+use gantry_api::Channel;
 use serde::Deserialize;
 
 use super::session::{Web, WebForm};
@@ -142,7 +143,7 @@ pub async fn submit(
                 spec: spec.clone(),
                 name: (!name.is_empty()).then(|| name.clone()),
             };
-            let r = svc::submit(&st, &web.caller, req, "web").await;
+            let r = svc::submit(&st, &web.caller, req, Channel::Web).await;
             Ok(match r {
                 Ok(created) => {
                     Redirect::to(&format!("/workflows/{}?done=started", created.id)).into_response()

@@ -393,7 +393,7 @@ impl Store for SqliteStore {
     async fn put_secret(
         &self,
         key: &SecretKey,
-        kind: &str,
+        kind: SecretType,
         sealed: &str,
         by: &str,
         now: Millis,
@@ -405,7 +405,7 @@ impl Store for SqliteStore {
         SqliteStore::secret(self, key).await
     }
 
-    async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>> {
+    async fn list_secrets(&self, owners: &[(SecretScope, String)]) -> Result<Vec<SecretRow>> {
         SqliteStore::list_secrets(self, owners).await
     }
 
@@ -620,11 +620,16 @@ impl Store for SqliteStore {
         SqliteStore::ensure_volume(self, v, now).await
     }
 
-    async fn volume(&self, scope: &str, owner: &str, name: &str) -> Result<Option<VolumeRow>> {
+    async fn volume(
+        &self,
+        scope: VolumeScope,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<VolumeRow>> {
         SqliteStore::volume(self, scope, owner, name).await
     }
 
-    async fn volumes(&self, owners: Option<&[(String, String)]>) -> Result<Vec<VolumeRow>> {
+    async fn volumes(&self, owners: Option<&[(VolumeScope, String)]>) -> Result<Vec<VolumeRow>> {
         SqliteStore::volumes(self, owners).await
     }
 

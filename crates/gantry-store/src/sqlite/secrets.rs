@@ -6,7 +6,7 @@ impl SqliteStore {
     pub(super) async fn put_secret(
         &self,
         key: &SecretKey,
-        kind: &str,
+        kind: SecretType,
         sealed: &str,
         by: &str,
         now: Millis,
@@ -17,10 +17,10 @@ impl SqliteStore {
              ON CONFLICT (scope, owner, name) DO UPDATE SET kind = excluded.kind, sealed = excluded.sealed,
              updated_by = excluded.updated_by, updated_at = excluded.updated_at",
         )
-        .bind(&key.scope)
+        .bind(key.scope.as_str())
         .bind(&key.owner)
         .bind(&key.name)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(sealed)
         .bind(by)
         .bind(now)
@@ -44,34 +44,45 @@ impl SqliteStore {
         let row: Option<(String, String)> = sqlx::query_as(
             "SELECT kind, sealed FROM secrets WHERE scope = ? AND owner = ? AND name = ?",
         )
-        .bind(&key.scope)
+        .bind(key.scope.as_str())
         .bind(&key.owner)
         .bind(&key.name)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(|(kind, sealed)| SealedSecret { kind, sealed }))
+        row.map(|(kind, sealed)| {
+            Ok(SealedSecret {
+                kind: parse(&kind)?,
+                sealed,
+            })
+        })
+        .transpose()
     }
 
-    pub(super) async fn list_secrets(&self, owners: &[(String, String)]) -> Result<Vec<SecretRow>> {
+    pub(super) async fn list_secrets(
+        &self,
+        owners: &[(SecretScope, String)],
+    ) -> Result<Vec<SecretRow>> {
         let rows = sqlx::query("SELECT scope, owner, name, kind, updated_by, updated_at FROM secrets ORDER BY scope, owner, name")
             .fetch_all(&self.pool)
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| SecretRow {
-                scope: r.get("scope"),
+        let mut out = Vec::new();
+        for r in &rows {
+            let s = SecretRow {
+                scope: parse(r.get("scope"))?,
                 owner: r.get("owner"),
                 name: r.get("name"),
-                kind: r.get("kind"),
+                kind: parse(r.get("kind"))?,
                 updated_by: r.get("updated_by"),
                 updated_at: r.get("updated_at"),
-            })
-            .filter(|s| {
-                owners
-                    .iter()
-                    .any(|(scope, owner)| *scope == s.scope && *owner == s.owner)
-            })
-            .collect())
+            };
+            if owners
+                .iter()
+                .any(|(scope, owner)| *scope == s.scope && *owner == s.owner)
+            {
+                out.push(s);
+            }
+        }
+        Ok(out)
     }
 
     pub(super) async fn delete_secret(
@@ -82,7 +93,7 @@ impl SqliteStore {
     ) -> Result<bool> {
         let mut tx = self.writer.begin().await?;
         let n = sqlx::query("DELETE FROM secrets WHERE scope = ? AND owner = ? AND name = ?")
-            .bind(&key.scope)
+            .bind(key.scope.as_str())
             .bind(&key.owner)
             .bind(&key.name)
             .execute(&mut *tx)

@@ -17,7 +17,7 @@ pub(super) async fn insert_volume(
     };
     let n = sqlx::query(sql)
         .bind(v.id.to_string())
-        .bind(&v.scope)
+        .bind(v.scope.as_str())
         .bind(&v.owner)
         .bind(&v.name)
         .bind(&v.storage)
@@ -54,7 +54,7 @@ impl SqliteStore {
              VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.name)
-        .bind(&s.driver)
+        .bind(s.driver.as_str())
         .bind(&s.path)
         .bind(&s.pool)
         .bind(groups)
@@ -88,7 +88,7 @@ impl SqliteStore {
                 let groups: Option<String> = r.get("groups");
                 Ok(StorageRow {
                     name: r.get("name"),
-                    driver: r.get("driver"),
+                    driver: parse(r.get("driver"))?,
                     path: r.get("path"),
                     pool: r.get("pool"),
                     groups: groups
@@ -146,7 +146,7 @@ impl SqliteStore {
         let mut tx = self.writer.begin().await?;
         insert_volume(&mut tx, v, now, true).await?;
         let r = sqlx::query("SELECT * FROM volumes WHERE scope = ? AND owner = ? AND name = ?")
-            .bind(&v.scope)
+            .bind(v.scope.as_str())
             .bind(&v.owner)
             .bind(&v.name)
             .fetch_one(&mut *tx)
@@ -157,12 +157,12 @@ impl SqliteStore {
 
     pub(super) async fn volume(
         &self,
-        scope: &str,
+        scope: VolumeScope,
         owner: &str,
         name: &str,
     ) -> Result<Option<VolumeRow>> {
         sqlx::query("SELECT * FROM volumes WHERE scope = ? AND owner = ? AND name = ?")
-            .bind(scope)
+            .bind(scope.as_str())
             .bind(owner)
             .bind(name)
             .fetch_optional(&self.pool)
@@ -174,7 +174,7 @@ impl SqliteStore {
 
     pub(super) async fn volumes(
         &self,
-        owners: Option<&[(String, String)]>,
+        owners: Option<&[(VolumeScope, String)]>,
     ) -> Result<Vec<VolumeRow>> {
         let rows = sqlx::query("SELECT * FROM volumes ORDER BY scope, owner, name")
             .fetch_all(&self.pool)

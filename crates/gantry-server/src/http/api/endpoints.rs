@@ -93,7 +93,7 @@ pub async fn approve(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<TakeoverInfo>, ApiError> {
-    svc::approve(&st, &c, &name, channel_of(&headers))
+    svc::approve(&st, &c, &name, channel_of(&headers).as_str())
         .await
         .map(Json)
 }
@@ -104,7 +104,7 @@ pub async fn reject(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<TakeoverInfo>, ApiError> {
-    svc::reject(&st, &c, &name, channel_of(&headers))
+    svc::reject(&st, &c, &name, channel_of(&headers).as_str())
         .await
         .map(Json)
 }
