@@ -12,10 +12,12 @@ use axum::Router;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use api::{admin, endpoints, holds, json_errors, logs, nodes, secrets, volumes, whoami, workflows};
+use api::{
+    admin, endpoints, holds, images, json_errors, logs, nodes, secrets, volumes, whoami, workflows,
+};
 
 pub fn router(state: AppState, hub: std::sync::Arc<crate::agents::Hub>) -> Router {
-    let images = crate::registry::Registry::new(&state);
+    let registry = crate::registry::wiring::new(&state);
     let api = Router::new()
         .route("/whoami", get(whoami))
         .route("/workflows", get(workflows::list).post(workflows::submit))
@@ -88,16 +90,25 @@ pub fn router(state: AppState, hub: std::sync::Arc<crate::agents::Hub>) -> Route
             "/agent/connect",
             get(crate::agents::connect).layer(axum::Extension(hub)),
         )
-        .merge(crate::registry::api_routes(images.clone()))
+        .route(
+            "/images",
+            get(images::list).layer(axum::Extension(registry.clone())),
+        )
+        .route(
+            "/images/{scope}/{owner}/{*name}",
+            get(images::show)
+                .delete(images::delete)
+                .layer(axum::Extension(registry.clone())),
+        )
         .layer(axum::middleware::map_response(json_errors));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/metrics", get(crate::http::monitoring::metrics))
         .nest("/api/v1", api)
         // The web UI at `/` (its Images page lists the object cache).
-        .merge(crate::web::routes(&state, images.clone()))
+        .merge(crate::web::routes(&state, registry.clone()))
         // The object cache's OCI registry.
-        .merge(crate::registry::v2_routes(images))
+        .merge(crate::registry::v2_routes(registry))
         .merge(crate::mcp::routes(state.clone()))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state.clone())

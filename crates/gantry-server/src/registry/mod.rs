@@ -1,7 +1,7 @@
 //! The object cache: an OCI distribution API at `/v2/` that image builds push to and jobs pull
-//! from, plus `/api/v1/images` to list and remove what is cached.
+//! from, and what `/api/v1/images` lists and removes ([`images`]; the server serves that API).
 //!
-//! - Names are scoped: `user/<user>/<image>` and `group/<group>/<image>` (see [`names`]).
+//! - Names are scoped: `user/<user>/<image>` and `group/<group>/<image>` (see `names.rs`).
 //! - Blobs are files under `<data>/objects/blobs/sha256/<hex>`, stored once whoever pushes
 //!   them, but each belongs to the repositories that *link* it (as in CNCF distribution's
 //!   linked blob store): a repository links a blob when an upload into it proved the content,
@@ -12,25 +12,33 @@
 //!   knowing a digest reveals and gives nothing. Agents and administrators are held to the
 //!   links too: what a workflow makes an agent push or pull goes through its repository.
 //! - Credentials are Gantry tokens, as a bearer token or as the password of basic auth (any
-//!   user name). No or a bad token: 401 with a basic challenge. A repository the caller may
-//!   not use: 404 `NAME_UNKNOWN`, as if it did not exist.
-//! - The store keeps the index (images), the blobs, their links and what each manifest
-//!   references. After every manifest push the least recently used tags are evicted until the
-//!   cache fits in `images.cache_bytes`, and blobs nothing references any more are deleted,
-//!   with their links.
+//!   user name), checked by the server's [`Authenticate`]. No or a bad token: 401 with a basic
+//!   challenge. A repository the caller may not use: 404 `NAME_UNKNOWN`, as if it did not
+//!   exist.
+//! - The [`ImageIndex`] (the server's store) keeps the index (images), the blobs, their links
+//!   and what each manifest references. After every manifest push the least recently used tags
+//!   are evicted until the cache fits in `images.cache_bytes`, and blobs nothing references any
+//!   more are deleted, with their links.
 //! - One lock orders everything that adds or removes blob files, links and index rows (a
 //!   finished upload, a mount, a manifest push, a deletion, the collection), so a manifest's
 //!   or a mount's check that its blobs exist and are linked cannot interleave with their
 //!   deletion.
+//!
+//! What it may touch is what [`Context`] hands it: the index, the token check, the clock, and
+//! `<data>/objects` made private as the server makes its files.
 
-pub(crate) mod api;
+mod auth;
 mod errors;
 mod gc;
+pub mod images;
+mod index;
 mod manifest;
 mod names;
 mod storage;
+pub(crate) mod wiring;
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,16 +46,17 @@ use axum::body::Body;
 use axum::extract::{Query, Request};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::any;
 use axum::{Extension, Router};
 use gantry_api::v1::Role;
 use gantry_store::{ImageKey, ImageRow, NewManifest};
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::caller::Caller;
-use crate::state::{now_ms, AppState};
+pub use auth::{AuthError, Authenticate, Principal};
+pub use index::ImageIndex;
 
 use errors::{OciError, API_VERSION};
 use names::{sha256_hex, Reference, Repo};
@@ -66,8 +75,37 @@ const UPLOAD_GRACE: Duration = Duration::from_secs(24 * 3600);
 /// A build may name the cache key it pushed under (agents and administrators only).
 const BUILD_KEY_HEADER: &str = "gantry-build-key";
 
+/// Time as the server's store keeps it (milliseconds since the epoch, UTC).
+#[derive(Clone, Copy)]
+pub struct Clock {
+    /// Now, in the store's milliseconds.
+    pub now_ms: fn() -> i64,
+    /// The store's milliseconds as the API's time.
+    pub ts: fn(i64) -> OffsetDateTime,
+}
+
+/// How the server keeps its files private: the registry makes its directories with `dir` and
+/// creates its files with `file_mode` (the blobs of private images).
+#[derive(Clone, Copy)]
+pub struct Private {
+    pub dir: fn(&Path) -> std::io::Result<()>,
+    pub file_mode: u32,
+}
+
+/// What the registry is handed, and all it reaches.
+pub struct Context {
+    /// The server's data directory: the registry's files are under `<data_dir>/objects`.
+    pub data_dir: PathBuf,
+    pub index: Arc<dyn ImageIndex>,
+    pub auth: Arc<dyn Authenticate>,
+    pub clock: Clock,
+    pub private: Private,
+}
+
 pub struct Registry {
-    state: AppState,
+    index: Arc<dyn ImageIndex>,
+    auth: Arc<dyn Authenticate>,
+    clock: Clock,
     blobs: BlobStore,
     commit: tokio::sync::Mutex<()>,
     uploads: Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<Upload>>>>,
@@ -75,35 +113,30 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn new(state: &AppState) -> Arc<Registry> {
-        let blobs = BlobStore::open(&state.config.data_dir);
+    pub fn new(cx: Context) -> Arc<Registry> {
+        let blobs = BlobStore::open(&cx.data_dir, cx.private);
         Arc::new(Registry {
-            state: state.clone(),
+            index: cx.index,
+            auth: cx.auth,
+            clock: cx.clock,
             blobs,
             commit: tokio::sync::Mutex::new(()),
             uploads: Mutex::default(),
             touched: Mutex::default(),
         })
     }
+
+    fn now(&self) -> i64 {
+        (self.clock.now_ms)()
+    }
 }
 
 /// `/v2/...`: the registry.
-pub fn v2_routes(reg: Arc<Registry>) -> Router<AppState> {
+pub fn v2_routes<S: Clone + Send + Sync + 'static>(reg: Arc<Registry>) -> Router<S> {
     Router::new()
         .route("/v2", any(base))
         .route("/v2/", any(base))
         .route("/v2/{*rest}", any(dispatch))
-        .layer(Extension(reg))
-}
-
-/// `/images...` under `/api/v1`.
-pub fn api_routes(reg: Arc<Registry>) -> Router<AppState> {
-    Router::new()
-        .route("/images", get(api::list))
-        .route(
-            "/images/{scope}/{owner}/{*name}",
-            get(api::show).delete(api::delete),
-        )
         .layer(Extension(reg))
 }
 
@@ -177,7 +210,7 @@ fn range(len: u64) -> String {
 
 impl Registry {
     /// The caller, from a bearer token or basic auth with the token as the password.
-    async fn caller(&self, headers: &HeaderMap) -> Result<Caller, OciError> {
+    async fn caller(&self, headers: &HeaderMap) -> Result<Principal, OciError> {
         let header = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -200,17 +233,10 @@ impl Registry {
         if token.is_empty() {
             return Err(OciError::unauthorized());
         }
-        match crate::caller::authenticate(
-            self.state.store.as_ref(),
-            Some(&format!("Bearer {token}")),
-        )
-        .await
-        {
-            Ok(c) => Ok(c),
-            Err(crate::error::ApiError::Unauthorized | crate::error::ApiError::TokenRefused(_)) => {
-                Err(OciError::unauthorized())
-            }
-            Err(e) => Err(OciError::internal(e)),
+        match self.auth.authenticate(&token).await {
+            Ok(p) => Ok(p),
+            Err(AuthError::Refused) => Err(OciError::unauthorized()),
+            Err(AuthError::Failed(e)) => Err(OciError::internal(e)),
         }
     }
 
@@ -326,7 +352,7 @@ impl Registry {
     async fn touch_image(&self, key: &ImageKey) {
         let what = format!("{}/{}/{}:{}", key.scope, key.owner, key.name, key.tag);
         if self.due(what) {
-            if let Err(e) = self.state.store.touch_image(key, now_ms()).await {
+            if let Err(e) = self.index.touch_image(key, self.now()).await {
                 tracing::warn!("object cache: recording a pull: {e}");
             }
         }
@@ -334,7 +360,7 @@ impl Registry {
 
     async fn touch_blob(&self, digest: &str) {
         if self.due(digest.to_string()) {
-            if let Err(e) = self.state.store.touch_blob(digest, now_ms()).await {
+            if let Err(e) = self.index.touch_blob(digest, self.now()).await {
                 tracing::warn!("object cache: recording a pull: {e}");
             }
         }
@@ -351,14 +377,13 @@ impl Registry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        match self.state.store.blob(digest).await? {
+        match self.index.blob(digest).await? {
             Some(b) => Ok(Some(b.size as u64)),
             None => {
                 // A file whose row was lost (a crash between the rename and the row): adopt it.
                 // It is linked nowhere until an upload proves its content again.
-                self.state
-                    .store
-                    .put_blob(digest, file.len() as i64, None, now_ms())
+                self.index
+                    .put_blob(digest, file.len() as i64, None, self.now())
                     .await?;
                 Ok(Some(file.len()))
             }
@@ -369,8 +394,7 @@ impl Registry {
     async fn links(&self, repo: &Repo, digest: &str) -> Result<bool, OciError> {
         let one = [digest.to_string()];
         Ok(!self
-            .state
-            .store
+            .index
             .linked_blobs(repo.stored(), &one)
             .await?
             .is_empty())
@@ -409,7 +433,7 @@ impl Registry {
 
     async fn start_upload(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         params: &Params,
         body: Body,
@@ -426,12 +450,7 @@ impl Registry {
             // exists nowhere, `from` does not link it, or the caller may not read `from`.
         }
         let id = Uuid::new_v4();
-        let mut up = Upload::create(
-            self.blobs.upload_path(id),
-            repo.to_string(),
-            caller.user.name.clone(),
-        )
-        .await?;
+        let mut up = Upload::create(&self.blobs, id, repo.to_string(), caller.user.clone()).await?;
         if let Some(digest) = params.get("digest") {
             // Monolithic: the whole blob in this request.
             sha256_hex(digest)?;
@@ -453,7 +472,7 @@ impl Registry {
     /// user's workflow decided, so it takes only from where the repository's owner could.
     async fn mount_source(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         from: Option<&String>,
     ) -> Result<Option<Repo>, OciError> {
@@ -467,12 +486,7 @@ impl Registry {
             return Ok(Some(from));
         }
         let owner_group = match repo.scope {
-            names::Scope::User => self
-                .state
-                .store
-                .user_by_name(&repo.owner)
-                .await?
-                .map(|u| u.group),
+            names::Scope::User => self.index.user_by_name(&repo.owner).await?.map(|u| u.group),
             names::Scope::Group => None,
         };
         Ok(repo
@@ -488,9 +502,8 @@ impl Registry {
             return Ok(false);
         }
         let one = [digest.to_string()];
-        self.state
-            .store
-            .link_blobs(repo.stored(), &one, now_ms())
+        self.index
+            .link_blobs(repo.stored(), &one, self.now())
             .await?;
         Ok(true)
     }
@@ -516,7 +529,7 @@ impl Registry {
         &self,
         id: Uuid,
         repo: &Repo,
-        caller: &Caller,
+        caller: &Principal,
     ) -> Result<tokio::sync::OwnedMutexGuard<Upload>, OciError> {
         let up = self
             .uploads
@@ -540,7 +553,7 @@ impl Registry {
 
     async fn patch_upload(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         id: Uuid,
         headers: &HeaderMap,
@@ -582,7 +595,7 @@ impl Registry {
 
     async fn put_upload(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         id: Uuid,
         params: &Params,
@@ -622,9 +635,8 @@ impl Registry {
             up.sync().await?;
             let _g = self.commit.lock().await;
             self.blobs.commit(&up.path, hex).await?;
-            self.state
-                .store
-                .put_blob(digest, up.len as i64, Some(repo.stored()), now_ms())
+            self.index
+                .put_blob(digest, up.len as i64, Some(repo.stored()), self.now())
                 .await?;
             Ok::<_, OciError>(())
         }
@@ -638,7 +650,7 @@ impl Registry {
 
     async fn upload_status(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         id: Uuid,
     ) -> Result<Response, OciError> {
@@ -648,7 +660,7 @@ impl Registry {
 
     async fn cancel_upload(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         id: Uuid,
     ) -> Result<Response, OciError> {
@@ -670,7 +682,7 @@ impl Registry {
             if frontier.is_empty() {
                 break;
             }
-            let edges = self.state.store.manifest_refs(Some(&frontier)).await?;
+            let edges = self.index.manifest_refs(Some(&frontier)).await?;
             frontier = edges
                 .into_iter()
                 .filter_map(|(_, c)| seen.insert(c.clone()).then_some(c))
@@ -690,8 +702,7 @@ impl Registry {
         match reference {
             Reference::Tag(t) => {
                 let row = self
-                    .state
-                    .store
+                    .index
                     .image(&repo.key(t))
                     .await?
                     .ok_or_else(|| OciError::manifest_unknown(t))?;
@@ -702,7 +713,7 @@ impl Registry {
                 if !self.links(repo, d).await? {
                     return Err(OciError::manifest_unknown(d));
                 }
-                let rows = self.state.store.images(Some(repo.stored())).await?;
+                let rows = self.index.images(Some(repo.stored())).await?;
                 if let Some(row) = rows.iter().find(|r| r.digest == *d) {
                     for r in rows.iter().filter(|r| r.digest == *d) {
                         self.touch_image(&r.key).await;
@@ -714,14 +725,12 @@ impl Registry {
                     return Err(OciError::manifest_unknown(d));
                 }
                 let m = self
-                    .state
-                    .store
+                    .index
                     .manifest(d)
                     .await?
                     .ok_or_else(|| OciError::manifest_unknown(d))?;
                 let parents: HashSet<String> = self
-                    .state
-                    .store
+                    .index
                     .manifest_refs(Some(&roots))
                     .await?
                     .into_iter()
@@ -766,7 +775,7 @@ impl Registry {
 
     async fn put_manifest(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         reference: &Reference,
         headers: &HeaderMap,
@@ -808,7 +817,7 @@ impl Registry {
         // Everything it names must be here and linked in this repository: blobs, and an
         // index's entries as manifests. One that another repository links is as unknown as
         // one that exists nowhere: push it here (or mount it from where you may read it).
-        let linked = self.state.store.linked_blobs(repo.stored(), &refs).await?;
+        let linked = self.index.linked_blobs(repo.stored(), &refs).await?;
         let mut missing = vec![];
         for d in parsed
             .config
@@ -822,7 +831,7 @@ impl Registry {
         }
         for d in &parsed.manifests {
             let known = linked.contains(&d.digest)
-                && self.state.store.manifest(&d.digest).await?.is_some()
+                && self.index.manifest(&d.digest).await?.is_some()
                 && self.blob_size(&d.digest).await?.is_some();
             if !known {
                 missing.push(d.digest.clone());
@@ -837,11 +846,11 @@ impl Registry {
         let mut reach = self.reachable(&refs).await?;
         reach.remove(&digest);
         for d in &reach {
-            if let Some(b) = self.state.store.blob(d).await? {
+            if let Some(b) = self.index.blob(d).await? {
                 size += b.size;
             }
         }
-        let now = now_ms();
+        let now = self.now();
         let row = |tag: &str| ImageRow {
             key: repo.key(tag),
             digest: digest.clone(),
@@ -856,7 +865,7 @@ impl Registry {
             Reference::Digest(d) => {
                 // Pushed by digest: keep it under its digest unless a tag already reaches it
                 // (an index's platforms are pushed before the index).
-                let rows = self.state.store.images(Some(repo.stored())).await?;
+                let rows = self.index.images(Some(repo.stored())).await?;
                 let roots: Vec<String> = rows.iter().map(|r| r.digest.clone()).collect();
                 if self.reachable(&roots).await?.contains(d) {
                     None
@@ -872,19 +881,14 @@ impl Registry {
             refs,
         };
         match self
-            .state
-            .store
-            .put_image(repo.stored(), &m, image.as_ref(), &caller.user.name, now)
+            .index
+            .put_image(repo.stored(), &m, image.as_ref(), &caller.user, now)
             .await
         {
             Ok(()) => {}
             // Another replica collected a blob between the check above and this.
             Err(gantry_store::StoreError::Conflict(_)) => {
-                let linked = self
-                    .state
-                    .store
-                    .linked_blobs(repo.stored(), &m.refs)
-                    .await?;
+                let linked = self.index.linked_blobs(repo.stored(), &m.refs).await?;
                 let missing = m.refs.into_iter().filter(|d| !linked.contains(d)).collect();
                 return Err(blobs_unknown(repo, missing));
             }
@@ -902,7 +906,7 @@ impl Registry {
 
     async fn delete_manifest(
         &self,
-        caller: &Caller,
+        caller: &Principal,
         repo: &Repo,
         reference: &Reference,
     ) -> Result<Response, OciError> {
@@ -912,7 +916,7 @@ impl Registry {
             ));
         }
         let _g = self.commit.lock().await;
-        let rows = self.state.store.images(Some(repo.stored())).await?;
+        let rows = self.index.images(Some(repo.stored())).await?;
         let (keys, shown): (Vec<ImageRow>, &str) = match reference {
             Reference::Tag(t) => (rows.into_iter().filter(|r| r.key.tag == *t).collect(), t),
             Reference::Digest(d) => (rows.into_iter().filter(|r| r.digest == *d).collect(), d),
@@ -920,13 +924,13 @@ impl Registry {
         if keys.is_empty() {
             return Err(OciError::manifest_unknown(shown));
         }
-        self.remove_images(&keys, &caller.user.name, "deleted through the registry API")
+        self.remove_images(&keys, &caller.user, "deleted through the registry API")
             .await?;
         Ok(empty(StatusCode::ACCEPTED))
     }
 
     async fn tags_list(&self, repo: &Repo, params: &Params) -> Result<Response, OciError> {
-        let rows = self.state.store.images(Some(repo.stored())).await?;
+        let rows = self.index.images(Some(repo.stored())).await?;
         if rows.is_empty() {
             return Err(OciError::name_unknown(&repo.to_string()));
         }
@@ -967,8 +971,7 @@ impl Registry {
 
     async fn cache_limit(&self) -> Result<u64, OciError> {
         Ok(self
-            .state
-            .store
+            .index
             .setting(CACHE_BYTES_KEY)
             .await?
             .and_then(|v| v.trim().parse::<u64>().ok())
@@ -983,20 +986,17 @@ impl Registry {
     /// needs no upload. Links go with their blob, in [`Registry::collect`]; a manifest whose
     /// tag is gone is not served by digest even so (see [`Registry::resolve`]).
     async fn remove_images(&self, rows: &[ImageRow], by: &str, why: &str) -> Result<(), OciError> {
-        let edges = gc::edges(self.state.store.manifest_refs(None).await?);
+        let edges = gc::edges(self.index.manifest_refs(None).await?);
         let freed = gc::closure(rows.iter().map(|r| r.digest.as_str()), &edges);
         let keys: Vec<ImageKey> = rows.iter().map(|r| r.key.clone()).collect();
-        self.state
-            .store
-            .delete_images(&keys, by, why, now_ms())
-            .await?;
+        self.index.delete_images(&keys, by, why, self.now()).await?;
         self.collect(&freed).await
     }
 
     /// Evicts least recently used tags until the cache fits its limit. Holds `commit`.
     async fn enforce_limit(&self, keep: Option<&ImageKey>) -> Result<(), OciError> {
         let limit = self.cache_limit().await?;
-        let store = &self.state.store;
+        let store = &self.index;
         let images = store.images(None).await?;
         let edges = gc::edges(store.manifest_refs(None).await?);
         let sizes: HashMap<String, i64> = store
@@ -1031,11 +1031,11 @@ impl Registry {
     /// images referenced), others after [`ORPHAN_GRACE_MS`] unused; every repository's links
     /// to them go in the same transaction. Holds `commit`.
     async fn collect(&self, freed: &HashSet<String>) -> Result<(), OciError> {
-        let store = &self.state.store;
+        let store = &self.index;
         let images = store.images(None).await?;
         let edges = gc::edges(store.manifest_refs(None).await?);
         let referenced = gc::closure(images.iter().map(|i| i.digest.as_str()), &edges);
-        let cutoff = now_ms() - ORPHAN_GRACE_MS;
+        let cutoff = self.now() - ORPHAN_GRACE_MS;
         let garbage: Vec<String> = store
             .blobs()
             .await?
@@ -1045,7 +1045,7 @@ impl Registry {
             .map(|b| b.digest)
             .collect();
         if !garbage.is_empty() {
-            store.delete_blobs(&garbage, now_ms()).await?;
+            store.delete_blobs(&garbage, self.now()).await?;
             for d in &garbage {
                 if let Ok(hex) = sha256_hex(d) {
                     if let Err(e) = self.blobs.remove(hex).await {

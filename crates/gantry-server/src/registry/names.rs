@@ -8,8 +8,7 @@ use std::fmt;
 
 use gantry_api::v1::Role;
 
-use crate::caller::Caller;
-
+use super::auth::Principal;
 use super::errors::OciError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,12 +85,12 @@ impl Repo {
     }
 
     /// Whether this caller may pull from and push to it.
-    pub fn allows(&self, c: &Caller) -> bool {
+    pub fn allows(&self, c: &Principal) -> bool {
         match c.role {
             Role::Admin | Role::Agent => true,
             Role::User => match self.scope {
-                Scope::User => c.user.name == self.owner,
-                Scope::Group => c.user.group == self.owner,
+                Scope::User => c.user == self.owner,
+                Scope::Group => c.group == self.owner,
             },
             Role::Monitoring => false,
         }

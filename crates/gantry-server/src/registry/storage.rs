@@ -11,10 +11,15 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use uuid::Uuid;
 
+use super::auth::Principal;
 use super::errors::OciError;
+use super::names::Repo;
+use super::Private;
 
 pub struct BlobStore {
     root: PathBuf,
+    /// What the blob and upload files are created with.
+    file_mode: u32,
 }
 
 /// Bytes gathered before each write to an upload file.
@@ -23,7 +28,7 @@ const WRITE_BUF: usize = 1 << 20;
 impl BlobStore {
     /// Makes the directories. Uploads cannot survive a restart (their state is in memory), so
     /// leftovers are removed.
-    pub fn open(data_dir: &Path) -> BlobStore {
+    pub fn open(data_dir: &Path, private: Private) -> BlobStore {
         let root = data_dir.join("objects");
         let uploads = root.join("uploads");
         if let Ok(dir) = std::fs::read_dir(&uploads) {
@@ -33,11 +38,14 @@ impl BlobStore {
         }
         for d in [root.join("blobs/sha256"), uploads] {
             // Reported again, with the path, by the first request that needs it.
-            if let Err(e) = crate::private::dir(&d) {
+            if let Err(e) = (private.dir)(&d) {
                 tracing::error!("object cache: creating {}: {e}", d.display());
             }
         }
-        BlobStore { root }
+        BlobStore {
+            root,
+            file_mode: private.file_mode,
+        }
     }
 
     pub fn blob_path(&self, hex: &str) -> PathBuf {
@@ -75,7 +83,7 @@ impl BlobStore {
             return Ok(());
         }
         let tmp = self.upload_path(Uuid::new_v4());
-        let mut f = private_file(&tmp).await?;
+        let mut f = private_file(&tmp, self.file_mode).await?;
         f.write_all(bytes).await?;
         f.sync_all().await?;
         drop(f);
@@ -166,8 +174,15 @@ pub struct Upload {
 }
 
 impl Upload {
-    pub async fn create(path: PathBuf, repo: String, user: String) -> io::Result<Upload> {
-        private_file(&path).await?;
+    /// A new upload's file, `id`'s in `blobs`.
+    pub async fn create(
+        blobs: &BlobStore,
+        id: Uuid,
+        repo: String,
+        user: String,
+    ) -> io::Result<Upload> {
+        let path = blobs.upload_path(id);
+        private_file(&path, blobs.file_mode).await?;
         Ok(Upload {
             repo,
             user,
@@ -179,8 +194,8 @@ impl Upload {
     }
 
     /// Whether this caller may go on with it in this repository.
-    pub fn continues(&self, repo: &super::names::Repo, caller: &crate::caller::Caller) -> bool {
-        !self.done && self.repo == repo.to_string() && self.user == caller.user.name
+    pub fn continues(&self, repo: &Repo, caller: &Principal) -> bool {
+        !self.done && self.repo == repo.to_string() && self.user == caller.user
     }
 
     /// Appends a request body. On any failure the upload is as it was before the request.
@@ -238,12 +253,12 @@ impl Upload {
 }
 
 /// A new file (truncated if it exists) only the server may read: the blobs of private images.
-async fn private_file(path: &Path) -> io::Result<tokio::fs::File> {
+async fn private_file(path: &Path, mode: u32) -> io::Result<tokio::fs::File> {
     tokio::fs::OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
-        .mode(crate::private::FILE_MODE)
+        .mode(mode)
         .open(path)
         .await
 }

@@ -10,7 +10,7 @@ use axum::Extension;
 
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
-use crate::registry::api::ImageInfo;
+use crate::registry::images::ImageInfo;
 use crate::registry::Registry;
 use crate::state::AppState;
 
@@ -92,7 +92,7 @@ pub async fn list(
     Extension(reg): Extension<Arc<Registry>>,
     web: Web,
 ) -> Result<Response, WebError> {
-    let images = crate::registry::api::images(&reg, &web.caller).await?;
+    let images = crate::registry::wiring::images(&reg, &web.caller).await?;
     let mut by_scope: BTreeMap<String, Vec<&ImageInfo>> = BTreeMap::new();
     for i in &images {
         by_scope

@@ -4,6 +4,7 @@
 pub(crate) mod admin;
 pub(crate) mod endpoints;
 pub(crate) mod holds;
+pub(crate) mod images;
 pub(crate) mod logs;
 pub(crate) mod nodes;
 pub(crate) mod secrets;

@@ -1,21 +1,15 @@
-//! `/api/v1/images`: what the object cache holds that the caller may see, and removing it.
-//! Users see their own images and their group's; administrators every image. Others' images
-//! answer 404.
+//! What `/api/v1/images` answers (the server serves it): what the object cache holds that the
+//! caller may see, and removing it. Users see their own images and their group's;
+//! administrators every image. Others' images answer 404.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use axum::extract::{Path, Query};
-use axum::{Extension, Json};
+use gantry_store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use crate::auth::UserCaller;
-use crate::caller::Caller;
-use crate::clock::ts;
-use crate::error::ApiError;
-
+use super::auth::Principal;
 use super::manifest::{self, Descriptor};
 use super::names::{sha256_hex, Repo, Scope};
 use super::Registry;
@@ -80,12 +74,24 @@ pub struct Deleted {
     pub deleted: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
-pub struct TagQuery {
-    pub tag: Option<String>,
+/// Why a listing or a removal failed; the server answers each as the rest of its API does.
+#[derive(Debug)]
+pub enum ImagesError {
+    /// Not there, or not the caller's to see: 404 with this message.
+    NotFound(String),
+    /// The index failed.
+    Store(StoreError),
+    /// Removing what the removed images referenced failed (their rows are gone).
+    Failed(String),
 }
 
-fn info(r: &gantry_store::ImageRow) -> ImageInfo {
+impl From<StoreError> for ImagesError {
+    fn from(e: StoreError) -> Self {
+        ImagesError::Store(e)
+    }
+}
+
+fn info(ts: fn(i64) -> OffsetDateTime, r: &gantry_store::ImageRow) -> ImageInfo {
     let k = &r.key;
     ImageInfo {
         repository: format!("{}/{}/{}", k.scope, k.owner, k.name),
@@ -102,7 +108,7 @@ fn info(r: &gantry_store::ImageRow) -> ImageInfo {
     }
 }
 
-fn visible(c: &Caller, scope: &str, owner: &str) -> bool {
+fn visible(c: &Principal, scope: &str, owner: &str) -> bool {
     Scope::parse(scope).is_some_and(|scope| {
         Repo {
             scope,
@@ -114,9 +120,9 @@ fn visible(c: &Caller, scope: &str, owner: &str) -> bool {
 }
 
 /// The repository a path names, if the caller may see it.
-fn repo_for(c: &Caller, scope: &str, owner: &str, name: &str) -> Result<Repo, ApiError> {
+fn repo_for(c: &Principal, scope: &str, owner: &str, name: &str) -> Result<Repo, ImagesError> {
     let full = format!("{scope}/{owner}/{name}");
-    let not_found = || ApiError::NotFound(format!("no image repository {full}"));
+    let not_found = || ImagesError::NotFound(format!("no image repository {full}"));
     let repo = Repo::parse(&full).map_err(|_| not_found())?;
     if repo.allows(c) {
         Ok(repo)
@@ -125,32 +131,28 @@ fn repo_for(c: &Caller, scope: &str, owner: &str, name: &str) -> Result<Repo, Ap
     }
 }
 
-pub async fn list(
-    Extension(reg): Extension<Arc<Registry>>,
-    UserCaller(c): UserCaller,
-) -> Result<Json<Vec<ImageInfo>>, ApiError> {
-    images(&reg, &c).await.map(Json)
-}
-
 /// The cached images the caller may see: theirs, their group's and the organization's.
-pub async fn images(reg: &Registry, c: &Caller) -> Result<Vec<ImageInfo>, ApiError> {
-    let rows = reg.state.store.images(None).await?;
+pub async fn list(reg: &Registry, c: &Principal) -> Result<Vec<ImageInfo>, ImagesError> {
+    let rows = reg.index.images(None).await?;
     Ok(rows
         .iter()
         .filter(|r| visible(c, &r.key.scope, &r.key.owner))
-        .map(info)
+        .map(|r| info(reg.clock.ts, r))
         .collect())
 }
 
+/// One repository the caller may see: its tags and each manifest they point at.
 pub async fn show(
-    Extension(reg): Extension<Arc<Registry>>,
-    UserCaller(c): UserCaller,
-    Path((scope, owner, name)): Path<(String, String, String)>,
-) -> Result<Json<RepositoryDetail>, ApiError> {
-    let repo = repo_for(&c, &scope, &owner, &name)?;
-    let rows = reg.state.store.images(Some(repo.stored())).await?;
+    reg: &Registry,
+    c: &Principal,
+    scope: &str,
+    owner: &str,
+    name: &str,
+) -> Result<RepositoryDetail, ImagesError> {
+    let repo = repo_for(c, scope, owner, name)?;
+    let rows = reg.index.images(Some(repo.stored())).await?;
     if rows.is_empty() {
-        return Err(ApiError::NotFound(format!("no image repository {repo}")));
+        return Err(ImagesError::NotFound(format!("no image repository {repo}")));
     }
     let mut distinct: BTreeMap<String, String> = BTreeMap::new();
     for r in &rows {
@@ -160,45 +162,48 @@ pub async fn show(
     for (digest, media_type) in distinct {
         manifests.push(reg.describe(&digest, &media_type, None, 0).await);
     }
-    Ok(Json(RepositoryDetail {
+    Ok(RepositoryDetail {
         repository: repo.to_string(),
         scope: repo.scope.as_str().into(),
         owner: repo.owner.clone(),
         name: repo.name.clone(),
-        tags: rows.iter().map(info).collect(),
+        tags: rows.iter().map(|r| info(reg.clock.ts, r)).collect(),
         manifests,
-    }))
+    })
 }
 
+/// Removes one tag of a repository the caller may see, or every tag with `tag` `None`; then
+/// the blobs only they referenced.
 pub async fn delete(
-    Extension(reg): Extension<Arc<Registry>>,
-    UserCaller(c): UserCaller,
-    Path((scope, owner, name)): Path<(String, String, String)>,
-    Query(q): Query<TagQuery>,
-) -> Result<Json<Deleted>, ApiError> {
-    let repo = repo_for(&c, &scope, &owner, &name)?;
+    reg: &Registry,
+    c: &Principal,
+    scope: &str,
+    owner: &str,
+    name: &str,
+    tag: Option<&str>,
+) -> Result<Deleted, ImagesError> {
+    let repo = repo_for(c, scope, owner, name)?;
     let _g = reg.commit.lock().await;
     let rows: Vec<_> = reg
-        .state
-        .store
+        .index
         .images(Some(repo.stored()))
         .await?
         .into_iter()
-        .filter(|r| q.tag.as_ref().is_none_or(|t| r.key.tag == *t))
+        .filter(|r| tag.is_none_or(|t| r.key.tag == t))
         .collect();
     if rows.is_empty() {
-        return Err(ApiError::NotFound(match &q.tag {
+        return Err(ImagesError::NotFound(match tag {
             Some(t) => format!("no image {repo}:{t}"),
             None => format!("no image repository {repo}"),
         }));
     }
-    reg.remove_images(&rows, &c.user.name, "deleted")
+    reg.remove_images(&rows, &c.user, "deleted")
         .await
-        .map_err(|e| ApiError::Internal(e.message))?;
-    Ok(Json(Deleted {
+        .map_err(|e| ImagesError::Failed(e.message))?;
+    Ok(Deleted {
         repository: repo.to_string(),
         deleted: rows.into_iter().map(|r| r.key.tag).collect(),
-    }))
+    })
 }
 
 fn blob_info(d: &Descriptor) -> BlobInfo {
