@@ -17,7 +17,7 @@ use api::{
 };
 
 pub fn router(state: AppState, hub: std::sync::Arc<crate::agents::Hub>) -> Router {
-    let registry = crate::registry::wiring::new(&state);
+    let registry = crate::registry::new(&state);
     let api = Router::new()
         .route("/whoami", get(whoami))
         .route("/workflows", get(workflows::list).post(workflows::submit))
@@ -108,7 +108,7 @@ pub fn router(state: AppState, hub: std::sync::Arc<crate::agents::Hub>) -> Route
         // The web UI at `/` (its Images page lists the object cache).
         .merge(crate::web::routes(&state, registry.clone()))
         // The object cache's OCI registry.
-        .merge(crate::registry::v2_routes(registry))
+        .merge(gantry_registry::v2_routes(registry))
         .merge(crate::mcp::routes(state.clone()))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .with_state(state.clone())

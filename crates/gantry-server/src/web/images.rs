@@ -7,11 +7,11 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
+use gantry_registry::images::ImageInfo;
+use gantry_registry::Registry;
 
 use super::session::Web;
 use super::{bytes, ok_page, segment, short, when, Ctx, WebError, When};
-use crate::registry::images::ImageInfo;
-use crate::registry::Registry;
 use crate::state::AppState;
 
 /// Builds are looked for in this many of the newest workflows.
@@ -92,7 +92,7 @@ pub async fn list(
     Extension(reg): Extension<Arc<Registry>>,
     web: Web,
 ) -> Result<Response, WebError> {
-    let images = crate::registry::wiring::images(&reg, &web.caller).await?;
+    let images = crate::registry::images(&reg, &web.caller).await?;
     let mut by_scope: BTreeMap<String, Vec<&ImageInfo>> = BTreeMap::new();
     for i in &images {
         by_scope

@@ -25,11 +25,11 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
+use gantry_registry::Registry;
 use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::error::ApiError;
-use crate::registry::Registry;
 use crate::state::AppState;
 
 pub use session::Sessions;

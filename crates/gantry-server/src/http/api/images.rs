@@ -1,17 +1,17 @@
 //! `/api/v1/images`: what the object cache holds that the caller may see, and removing it;
-//! each route reads its request and calls `registry::images` with the caller.
+//! each route reads its request and calls `gantry_registry::images` with the caller.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, Query};
 use axum::{Extension, Json};
+use gantry_registry::images::{self as svc, Deleted, ImageInfo, RepositoryDetail};
+use gantry_registry::Registry;
 use serde::Deserialize;
 
 use crate::auth::UserCaller;
 use crate::error::ApiError;
-use crate::registry::images::{self as svc, Deleted, ImageInfo, RepositoryDetail};
-use crate::registry::wiring::principal;
-use crate::registry::Registry;
+use crate::registry::principal;
 
 #[derive(Debug, Deserialize)]
 pub struct TagQuery {
@@ -22,7 +22,7 @@ pub async fn list(
     Extension(reg): Extension<Arc<Registry>>,
     UserCaller(c): UserCaller,
 ) -> Result<Json<Vec<ImageInfo>>, ApiError> {
-    crate::registry::wiring::images(&reg, &c).await.map(Json)
+    crate::registry::images(&reg, &c).await.map(Json)
 }
 
 pub async fn show(

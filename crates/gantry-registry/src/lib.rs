@@ -35,7 +35,6 @@ mod index;
 mod manifest;
 mod names;
 mod storage;
-pub(crate) mod wiring;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};

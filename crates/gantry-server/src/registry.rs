@@ -1,13 +1,15 @@
-//! The object cache's wiring: the registry handed what it may use of the server (the store
+//! The object cache's wiring: `gantry-registry` handed what it may use of the server (the store
 //! as its image index, the token check, the clock, how files are made private), and its
 //! answers read as the server's errors.
 
 use std::sync::Arc;
 
+use gantry_registry::images::{ImageInfo, ImagesError};
+use gantry_registry::{
+    AuthError, Authenticate, Clock, Context, ImageIndex, Principal, Private, Registry,
+};
 use gantry_store::Store;
 
-use super::images::{ImageInfo, ImagesError};
-use super::{AuthError, Authenticate, Clock, Context, ImageIndex, Principal, Private, Registry};
 use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -40,7 +42,7 @@ pub fn principal(c: &Caller) -> Principal {
 
 /// The cached images the caller may see (the API's list, the web UI's Images page).
 pub async fn images(reg: &Registry, c: &Caller) -> Result<Vec<ImageInfo>, ApiError> {
-    Ok(super::images::list(reg, &principal(c)).await?)
+    Ok(gantry_registry::images::list(reg, &principal(c)).await?)
 }
 
 /// Tokens, checked as every other route checks them.
