@@ -84,6 +84,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
     ("request reading", &["auth"]),
     ("drivers", &["control", "agents"]),
     ("adapters", &["http", "web", "mcp", "registry"]),
+    ("wiring", &["wiring"]),
 ];
 
 #[test]

@@ -29,14 +29,11 @@ mod state;
 mod views;
 mod volumes;
 mod web;
+mod wiring;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-
-use anyhow::Context;
-use gantry_store::{SqliteStore, Store};
 
 pub use gantry_core::plan;
 pub use link::{AgentLink, Unlinked};
@@ -100,35 +97,12 @@ pub struct Server {
 impl Server {
     /// Opens the store, starts the controller and serves the API. Returns once listening.
     pub async fn start(config: ServerConfig) -> anyhow::Result<Server> {
-        private::dir(&config.data_dir)
-            .with_context(|| format!("creating {}", config.data_dir.display()))?;
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&config.data_dir.join("gantry.db"))
-                .await
-                .context("opening the store")?,
-        );
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("listening on {}", config.listen))?;
+        let wiring::Wired {
+            state,
+            app,
+            listener,
+        } = wiring::wire(config).await?;
         let addr = listener.local_addr()?;
-        // Port 0 picks a free port: URLs given out must name the real one.
-        let mut config = config;
-        config.listen = addr;
-        let key = secrets::load_or_create_key(&config.data_dir).context("the secrets key")?;
-        private::file(&config.data_dir.join("secret.key")).context("the secrets key's mode")?;
-        for d in ["logs", "objects"] {
-            let top = config.data_dir.join(d);
-            private::tree(&top).with_context(|| format!("making {} private", top.display()))?;
-        }
-        let base = agents::subnet_base(store.as_ref())
-            .await
-            .context("the subnet base")?;
-        // The agents' connections: the sessions register in the hub, everything else reaches
-        // the agents through it as the state's link.
-        let hub = Arc::new(agents::Hub::default());
-        let state = AppState::new(store, config, key, base, hub.clone());
-        control::spawn(state.clone());
-        let app = http::router(state.clone(), hub);
         let task = tokio::spawn(async move {
             let app = app.into_make_service_with_connect_info::<SocketAddr>();
             // Without TCP_NODELAY a keep-alive client's delayed ACK holds each small response

@@ -16,8 +16,11 @@ use api::{
     admin, endpoints, holds, images, json_errors, logs, nodes, secrets, volumes, whoami, workflows,
 };
 
-pub fn router(state: AppState, hub: std::sync::Arc<crate::agents::Hub>) -> Router {
-    let registry = crate::registry::new(&state);
+pub fn router(
+    state: AppState,
+    hub: std::sync::Arc<crate::agents::Hub>,
+    registry: std::sync::Arc<gantry_registry::Registry>,
+) -> Router {
     let api = Router::new()
         .route("/whoami", get(whoami))
         .route("/workflows", get(workflows::list).post(workflows::submit))
