@@ -7,6 +7,8 @@
 #
 # Environment (all optional):
 #   GANTRY_BIN      the gantry binary (default: target/release/gantry, built if missing)
+#   BENCH_OCI_ROOTS directories (space-separated) whose OCI layouts jobs may run as oci://,
+#                   given to the server and the agent as --oci-root
 #   BENCH_KEEP=1    keep $WORK (logs, database) instead of removing it at exit
 #   GANTRY_LOG      log filter for the server and the agent (default: info)
 #   BENCH_IMAGE     the image of the Gantry jobs (default docker://busybox:1, pulled through the
@@ -16,6 +18,11 @@
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$BENCH_DIR/.." && pwd)
 GANTRY=${GANTRY_BIN:-$REPO/target/release/gantry}
+# An oci:// job image is readable only beneath an --oci-root: its layout's directory by default.
+if [ -z "${BENCH_OCI_ROOTS:-}" ] && [[ ${BENCH_IMAGE:-} == oci://* ]]; then
+  _layout=${BENCH_IMAGE#oci://}
+  BENCH_OCI_ROOTS=$(dirname "${_layout%:*}")
+fi
 
 log() { printf '[%s] %s\n' "$(date +%T.%3N)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -383,7 +390,9 @@ gantry_server_start() {
   [ $# -gt 0 ] && shift
   mkdir -p "$GDATA"
   # Port 0: the kernel picks a free port; the server writes its URL into context.toml.
-  GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" server --listen 127.0.0.1:0 --data-dir "$GDATA" "$@" \
+  local roots=() r
+  for r in ${BENCH_OCI_ROOTS:-}; do roots+=(--oci-root "$r"); done
+  GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" server --listen 127.0.0.1:0 --data-dir "$GDATA" "${roots[@]}" "$@" \
     > "$GDATA/server.log" 2>&1 &
   GSERVER_PID=$!
   BENCH_CLEANUPS+=("bench_stop_pid $GSERVER_PID 'gantry server'")
@@ -432,6 +441,9 @@ gantry_agent_start() {
   "$GANTRY" agent --help 2>/dev/null | grep -q -- --metrics-listen && extra+=(--metrics-listen off)
   # JOB_USERNS=off measures jobs without user namespaces (the default is on).
   "$GANTRY" agent --help 2>/dev/null | grep -q -- --job-userns && extra+=(--job-userns "${JOB_USERNS:-on}")
+  # oci:// images are read only beneath an --oci-root (the server is given the same list).
+  local r
+  for r in ${BENCH_OCI_ROOTS:-}; do extra+=(--oci-root "$r"); done
   GANTRY_AGENT_TOKEN=$GAGENT_TOKEN GANTRY_LOG=${GANTRY_LOG:-info} "$GANTRY" agent "${extra[@]}" \
     --server "$GURL" --pool default --name "$GNODE" --cpus "$cpus" \
     --storage-root "$GDATA/storage" --state-dir "$GDATA/agent" \

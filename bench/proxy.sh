@@ -361,6 +361,8 @@ for v in v1 v2; do
 done
 
 # --- Gantry: server, agent, the endpoint and the v1 service ---------------------------------
+# The backend's images are layouts in $WORK: server and agent may read layouts there only.
+BENCH_OCI_ROOTS=$WORK
 gantry_server_start
 # The backend asks for 2 cores (on a 2-core machine its CPU quota is then no limit); 4 offered
 # let v1 and v2 run side by side during the takeover.
