@@ -31,6 +31,18 @@ macro_rules! text_enum {
                 }
             }
         }
+        // In JSON (a stored plan, say) as its text, so the words are the same everywhere.
+        impl $crate::__serde::Serialize for $name {
+            fn serialize<S: $crate::__serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+        impl<'de> $crate::__serde::Deserialize<'de> for $name {
+            fn deserialize<D: $crate::__serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str> as $crate::__serde::Deserialize>::deserialize(d)?;
+                s.parse().map_err(<D::Error as $crate::__serde::de::Error>::custom)
+            }
+        }
     };
 }
 
@@ -161,5 +173,14 @@ mod tests {
         );
         assert!("When-Ready".parse::<TakeoverMode>().is_err());
         assert!("".parse::<Channel>().is_err());
+        assert_eq!(
+            serde_json::to_string(&TakeoverMode::StopFirst).unwrap(),
+            r#""stop-first""#
+        );
+        assert_eq!(
+            serde_json::from_str::<VolumeScope>(r#""group""#).unwrap(),
+            VolumeScope::Group
+        );
+        assert!(serde_json::from_str::<VolumeScope>(r#""organization""#).is_err());
     }
 }

@@ -13,3 +13,7 @@ pub use kinds::{
     VolumeScope,
 };
 pub use status::*;
+
+// For `text_enum!`, which callers expand in their own crates.
+#[doc(hidden)]
+pub use serde as __serde;

@@ -114,12 +114,6 @@ pub(crate) fn owners(c: &Caller) -> Vec<(VolumeScope, String)> {
     ]
 }
 
-/// A volume's scope as the plan names it (`user` or `group`, the spec's words); anything else
-/// is read as the narrower, the user's own.
-fn plan_scope(s: &str) -> VolumeScope {
-    s.parse().unwrap_or(VolumeScope::User)
-}
-
 /// Finds each persistent volume the plan mounts among the submitter's, checks the storage it
 /// is on may be used, and records where it lives. A legacy reference to a volume that does not
 /// exist yet gets a new one planned; [`make_on_first_use`] makes it when the workflow is stored.
@@ -127,8 +121,8 @@ fn plan_scope(s: &str) -> VolumeScope {
 pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Result<(), ApiError> {
     let mut problems = vec![];
     for (key, p) in plan.persistent.iter_mut() {
-        let scopes: Vec<VolumeScope> = match p.scope.as_deref() {
-            Some(s) => vec![plan_scope(s)],
+        let scopes: Vec<VolumeScope> = match p.scope {
+            Some(s) => vec![s],
             None => vec![VolumeScope::User, VolumeScope::Group],
         };
         let mut found = vec![];
@@ -212,13 +206,12 @@ pub async fn make_on_first_use(
     plan: &mut WorkflowPlan,
 ) -> Result<(), ApiError> {
     for p in plan.persistent.values_mut() {
-        let (Some(r), Some(scope)) = (p.resolved.as_mut(), p.scope.as_deref()) else {
+        let (Some(r), Some(scope)) = (p.resolved.as_mut(), p.scope) else {
             continue;
         };
         if !p.made_on_use {
             continue;
         }
-        let scope = plan_scope(scope);
         let want = VolumeRow {
             id: r.id,
             scope,

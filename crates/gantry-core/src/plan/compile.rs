@@ -1,6 +1,7 @@
 //! A supported workflow compiled into its plan: each step's container, policy and resources.
 
 use gantry_api::agent::{InjectedFile, Probe, ProbeCheck, ServicePort};
+use gantry_api::EndpointScope;
 use gantry_spec::{
     DepStatus, EndpointKind, EnvValue, FileSource, HttpScheme, ImageRef, MultinodeImpl, ProbeKind,
     RetryOn, Scope, Workflow,
@@ -29,12 +30,12 @@ fn script_argv(script: &str) -> Vec<String> {
     argv
 }
 
-fn scope_str(s: Scope) -> &'static str {
+fn endpoint_scope(s: Scope) -> EndpointScope {
     match s {
-        Scope::User => "user",
-        Scope::Group => "group",
-        Scope::Organization => "organization",
-        Scope::Public => "public",
+        Scope::User => EndpointScope::User,
+        Scope::Group => EndpointScope::Group,
+        Scope::Organization => EndpointScope::Organization,
+        Scope::Public => EndpointScope::Public,
     }
 }
 
@@ -98,7 +99,7 @@ fn service_plan(s: &gantry_spec::Service) -> ServicePlan {
                 EndpointKind::Path => "path".into(),
                 EndpointKind::Subdomain => "subdomain".into(),
             },
-            scope: scope_str(e.scope).into(),
+            scope: endpoint_scope(e.scope),
             attach: e.attach.clone(),
         })
         .collect();

@@ -135,8 +135,7 @@ pub struct EndpointPlan {
     pub port: u16,
     /// `path` or `subdomain`.
     pub kind: String,
-    /// `user`, `group`, `organization` or `public`.
-    pub scope: String,
+    pub scope: gantry_api::EndpointScope,
     /// The persistent endpoint it takes over.
     pub attach: Option<String>,
 }

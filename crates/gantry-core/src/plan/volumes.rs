@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use gantry_api::agent::{TransferItem, TransferSpec};
+use gantry_api::VolumeScope;
 use gantry_spec::{Scope, VolumeKind, Workflow};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -15,8 +16,8 @@ use super::{DepPlan, JobPlan, WorkflowPlan};
 /// at submit) the volume it is.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PersistentPlan {
-    /// `user` or `group`; `None` (v4 `use: persistent`): whichever of the two holds `name`.
-    pub scope: Option<String>,
+    /// `None` (v4 `use: persistent`): whichever of the user's and the group's holds `name`.
+    pub scope: Option<VolumeScope>,
     pub name: String,
     /// A storage provisioner the file names (`use: S` or `volume://SCOPE/S/NAME`).
     pub storage: Option<String>,
@@ -49,8 +50,8 @@ pub(super) fn persistent(wf: &Workflow) -> BTreeMap<String, PersistentPlan> {
                 PersistentPlan {
                     scope: match (v.made_on_use, scope) {
                         (false, _) => None,
-                        (true, Scope::Group) => Some("group".into()),
-                        (true, _) => Some("user".into()),
+                        (true, Scope::Group) => Some(VolumeScope::Group),
+                        (true, _) => Some(VolumeScope::User),
                     },
                     name: vol.clone(),
                     storage: v.provisioner.clone(),
@@ -206,7 +207,7 @@ jobs:
         );
         let want =
             |scope: Option<&str>, name: &str, storage: Option<&str>, made: bool| PersistentPlan {
-                scope: scope.map(str::to_string),
+                scope: scope.map(|s| s.parse().expect("a scope's word")),
                 name: name.into(),
                 storage: storage.map(str::to_string),
                 made_on_use: made,

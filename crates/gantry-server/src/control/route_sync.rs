@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use gantry_proxy::Backend;
-use gantry_store::EndpointScope;
 use uuid::Uuid;
 
 use crate::routes::{Gateway, RouteMeta};
@@ -92,9 +91,7 @@ pub async fn sync_from(
                     key,
                     Want {
                         meta: RouteMeta {
-                            // The plan writes one of the scope's words; anything else
-                            // is read as the narrowest.
-                            scope: ep.scope.parse().unwrap_or(EndpointScope::User),
+                            scope: ep.scope,
                             owner: aw.workflow.owner.clone(),
                             group: aw.workflow.group.clone(),
                             persistent: None,
