@@ -1,5 +1,6 @@
-//! Who calls: the registry takes Gantry tokens and asks the server who they name
-//! ([`Authenticate`]), then applies its own rules (`names.rs`) to what it is told.
+//! What the registry asks of the server besides the image index ([`Site`]): who a Gantry
+//! token names (the registry then applies its own rules, `names.rs`, to what it is told), a
+//! user's group, and the administrator's bound on the cache.
 
 use async_trait::async_trait;
 use gantry_api::v1::Role;
@@ -24,9 +25,15 @@ pub enum AuthError {
     Failed(String),
 }
 
-/// The server's token check.
+/// The server, as far as the registry needs it.
 #[async_trait]
-pub trait Authenticate: Send + Sync {
+pub trait Site: Send + Sync {
     /// The caller a Gantry token names (the token alone, without `Bearer `).
     async fn authenticate(&self, token: &str) -> Result<Principal, AuthError>;
+    /// The group of a user, for what an agent may mount into that user's repository; `None`
+    /// for no such user.
+    async fn group_of(&self, user: &str) -> gantry_store::Result<Option<String>>;
+    /// The administrator's bound on the cache, in bytes; `None` when none is set (the
+    /// registry then keeps [`super::DEFAULT_CACHE_BYTES`]).
+    async fn cache_limit(&self) -> gantry_store::Result<Option<u64>>;
 }

@@ -12,26 +12,26 @@
 //!   knowing a digest reveals and gives nothing. Agents and administrators are held to the
 //!   links too: what a workflow makes an agent push or pull goes through its repository.
 //! - Credentials are Gantry tokens, as a bearer token or as the password of basic auth (any
-//!   user name), checked by the server's [`Authenticate`]. No or a bad token: 401 with a basic
+//!   user name), checked by the server ([`Site`]). No or a bad token: 401 with a basic
 //!   challenge. A repository the caller may not use: 404 `NAME_UNKNOWN`, as if it did not
 //!   exist.
-//! - The [`ImageIndex`] (the server's store) keeps the index (images), the blobs, their links
-//!   and what each manifest references. After every manifest push the least recently used tags
-//!   are evicted until the cache fits in `images.cache_bytes`, and blobs nothing references any
-//!   more are deleted, with their links.
+//! - The [`ImageIndex`] (that part of the server's store) keeps the index (images), the blobs,
+//!   their links and what each manifest references. After every manifest push the least
+//!   recently used tags are evicted until the cache fits in the administrator's bound
+//!   ([`Site::cache_limit`]), and blobs nothing references any more are deleted, with their
+//!   links.
 //! - One lock orders everything that adds or removes blob files, links and index rows (a
 //!   finished upload, a mount, a manifest push, a deletion, the collection), so a manifest's
 //!   or a mount's check that its blobs exist and are linked cannot interleave with their
 //!   deletion.
 //!
-//! What it may touch is what [`Context`] hands it: the index, the token check, the clock, and
-//! `<data>/objects` made private as the server makes its files.
+//! What it may touch is what [`Context`] hands it: the index, the server's answers ([`Site`]),
+//! the clock, and `<data>/objects` made private as the server makes its files.
 
 mod auth;
 mod errors;
 mod gc;
 pub mod images;
-mod index;
 mod manifest;
 mod names;
 mod storage;
@@ -54,15 +54,17 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-pub use auth::{AuthError, Authenticate, Principal};
-pub use index::ImageIndex;
+pub use auth::{AuthError, Principal, Site};
+pub use gantry_store::ImageIndex;
 
 use errors::{OciError, API_VERSION};
 use names::{sha256_hex, Reference, Repo};
 use storage::{BlobStore, Upload};
 
-/// The admin setting that bounds the cache, in bytes.
-pub use gantry_intake::requests::CACHE_BYTES_KEY;
+/// The admin setting that bounds the cache ([`Site::cache_limit`] reads it), named in what
+/// eviction logs and records.
+use gantry_intake::requests::CACHE_BYTES_KEY;
+/// The cache's bound when the administrator set none, in bytes.
 pub const DEFAULT_CACHE_BYTES: u64 = 10 << 30;
 /// Pulls refresh an image's (or blob's) last use at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
@@ -96,14 +98,14 @@ pub struct Context {
     /// The server's data directory: the registry's files are under `<data_dir>/objects`.
     pub data_dir: PathBuf,
     pub index: Arc<dyn ImageIndex>,
-    pub auth: Arc<dyn Authenticate>,
+    pub site: Arc<dyn Site>,
     pub clock: Clock,
     pub private: Private,
 }
 
 pub struct Registry {
     index: Arc<dyn ImageIndex>,
-    auth: Arc<dyn Authenticate>,
+    site: Arc<dyn Site>,
     clock: Clock,
     blobs: BlobStore,
     commit: tokio::sync::Mutex<()>,
@@ -116,7 +118,7 @@ impl Registry {
         let blobs = BlobStore::open(&cx.data_dir, cx.private);
         Arc::new(Registry {
             index: cx.index,
-            auth: cx.auth,
+            site: cx.site,
             clock: cx.clock,
             blobs,
             commit: tokio::sync::Mutex::new(()),
@@ -232,7 +234,7 @@ impl Registry {
         if token.is_empty() {
             return Err(OciError::unauthorized());
         }
-        match self.auth.authenticate(&token).await {
+        match self.site.authenticate(&token).await {
             Ok(p) => Ok(p),
             Err(AuthError::Refused) => Err(OciError::unauthorized()),
             Err(AuthError::Failed(e)) => Err(OciError::internal(e)),
@@ -485,7 +487,7 @@ impl Registry {
             return Ok(Some(from));
         }
         let owner_group = match repo.scope {
-            names::Scope::User => self.index.user_by_name(&repo.owner).await?.map(|u| u.group),
+            names::Scope::User => self.site.group_of(&repo.owner).await?,
             names::Scope::Group => None,
         };
         Ok(repo
@@ -970,10 +972,9 @@ impl Registry {
 
     async fn cache_limit(&self) -> Result<u64, OciError> {
         Ok(self
-            .index
-            .setting(CACHE_BYTES_KEY)
+            .site
+            .cache_limit()
             .await?
-            .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(DEFAULT_CACHE_BYTES))
     }
 

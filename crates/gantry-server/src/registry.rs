@@ -4,10 +4,9 @@
 
 use std::sync::Arc;
 
+use gantry_intake::requests::CACHE_BYTES_KEY;
 use gantry_registry::images::{ImageInfo, ImagesError};
-use gantry_registry::{
-    AuthError, Authenticate, Clock, Context, ImageIndex, Principal, Private, Registry,
-};
+use gantry_registry::{AuthError, Clock, Context, Principal, Private, Registry, Site};
 use gantry_store::Store;
 
 use crate::caller::Caller;
@@ -15,11 +14,11 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 pub fn new(state: &AppState) -> Arc<Registry> {
-    let index: Arc<dyn ImageIndex> = Arc::new(state.store.clone());
     Registry::new(Context {
         data_dir: state.config.data_dir.clone(),
-        index,
-        auth: Arc::new(Tokens(state.store.clone())),
+        // The store's object cache rows, and nothing else of it.
+        index: state.store.clone(),
+        site: Arc::new(Server(state.store.clone())),
         clock: Clock {
             now_ms: crate::clock::now_ms,
             ts: crate::clock::ts,
@@ -45,17 +44,32 @@ pub async fn images(reg: &Registry, c: &Caller) -> Result<Vec<ImageInfo>, ApiErr
     Ok(gantry_registry::images::list(reg, &principal(c)).await?)
 }
 
-/// Tokens, checked as every other route checks them.
-struct Tokens(Arc<dyn Store>);
+/// The server's answers: tokens checked as every other route checks them, users' groups, and
+/// the administrator's cache bound.
+struct Server(Arc<dyn Store>);
 
 #[async_trait::async_trait]
-impl Authenticate for Tokens {
+impl Site for Server {
     async fn authenticate(&self, token: &str) -> Result<Principal, AuthError> {
         match crate::caller::authenticate(self.0.as_ref(), Some(&format!("Bearer {token}"))).await {
             Ok(c) => Ok(principal(&c)),
             Err(ApiError::Unauthorized | ApiError::TokenRefused(_)) => Err(AuthError::Refused),
             Err(e) => Err(AuthError::Failed(e.to_string())),
         }
+    }
+
+    async fn group_of(&self, user: &str) -> gantry_store::Result<Option<String>> {
+        Ok(self.0.user_by_name(user).await?.map(|u| u.group))
+    }
+
+    /// An unreadable value counts as unset: the setting is checked when it is set, so only a
+    /// hand-edited database holds one.
+    async fn cache_limit(&self) -> gantry_store::Result<Option<u64>> {
+        Ok(self
+            .0
+            .setting(CACHE_BYTES_KEY)
+            .await?
+            .and_then(|v| v.trim().parse::<u64>().ok()))
     }
 }
 

@@ -43,9 +43,10 @@ pub enum StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Everything the control plane persists. Written so that a PostgreSQL backend can follow:
-/// no SQLite types leak out, and every multi-row change is one call.
+/// no SQLite types leak out, and every multi-row change is one call. The object cache's rows
+/// are its supertrait [`ImageIndex`], which is all the registry is handed.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: ImageIndex + Send + Sync + 'static {
     // --- users and tokens -------------------------------------------------------------
     /// The user and their first token, which expires at `expires_at` (never when `None`).
     async fn create_user(
@@ -235,7 +236,34 @@ pub trait Store: Send + Sync + 'static {
     async fn setting(&self, key: &str) -> Result<Option<String>>;
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;
 
-    // --- the object cache (OCI images) ------------------------------------------------------
+    // --- storage provisioners and persistent volumes -----------------------------------------
+    async fn add_storage(&self, s: &StorageRow, now: Millis) -> Result<()>;
+    async fn storages(&self) -> Result<Vec<StorageRow>>;
+    /// Refused ([`StoreError::Conflict`]) while a volume lives on it.
+    async fn delete_storage(&self, name: &str, by: &str, now: Millis) -> Result<()>;
+    /// [`StoreError::Conflict`] when the scope holds a volume of that name already.
+    async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()>;
+    /// The volume of that name, made as `v` says when there is none (first use).
+    async fn ensure_volume(&self, v: &VolumeRow, now: Millis) -> Result<VolumeRow>;
+    async fn volume(
+        &self,
+        scope: VolumeScope,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<VolumeRow>>;
+    /// The volumes of these (scope, owner) pairs; every volume when `None`.
+    async fn volumes(&self, owners: Option<&[(VolumeScope, String)]>) -> Result<Vec<VolumeRow>>;
+    /// Refused ([`StoreError::Conflict`], naming them) while a workflow not yet ended mounts it.
+    async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()>;
+    /// The workflows not yet ended that mount the volume.
+    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>>;
+}
+
+/// The object cache's index: images (tags), manifests and what they reference, blob rows and
+/// the repositories that link them. A part of every [`Store`], and the part the registry
+/// (`gantry-registry`) may use: it is handed an `Arc<dyn ImageIndex>`, never the store.
+#[async_trait]
+pub trait ImageIndex: Send + Sync {
     /// Records a blob now on disk, or refreshes its last use when it is known. With `link`,
     /// the repository whose upload proved the blob's content links it, in the same
     /// transaction (a second upload of the same content adds only its link).
@@ -304,26 +332,4 @@ pub trait Store: Send + Sync + 'static {
     /// Records the build cache key of a pushed tag (clients like oci-client cannot send the
     /// `Gantry-Build-Key` header). Returns false when there is no such tag.
     async fn set_image_build_key(&self, key: &ImageKey, build_key: Option<&str>) -> Result<bool>;
-
-    // --- storage provisioners and persistent volumes -----------------------------------------
-    async fn add_storage(&self, s: &StorageRow, now: Millis) -> Result<()>;
-    async fn storages(&self) -> Result<Vec<StorageRow>>;
-    /// Refused ([`StoreError::Conflict`]) while a volume lives on it.
-    async fn delete_storage(&self, name: &str, by: &str, now: Millis) -> Result<()>;
-    /// [`StoreError::Conflict`] when the scope holds a volume of that name already.
-    async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()>;
-    /// The volume of that name, made as `v` says when there is none (first use).
-    async fn ensure_volume(&self, v: &VolumeRow, now: Millis) -> Result<VolumeRow>;
-    async fn volume(
-        &self,
-        scope: VolumeScope,
-        owner: &str,
-        name: &str,
-    ) -> Result<Option<VolumeRow>>;
-    /// The volumes of these (scope, owner) pairs; every volume when `None`.
-    async fn volumes(&self, owners: Option<&[(VolumeScope, String)]>) -> Result<Vec<VolumeRow>>;
-    /// Refused ([`StoreError::Conflict`], naming them) while a workflow not yet ended mounts it.
-    async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()>;
-    /// The workflows not yet ended that mount the volume.
-    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>>;
 }

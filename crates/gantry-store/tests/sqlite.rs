@@ -64,6 +64,16 @@ fn array_then(job: &str, n: u32, then: &str, then_ord: u32) -> Vec<NewTask> {
         .collect()
 }
 
+/// A store with one workflow of one task (returned with it) and nodes to place it on.
+async fn one_task(dir: &tempfile::TempDir) -> (SqliteStore, NewWorkflow, Uuid) {
+    let s = open(dir).await;
+    let w = workflow("ada", "physics", 1);
+    let task = w.tasks[0].id;
+    s.create_workflow(&w, 1).await.unwrap();
+    ready_nodes(&s).await;
+    (s, w, task)
+}
+
 /// Places an attempt of the task on node n1.
 fn place(workflow_id: Uuid, attempt_id: Uuid, task_id: Uuid) -> Change {
     Change::CreateAttempt {
@@ -568,25 +578,9 @@ async fn active_lists_a_window_of_waiting_tasks_and_ends_the_rest_by_job() {
 #[tokio::test]
 async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
     let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir).await;
-    let w = workflow("ada", "physics", 1);
-    let task = w.tasks[0].id;
-    s.create_workflow(&w, 1).await.unwrap();
-    ready_nodes(&s).await;
+    let (s, w, task) = one_task(&dir).await;
     let a1 = Uuid::new_v4();
-    s.apply(
-        &[Change::CreateAttempt {
-            attempt_id: a1,
-            task_id: task,
-            workflow_id: w.id,
-            node: "n1".into(),
-            assignment: "{}".into(),
-            need: AttemptNeed::default(),
-        }],
-        2,
-    )
-    .await
-    .unwrap();
+    s.apply(&[place(w.id, a1, task)], 2).await.unwrap();
     assert_eq!(s.task(task).await.unwrap().status, TaskStatus::Started);
     assert!(s.attempt_running(a1, 3).await.unwrap());
     assert!(
@@ -1300,11 +1294,7 @@ async fn a_chore_keeps_its_kind_until_done() {
 #[tokio::test]
 async fn a_live_attempt_that_is_not_current_ends_without_moving_its_task() {
     let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir).await;
-    let w = workflow("ada", "physics", 1);
-    let task = w.tasks[0].id;
-    s.create_workflow(&w, 1).await.unwrap();
-    ready_nodes(&s).await;
+    let (s, w, task) = one_task(&dir).await;
     let current = Uuid::new_v4();
     s.apply(&[place(w.id, current, task)], 2).await.unwrap();
     let orphan = Uuid::new_v4();

@@ -495,6 +495,58 @@ impl Store for SqliteStore {
         SqliteStore::revoke_endpoint_token(self, id, by, now).await
     }
 
+    async fn setting(&self, key: &str) -> Result<Option<String>> {
+        SqliteStore::setting(self, key).await
+    }
+
+    async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()> {
+        SqliteStore::set_setting(self, key, value, by, now).await
+    }
+
+    async fn add_storage(&self, s: &StorageRow, now: Millis) -> Result<()> {
+        SqliteStore::add_storage(self, s, now).await
+    }
+
+    async fn storages(&self) -> Result<Vec<StorageRow>> {
+        SqliteStore::storages(self).await
+    }
+
+    async fn delete_storage(&self, name: &str, by: &str, now: Millis) -> Result<()> {
+        SqliteStore::delete_storage(self, name, by, now).await
+    }
+
+    async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()> {
+        SqliteStore::create_volume(self, v, now).await
+    }
+
+    async fn ensure_volume(&self, v: &VolumeRow, now: Millis) -> Result<VolumeRow> {
+        SqliteStore::ensure_volume(self, v, now).await
+    }
+
+    async fn volume(
+        &self,
+        scope: VolumeScope,
+        owner: &str,
+        name: &str,
+    ) -> Result<Option<VolumeRow>> {
+        SqliteStore::volume(self, scope, owner, name).await
+    }
+
+    async fn volumes(&self, owners: Option<&[(VolumeScope, String)]>) -> Result<Vec<VolumeRow>> {
+        SqliteStore::volumes(self, owners).await
+    }
+
+    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>> {
+        SqliteStore::volume_users(self, id).await
+    }
+
+    async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()> {
+        SqliteStore::delete_volume(self, id, by, now).await
+    }
+}
+
+#[async_trait]
+impl ImageIndex for SqliteStore {
     async fn put_blob(
         &self,
         digest: &str,
@@ -590,54 +642,5 @@ impl Store for SqliteStore {
 
     async fn set_image_build_key(&self, key: &ImageKey, build_key: Option<&str>) -> Result<bool> {
         SqliteStore::set_image_build_key(self, key, build_key).await
-    }
-
-    async fn setting(&self, key: &str) -> Result<Option<String>> {
-        SqliteStore::setting(self, key).await
-    }
-
-    async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()> {
-        SqliteStore::set_setting(self, key, value, by, now).await
-    }
-
-    async fn add_storage(&self, s: &StorageRow, now: Millis) -> Result<()> {
-        SqliteStore::add_storage(self, s, now).await
-    }
-
-    async fn storages(&self) -> Result<Vec<StorageRow>> {
-        SqliteStore::storages(self).await
-    }
-
-    async fn delete_storage(&self, name: &str, by: &str, now: Millis) -> Result<()> {
-        SqliteStore::delete_storage(self, name, by, now).await
-    }
-
-    async fn create_volume(&self, v: &VolumeRow, now: Millis) -> Result<()> {
-        SqliteStore::create_volume(self, v, now).await
-    }
-
-    async fn ensure_volume(&self, v: &VolumeRow, now: Millis) -> Result<VolumeRow> {
-        SqliteStore::ensure_volume(self, v, now).await
-    }
-
-    async fn volume(
-        &self,
-        scope: VolumeScope,
-        owner: &str,
-        name: &str,
-    ) -> Result<Option<VolumeRow>> {
-        SqliteStore::volume(self, scope, owner, name).await
-    }
-
-    async fn volumes(&self, owners: Option<&[(VolumeScope, String)]>) -> Result<Vec<VolumeRow>> {
-        SqliteStore::volumes(self, owners).await
-    }
-
-    async fn volume_users(&self, id: Uuid) -> Result<Vec<Uuid>> {
-        SqliteStore::volume_users(self, id).await
-    }
-
-    async fn delete_volume(&self, id: Uuid, by: &str, now: Millis) -> Result<()> {
-        SqliteStore::delete_volume(self, id, by, now).await
     }
 }
