@@ -316,12 +316,22 @@ fn start_gang(c: &mut Ctx, members: &[Assignment]) {
     });
 }
 
-/// Waits for the head's end; then stops and forgets every member. The head's end and output.
-fn finish_gang(c: &mut Ctx, members: &[Assignment]) -> (AttemptPhase, String, String) {
+/// Waits for the head's end (for at most `within`, when given: `None` if it did not end by
+/// then); then stops and forgets every member. The head's end and output.
+fn finish_gang(
+    c: &mut Ctx,
+    members: &[Assignment],
+    within: Option<Duration>,
+) -> (Option<AttemptPhase>, String, String) {
     c.tokio.block_on(async {
         let head = &mut c.nodes[0];
         let id = members[0].attempt_id;
-        let end = head.until(id, has_ended).await;
+        let end = match within {
+            Some(d) => tokio::time::timeout(d, head.until(id, has_ended))
+                .await
+                .ok(),
+            None => Some(head.until(id, has_ended).await),
+        };
         head.pump(Duration::from_millis(500)).await;
         let (out, err) = (head.output(id), head.errors(id));
         for (i, m) in members.iter().enumerate() {
@@ -354,14 +364,24 @@ const EXIT0: AttemptPhase = AttemptPhase::Exited {
 };
 
 /// An MPI allreduce across two nodes: both ranks' hostnames and the sum on the head's log.
-fn mpi_allreduce(c: &mut Ctx, implementation: &str, program: &str) {
+/// With `may_hang`, a gang that has printed its result but not ended within two minutes is
+/// stopped (stopping it is checked) and its result is checked: Debian 12's MPICH can deadlock
+/// in `MPI_Finalize` after the work is done (see `Finalize::MayHang` in the gantry crate's
+/// `tests/mpi.rs`), which is the image's MPI, not the launch under test.
+fn mpi_allreduce(c: &mut Ctx, implementation: &str, program: &str, may_hang: bool) {
     let job = format!("{implementation}{}", std::process::id() % 1000);
     let image = c.mpi_image.clone();
     let members = gang(c, &image, &job, implementation, &[program], &[], 2);
     start_gang(c, &members);
-    let (end, out, err) = finish_gang(c, &members);
+    let within = may_hang.then_some(Duration::from_secs(120));
+    let (end, out, err) = finish_gang(c, &members, within);
     println!("--- {implementation}: what the ranks printed (the head's log) ---\n{out}{err}---");
-    assert_eq!(end, EXIT0, "stdout: {out}\nstderr: {err}");
+    match end {
+        Some(end) => assert_eq!(end, EXIT0, "stdout: {out}\nstderr: {err}"),
+        None => println!(
+            "the {implementation} gang hung in MPI_Finalize after its work and was stopped"
+        ),
+    }
     assert!(out.contains(&format!("rank 0 of 2 on {job}-0\n")), "{out}");
     assert!(out.contains(&format!("rank 1 of 2 on {job}-1\n")), "{out}");
     assert!(out.contains("sum 3 (expected 3)\n"), "{out}");
@@ -378,11 +398,11 @@ fn mpi_allreduce(c: &mut Ctx, implementation: &str, program: &str) {
 }
 
 fn openmpi_allreduce_spans_two_nodes(c: &mut Ctx) {
-    mpi_allreduce(c, "openmpi", "allreduce-openmpi");
+    mpi_allreduce(c, "openmpi", "allreduce-openmpi", false);
 }
 
 fn mpich_allreduce_spans_two_nodes(c: &mut Ctx) {
-    mpi_allreduce(c, "mpich", "allreduce-mpich");
+    mpi_allreduce(c, "mpich", "allreduce-mpich", true);
 }
 
 /// The benchmark's mode of the program: latency and bandwidth between the two nodes' ranks.
@@ -392,9 +412,9 @@ fn openmpi_pingpong_reports_latency_and_bandwidth(c: &mut Ctx) {
     let argv = ["allreduce-openmpi", "pingpong", "200"];
     let members = gang(c, &image, &job, "openmpi", &argv, &[], 2);
     start_gang(c, &members);
-    let (end, out, err) = finish_gang(c, &members);
+    let (end, out, err) = finish_gang(c, &members, None);
     println!("--- pingpong ---\n{out}---");
-    assert_eq!(end, EXIT0, "stdout: {out}\nstderr: {err}");
+    assert_eq!(end, Some(EXIT0), "stdout: {out}\nstderr: {err}");
     assert!(out.contains("latency 8 B: "), "{out}");
     assert!(out.contains("bandwidth 1048576 B: "), "{out}");
 }
@@ -407,8 +427,8 @@ fn openmpi_runs_mpi4py(c: &mut Ctx) {
                   print('sum', s, 'hosts', ','.join(h) if h else '') if c.rank == 0 else None";
     let members = gang(c, &image, &job, "ompi", &["python3", "-c", script], &[], 2);
     start_gang(c, &members);
-    let (end, out, err) = finish_gang(c, &members);
-    assert_eq!(end, EXIT0, "stdout: {out}\nstderr: {err}");
+    let (end, out, err) = finish_gang(c, &members, None);
+    assert_eq!(end, Some(EXIT0), "stdout: {out}\nstderr: {err}");
     assert!(
         out.contains(&format!("sum 3 hosts {job}-0,{job}-1")),
         "{out}"
@@ -438,8 +458,8 @@ fn generic_runs_commands_in_members(c: &mut Ctx) {
         2,
     );
     start_gang(c, &members);
-    let (end, out, err) = finish_gang(c, &members);
-    assert_eq!(end, EXIT0, "stdout: {out}\nstderr: {err}");
+    let (end, out, err) = finish_gang(c, &members, None);
+    assert_eq!(end, Some(EXIT0), "stdout: {out}\nstderr: {err}");
     let want = format!(
         "quiet:\nloud:\n[{job}-1] {job}-1\n[{job}-1] 2\nstdin: [{job}-1] piped\ncode: 7\nunknown: 255\n\
          list: {job}-0:1,{job}-1:1 2 {}\n{job}-0\n",
