@@ -63,10 +63,9 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
         "leaves",
         &[
             "error", "clock", "caller", "link", "cache", "views", "metrics", "routes", "private",
-            "examples",
+            "examples", "news",
         ],
     ),
-    ("state", &["state"]),
     (
         "areas",
         &[
@@ -80,6 +79,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
             "logs",
         ],
     ),
+    ("state", &["state"]),
     ("use cases", &["services"]),
     ("request reading", &["auth"]),
     ("drivers", &["control", "agents"]),

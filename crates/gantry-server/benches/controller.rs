@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use gantry_api::agent::{Assignment, Capacity, ImageSource, Resources};
 use gantry_api::{EndCause, TaskStatus};
-use gantry_server::{AppState, ServerConfig};
+use gantry_server::{Controller, ServerConfig};
 use gantry_store::{AttemptEnd, Change, NewTask, NewWorkflow, NodeRegistration, Store, TaskNext};
 use uuid::Uuid;
 
@@ -66,20 +66,14 @@ fn now_ms() -> i64 {
 }
 
 /// A store holding one workflow of `n` array members in the state described at the top.
-async fn setup(dir: &std::path::Path, n: u32) -> AppState {
+async fn setup(dir: &std::path::Path, n: u32) -> (Controller, Arc<dyn Store>) {
     let store = gantry_store::SqliteStore::open(&dir.join("gantry.db"))
         .await
         .unwrap();
     let store: Arc<dyn Store> = Arc::new(store);
     let mut config = ServerConfig::new("127.0.0.1:0".parse().unwrap(), dir.to_path_buf());
     config.heartbeat_timeout = Duration::from_secs(3600);
-    let st = AppState::new(
-        store.clone(),
-        config,
-        [7; 32],
-        42,
-        std::sync::Arc::new(gantry_server::Unlinked),
-    );
+    let controller = Controller::new(store.clone(), config);
     let t0 = now_ms();
     let capacity = Capacity {
         cpus: 64,
@@ -222,7 +216,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> AppState {
             assert!(ended.is_ended());
         }
     }
-    st
+    (controller, store)
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -275,12 +269,12 @@ fn main() {
                 tempfile::tempdir().unwrap()
             };
             let t = Instant::now();
-            let st = setup(dir.path(), n).await;
+            let (st, store) = setup(dir.path(), n).await;
             let setup_s = t.elapsed().as_secs_f64();
 
             // The first tick records why the pending members wait; the timed ones change nothing.
-            gantry_server::controller_tick(&st).await.unwrap();
-            let active = st.store.active().await.unwrap();
+            st.tick().await.unwrap();
+            let active = store.active().await.unwrap();
             let open: usize = active.iter().map(|w| w.tasks.len()).sum();
             let live: usize = active.iter().map(|w| w.live.len()).sum();
             assert_eq!(live, RUNNING as usize, "the live attempts are the running ones");
@@ -288,10 +282,9 @@ fn main() {
 
             let budget = Duration::from_secs(2);
             let (tick_wall, tick_cpu, ticks) = time(20, budget, || async {
-                gantry_server::controller_tick(&st).await.unwrap();
+                st.tick().await.unwrap();
             })
             .await;
-            let store = st.store.clone();
             let (act_wall, act_cpu, reads) = time(20, budget, || {
                 let store = store.clone();
                 async move {

@@ -8,10 +8,12 @@ use base64::Engine;
 use gantry_api::agent::{BuildFile, BuildStep, ImageSource};
 use gantry_core::build::{self as keys, FileInput, Step};
 use gantry_spec::{ImageScope, Workflow};
+use gantry_store::Store;
 use sha2::{Digest, Sha256};
+use std::path::Path;
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::ServerConfig;
 
 /// How the reason of a build task that a cache hit ended begins: the submit writes it, and its
 /// log shows it in place of output that never was.
@@ -33,7 +35,7 @@ fn pin(uri: &str, digest: &str) -> String {
 
 /// Resolves bases and computes keys for every recipe of a workflow.
 pub async fn plan(
-    st: &AppState,
+    config: &ServerConfig,
     wf: &Workflow,
     c: &crate::caller::Caller,
 ) -> Result<Vec<BuildPlan>, ApiError> {
@@ -45,7 +47,7 @@ pub async fn plan(
         // submitter may use; checked before anything is asked of it.
         may_use(
             &r.from,
-            &st.registry_host(),
+            &config.registry_host(),
             c,
             &format!("images.{name}.from"),
         )?;
@@ -54,7 +56,7 @@ pub async fn plan(
             credential: None,
             secret: None,
         };
-        let digest = gantry_oci::resolve_digest(&src, &st.config.pull, st.config.read_layout)
+        let digest = gantry_oci::resolve_digest(&src, &config.pull, config.read_layout)
             .await
             .map_err(|e| {
                 ApiError::BadRequest(format!(
@@ -161,7 +163,7 @@ fn repo_parts(repository: &str) -> Option<(&str, &str, &str)> {
 }
 
 /// Whether the object cache holds the result of this build already: then no build runs.
-pub async fn cached(st: &AppState, b: &BuildPlan) -> Result<Option<String>, ApiError> {
+pub async fn cached(store: &dyn Store, b: &BuildPlan) -> Result<Option<String>, ApiError> {
     let Some((scope, owner, name)) = repo_parts(&b.repository) else {
         return Ok(None);
     };
@@ -171,16 +173,16 @@ pub async fn cached(st: &AppState, b: &BuildPlan) -> Result<Option<String>, ApiE
         name: name.into(),
         tag: b.final_key(),
     };
-    Ok(st.store.image(&key).await?.map(|i| i.digest))
+    Ok(store.image(&key).await?.map(|i| i.digest))
 }
 
 /// A blob of the object cache. The registry keeps them at this path, content-addressed.
-async fn read_blob(st: &AppState, digest: &str) -> Option<Vec<u8>> {
+async fn read_blob(data_dir: &Path, digest: &str) -> Option<Vec<u8>> {
     let hex = digest.strip_prefix("sha256:")?;
     if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    tokio::fs::read(st.config.data_dir.join("objects/blobs/sha256").join(hex))
+    tokio::fs::read(data_dir.join("objects/blobs/sha256").join(hex))
         .await
         .ok()
 }
@@ -188,13 +190,17 @@ async fn read_blob(st: &AppState, digest: &str) -> Option<Vec<u8>> {
 /// Fills in `build.cached`: the layers the object cache already holds for the build's first
 /// steps (earlier builds of the same repository annotate each layer with its step's key), so
 /// the agent resumes after them. Done when the assignment is sent, so it sees the latest cache.
-pub async fn fill_cached(st: &AppState, asg: &mut gantry_api::agent::Assignment) {
+pub async fn fill_cached(
+    store: &dyn Store,
+    data_dir: &Path,
+    asg: &mut gantry_api::agent::Assignment,
+) {
     use gantry_api::agent::{CachedLayer, BUILD_KEY_ANNOTATION};
     let Some(spec) = asg.build.as_mut() else {
         return;
     };
     // The administrator's network policy for builds, as it is when the build is sent.
-    if let Ok(Some(net)) = st.store.setting("builds.network").await {
+    if let Ok(Some(net)) = store.setting("builds.network").await {
         if net == "bridge" || net == "none" {
             spec.network = net;
         }
@@ -202,14 +208,14 @@ pub async fn fill_cached(st: &AppState, asg: &mut gantry_api::agent::Assignment)
     let Some((scope, owner, name)) = repo_parts(&spec.repository) else {
         return;
     };
-    let Ok(images) = st.store.images(Some((scope, owner, name))).await else {
+    let Ok(images) = store.images(Some((scope, owner, name))).await else {
         return;
     };
     let mut known: std::collections::HashMap<String, CachedLayer> = Default::default();
     let mut newest: Vec<&gantry_store::ImageRow> = images.iter().collect();
     newest.sort_by_key(|i| std::cmp::Reverse(i.created_at));
     for img in newest {
-        let Some(bytes) = read_blob(st, &img.digest).await else {
+        let Some(bytes) = read_blob(data_dir, &img.digest).await else {
             continue;
         };
         let Ok(m) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
@@ -218,7 +224,7 @@ pub async fn fill_cached(st: &AppState, asg: &mut gantry_api::agent::Assignment)
         let Some(config) = m["config"]["digest"].as_str() else {
             continue;
         };
-        let Some(cfg) = read_blob(st, config).await else {
+        let Some(cfg) = read_blob(data_dir, config).await else {
             continue;
         };
         let Ok(cfg) = serde_json::from_slice::<serde_json::Value>(&cfg) else {

@@ -8,14 +8,19 @@
 use gantry_api::v1::{EndpointInfo, TakeoverInfo};
 use gantry_api::TaskStatus;
 use gantry_core::takeover::{self, NewService, Phase, Step};
-use gantry_store::{Channel, EndpointChange, EndpointRow, EndpointScope, NewEvent, TakeoverRow};
+use gantry_store::{
+    Channel, EndpointChange, EndpointRow, EndpointScope, NewEvent, Store, TakeoverRow,
+};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::caller::Caller;
+use crate::clock::now_ms;
 use crate::clock::ts;
 use crate::error::ApiError;
+use crate::news::News;
 use crate::plan::WorkflowPlan;
-use crate::state::{now_ms, AppState};
+use crate::ServerConfig;
 
 /// Who may call an endpoint (and see it): its scope decides.
 pub fn may_call(e: &EndpointRow, c: Option<&Caller>) -> bool {
@@ -63,8 +68,15 @@ pub(crate) fn takeover_info(t: TakeoverRow) -> TakeoverInfo {
     }
 }
 
-pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
-    let all = st.store.takeovers(Some(&e.name), false).await?;
+/// An endpoint as the API shows it: its URLs from the configuration, why a takeover waits
+/// from the agents' news.
+pub(crate) async fn info(
+    store: &dyn Store,
+    config: &ServerConfig,
+    news: &News,
+    e: EndpointRow,
+) -> Result<EndpointInfo, ApiError> {
+    let all = store.takeovers(Some(&e.name), false).await?;
     let open = all.iter().rev().find(|t| t.ended_at.is_none()).cloned();
     let last = all.last();
     let (status, reason) = match (open.as_ref().map(|t| t.phase), &e.workflow_id) {
@@ -72,13 +84,13 @@ pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, 
         (Some(Phase::Draining), _) => ("DRAINING", None),
         (_, Some(_)) => ("SERVING", None),
         _ => {
-            let (failed, why) = idle_reason(st, last).await;
+            let (failed, why) = idle_reason(store, last).await;
             (if failed { "FAILED" } else { "IDLE" }, Some(why))
         }
     };
     Ok(EndpointInfo {
-        url: format!("{}/e/{}/", st.public_url(), e.name),
-        host: format!("{}.{}", e.name, st.config.endpoint_domain),
+        url: format!("{}/e/{}/", config.url(), e.name),
+        host: format!("{}.{}", e.name, config.endpoint_domain),
         name: e.name,
         scope: e.scope.to_string(),
         mode: e.mode.to_string(),
@@ -98,7 +110,7 @@ pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, 
             let mut info = takeover_info(t);
             if waiting {
                 // Why the new service is not ready yet, while its probe fails.
-                let all = st.probe_failures.lock().unwrap_or_else(|e| e.into_inner());
+                let all = news.probes();
                 info.reason = all
                     .values()
                     .find(|f| f.workflow == workflow && f.service == service)
@@ -111,11 +123,11 @@ pub(crate) async fn info(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, 
 
 /// Why an endpoint has no backend, from its last takeover's workflow and how it ended; true
 /// only for a real failure (the workflow FAILED), not for one stopped or finished.
-async fn idle_reason(st: &AppState, last: Option<&TakeoverRow>) -> (bool, String) {
+async fn idle_reason(store: &dyn Store, last: Option<&TakeoverRow>) -> (bool, String) {
     let Some(t) = last else {
         return (false, "nothing has attached to it yet".into());
     };
-    let Ok(w) = st.store.workflow(t.to_workflow).await else {
+    let Ok(w) = store.workflow(t.to_workflow).await else {
         return (false, format!("workflow {} is gone", t.to_workflow));
     };
     let who = format!("workflow {} ({})", &w.id.to_string()[..8], w.name);
@@ -162,12 +174,11 @@ async fn idle_reason(st: &AppState, last: Option<&TakeoverRow>) -> (bool, String
 }
 
 pub(crate) async fn visible(
-    st: &AppState,
+    store: &dyn Store,
     c: &Caller,
     name: &str,
 ) -> Result<EndpointRow, ApiError> {
-    let e = st
-        .store
+    let e = store
         .endpoint(name)
         .await
         .map_err(|_| ApiError::NotFound(format!("no endpoint {name}")))?;
@@ -180,12 +191,12 @@ pub(crate) async fn visible(
 /// An endpoint the caller may manage; `what` they want to do names the refusal. One they may
 /// not even see is 404.
 pub(crate) async fn managed(
-    st: &AppState,
+    store: &dyn Store,
     c: &Caller,
     name: &str,
     what: &str,
 ) -> Result<EndpointRow, ApiError> {
-    let e = visible(st, c, name).await?;
+    let e = visible(store, c, name).await?;
     if !may_manage(&e, c) {
         return Err(ApiError::Forbidden(format!(
             "only {}'s owner, its group (when group-scoped) or an administrator may {what}",
@@ -225,7 +236,7 @@ pub(crate) fn confirm_changes(
 /// At submit: every `attach:` must name an endpoint the submitter may take over, with no other
 /// takeover in progress. Returns the takeovers to create once the workflow is stored.
 pub async fn check_attach(
-    st: &AppState,
+    store: &dyn Store,
     c: &Caller,
     plan: &WorkflowPlan,
     workflow: Uuid,
@@ -242,7 +253,7 @@ pub async fn check_attach(
                     j.name
                 ))
             };
-            let e = st.store.endpoint(name).await.map_err(|_| not_found())?;
+            let e = store.endpoint(name).await.map_err(|_| not_found())?;
             if !may_manage(&e, c) {
                 return Err(if may_call(&e, Some(c)) {
                     ApiError::BadRequest(format!(
@@ -259,7 +270,7 @@ pub async fn check_attach(
                     not_found()
                 });
             }
-            if let Some(t) = st.store.takeovers(Some(name), true).await?.first() {
+            if let Some(t) = store.takeovers(Some(name), true).await?.first() {
                 return Err(ApiError::Conflict(format!(
                     "endpoint {name} already has a takeover in progress (workflow {}, {}); wait for it, or reject or stop it",
                     t.to_workflow, t.phase
@@ -316,11 +327,11 @@ impl<'a> InPlay<'a> {
     }
 
     /// Whether workflow `id` has ended.
-    async fn ended(&self, st: &AppState, id: Uuid) -> bool {
+    async fn ended(&self, store: &dyn Store, id: Uuid) -> bool {
         if self.workflow(id).is_some() {
             return false;
         }
-        st.store
+        store
             .workflow(id)
             .await
             .map(|w| w.status.is_terminal())
@@ -330,7 +341,7 @@ impl<'a> InPlay<'a> {
     /// The state of workflow `wf`'s service.
     pub async fn service(
         &self,
-        st: &AppState,
+        store: &dyn Store,
         wf: Uuid,
         service: &str,
         port: u16,
@@ -340,7 +351,7 @@ impl<'a> InPlay<'a> {
             .workflow(wf)
             .and_then(|aw| Some((aw, aw.tasks.iter().find(|t| t.job == service)?)));
         let Some((aw, task)) = open else {
-            return service_state(st, wf, service, port).await;
+            return service_state(store, wf, service, port).await;
         };
         let address = task
             .live_attempt
@@ -359,13 +370,13 @@ impl<'a> InPlay<'a> {
 }
 
 async fn service_state(
-    st: &AppState,
+    store: &dyn Store,
     wf: Uuid,
     service: &str,
     port: u16,
 ) -> anyhow::Result<ServiceState> {
-    let w = st.store.workflow(wf).await?;
-    let Some(task) = st.store.job_task(wf, service).await? else {
+    let w = store.workflow(wf).await?;
+    let Some(task) = store.job_task(wf, service).await? else {
         return Ok(ServiceState {
             status: TaskStatus::Failed,
             workflow_ended: true,
@@ -375,7 +386,7 @@ async fn service_state(
     };
     let mut backend = None;
     if let (TaskStatus::Running, Some(a)) = (task.status, task.live_attempt) {
-        if let Some(addr) = st.store.attempt(a).await?.address {
+        if let Some(addr) = store.attempt(a).await?.address {
             backend = Some(format!("{addr}:{port}"));
         }
     }
@@ -391,17 +402,18 @@ async fn service_state(
 /// an endpoint has now, whether an old one has drained. Returns the endpoints as they are
 /// after the pass.
 pub async fn drive(
-    st: &AppState,
+    store: &dyn Store,
+    wake: &Notify,
     routes: &dyn crate::routes::Routes,
     in_play: InPlay<'_>,
 ) -> anyhow::Result<Vec<EndpointRow>> {
     let now = now_ms();
-    let mut endpoints = st.store.endpoints().await?;
+    let mut endpoints = store.endpoints().await?;
     // A takeover belongs to an endpoint: with none, there is nothing to read.
     let takeovers = if endpoints.is_empty() {
         vec![]
     } else {
-        st.store.takeovers(None, true).await?
+        store.takeovers(None, true).await?
     };
     let mut changed = false;
     for t in takeovers {
@@ -410,7 +422,7 @@ pub async fn drive(
         };
         let phase = t.phase;
         let new = in_play
-            .service(st, t.to_workflow, &t.to_service, t.port)
+            .service(store, t.to_workflow, &t.to_service, t.port)
             .await?;
         let new_state = match (new.status, new.backend.is_some()) {
             (TaskStatus::Running, true) => NewService::Ready,
@@ -422,7 +434,7 @@ pub async fn drive(
             .from_workflow
             .filter(|w| e.workflow_id == Some(*w) || phase == Phase::Draining);
         let old_ended = match old {
-            Some(w) => in_play.ended(st, w).await,
+            Some(w) => in_play.ended(store, w).await,
             None => true,
         };
         let deadline_passed = t.switched_at.is_some_and(|s| now - s >= e.drain_timeout_ms);
@@ -452,13 +464,13 @@ pub async fn drive(
                 }
                 Step::StopOld => {
                     if let Some(w) = t.from_workflow {
-                        st.store
+                        store
                             .request_stop(w, &format!("the takeover of endpoint {}", e.name), now)
                             .await?;
                     }
                 }
                 Step::StopNew => {
-                    st.store
+                    store
                         .request_stop(
                             t.to_workflow,
                             &format!("the takeover of endpoint {}", e.name),
@@ -470,22 +482,22 @@ pub async fn drive(
             }
         }
         if !changes.is_empty() {
-            st.store.apply_endpoints(&changes, now).await?;
-            st.wake_controller();
+            store.apply_endpoints(&changes, now).await?;
+            wake.notify_one();
             changed = true;
         }
     }
     if changed {
-        endpoints = st.store.endpoints().await?;
+        endpoints = store.endpoints().await?;
     }
     // An endpoint whose workflow has ended has no backend (and answers 503) until the next
     // takeover.
     let mut cleared = false;
     for e in &endpoints {
         let Some(w) = e.workflow_id else { continue };
-        if in_play.ended(st, w).await {
+        if in_play.ended(store, w).await {
             cleared = true;
-            st.store
+            store
                 .apply_endpoints(
                     &[EndpointChange::Clear {
                         endpoint: e.name.clone(),
@@ -497,7 +509,7 @@ pub async fn drive(
         }
     }
     if cleared {
-        endpoints = st.store.endpoints().await?;
+        endpoints = store.endpoints().await?;
     }
     Ok(endpoints)
 }

@@ -4,17 +4,49 @@
 //! serialises hold decisions, so two posts cannot both take the pool's last free slot.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use gantry_api::v1::HoldInfo;
 use gantry_core::holds::{self, Decision, Hold, HoldState, HoldType, PoolView, Release};
 use gantry_intake::alertmanager::AlertEntry;
 use gantry_intake::requests;
-use gantry_store::{HoldChange, HoldKind, HoldRow, HoldSource, HoldStatus, NewEvent, ReleaseRule};
+use gantry_store::{
+    HoldChange, HoldKind, HoldRow, HoldSource, HoldStatus, NewEvent, ReleaseRule, Store,
+};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::clock::now_ms;
 use crate::clock::ts;
 use crate::error::ApiError;
-use crate::state::{now_ms, AppState};
+
+/// Hold decisions, one at a time: the store, the lock that serialises every decision
+/// (webhook posts, administrators' holds and releases, promotions), and the controller's
+/// wake notifier (a decision takes room away or frees it).
+pub struct Holds {
+    pub(crate) store: Arc<dyn Store>,
+    lock: tokio::sync::Mutex<()>,
+    wake: Arc<Notify>,
+}
+
+impl Holds {
+    pub fn new(store: Arc<dyn Store>, wake: Arc<Notify>) -> Self {
+        Holds {
+            store,
+            lock: tokio::sync::Mutex::new(()),
+            wake,
+        }
+    }
+
+    /// Waits for the decision in flight: hold the guard while deciding.
+    pub async fn decide(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.lock.lock().await
+    }
+
+    fn wake_controller(&self) {
+        self.wake.notify_one();
+    }
+}
 
 pub fn info(h: HoldRow) -> HoldInfo {
     HoldInfo {
@@ -71,7 +103,7 @@ fn core_hold(h: &HoldRow) -> Hold {
 
 /// The fraction of a pool monitoring may hold: `monitoring.hold_fraction.<pool>`, else
 /// `monitoring.hold_fraction`, else 0.20.
-pub async fn fraction(st: &AppState, pool: &str) -> Result<f64, ApiError> {
+pub async fn fraction(st: &Holds, pool: &str) -> Result<f64, ApiError> {
     use requests::HOLD_FRACTION_KEY;
     for key in [
         format!("{HOLD_FRACTION_KEY}.{pool}"),
@@ -87,7 +119,7 @@ pub async fn fraction(st: &AppState, pool: &str) -> Result<f64, ApiError> {
 }
 
 /// The pool's nodes, and its unreleased holds.
-async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<Hold>), ApiError> {
+async fn pool_state(st: &Holds, pool: &str) -> Result<(PoolView, Vec<Hold>), ApiError> {
     let nodes = st.store.nodes().await?;
     let names: BTreeSet<&str> = nodes
         .iter()
@@ -115,7 +147,7 @@ async fn pool_state(st: &AppState, pool: &str) -> Result<(PoolView, Vec<Hold>), 
 /// Applies deferred holds of a pool while its cap allows. The caller holds the decision lock,
 /// as for every hold decision: a promotion read outside it could take the pool's last slot
 /// under the cap while an alert's decision, reading the same count, takes it too.
-pub(crate) async fn promote_locked(st: &AppState, pool: &str) -> Result<usize, ApiError> {
+pub(crate) async fn promote_locked(st: &Holds, pool: &str) -> Result<usize, ApiError> {
     let (view, holds) = pool_state(st, pool).await?;
     let ids = holds::promotions(&holds, &view);
     let changes: Vec<HoldChange> = ids
@@ -133,9 +165,9 @@ pub(crate) async fn promote_locked(st: &AppState, pool: &str) -> Result<usize, A
 
 /// Promotes in every pool (room frees when holds are released or nodes join), under the
 /// decision lock.
-pub async fn promote_all(st: &AppState) -> Result<(), ApiError> {
-    let _guard = st.hold_lock.lock().await;
-    for p in crate::placement::pools(st).await? {
+pub async fn promote_all(st: &Holds) -> Result<(), ApiError> {
+    let _guard = st.decide().await;
+    for p in crate::placement::pools(st.store.as_ref()).await? {
         promote_locked(st, &p).await?;
     }
     Ok(())
@@ -152,11 +184,11 @@ pub enum Applied {
 /// Decides and applies a post's alert entries, in order, as one transaction. Idempotent.
 /// The state is read once and updated in memory as each entry is decided, so a post of a
 /// thousand alerts costs a few queries, not thousands.
-pub async fn apply_alerts(st: &AppState, entries: &[AlertEntry]) -> Result<Vec<Applied>, ApiError> {
+pub async fn apply_alerts(st: &Holds, entries: &[AlertEntry]) -> Result<Vec<Applied>, ApiError> {
     if entries.is_empty() {
         return Ok(vec![]);
     }
-    let _guard = st.hold_lock.lock().await;
+    let _guard = st.decide().await;
     let now = now_ms();
     let nodes = st.store.nodes().await?;
     let pool_of: BTreeMap<&str, &str> = nodes
@@ -319,9 +351,9 @@ pub async fn apply_alerts(st: &AppState, entries: &[AlertEntry]) -> Result<Vec<A
 }
 
 /// Active holds by node, for the scheduler's reasons and the eviction pass.
-pub async fn active_by_node(st: &AppState) -> Result<BTreeMap<String, Vec<HoldRow>>, ApiError> {
+pub async fn active_by_node(store: &dyn Store) -> Result<BTreeMap<String, Vec<HoldRow>>, ApiError> {
     let mut m: BTreeMap<String, Vec<HoldRow>> = BTreeMap::new();
-    for h in st.store.holds(None, false).await? {
+    for h in store.holds(None, false).await? {
         if h.state == HoldStatus::Active {
             m.entry(h.node.clone()).or_default().push(h);
         }
@@ -354,8 +386,7 @@ mod tests {
     };
     use uuid::Uuid;
 
-    use super::promote_all;
-    use crate::state::AppState;
+    use super::{promote_all, Holds};
 
     fn hold(node: &str, state: HoldStatus) -> HoldRow {
         HoldRow {
@@ -400,8 +431,7 @@ mod tests {
             };
             store.register_node(&reg, 1).await.unwrap();
         }
-        let config = crate::ServerConfig::new("127.0.0.1:0".parse().unwrap(), dir.path().into());
-        let st = AppState::new(store.clone(), config, [7; 32], 1, Arc::new(crate::Unlinked));
+        let st = Arc::new(Holds::new(store.clone(), Arc::default()));
         // n0's hold waits for room.
         let deferred = hold("n0", HoldStatus::Deferred);
         store
@@ -411,7 +441,7 @@ mod tests {
 
         // An alert's decision is in flight: it holds the lock, has read that nothing is held,
         // and is about to place an active hold on n1.
-        let decision = st.hold_lock.lock().await;
+        let decision = st.decide().await;
         let promoting = tokio::spawn({
             let st = st.clone();
             async move { promote_all(&st).await.unwrap() }

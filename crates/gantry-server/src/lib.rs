@@ -19,6 +19,7 @@ mod logs;
 pub mod mcp;
 mod metrics;
 mod netpolicy;
+mod news;
 pub mod placement;
 mod private;
 mod registry;
@@ -39,11 +40,21 @@ pub use gantry_core::plan;
 pub use link::{AgentLink, Unlinked};
 pub use state::AppState;
 
-/// One controller tick, as the server's loop runs it. For `benches/controller.rs` only: a
-/// server runs its own loop from [`Server::start`].
+/// A controller over a store, reaching no agent, whose ticks a caller runs. For
+/// `benches/controller.rs` only: a server runs its own loop from [`Server::start`].
 #[doc(hidden)]
-pub async fn controller_tick(st: &AppState) -> anyhow::Result<()> {
-    control::tick(st).await
+pub struct Controller(std::sync::Arc<control::Ctx>);
+
+impl Controller {
+    pub fn new(store: std::sync::Arc<dyn gantry_store::Store>, config: ServerConfig) -> Self {
+        let parts = wiring::Parts::new(store, config, [7; 32]);
+        Controller(parts.controller(std::sync::Arc::new(Unlinked)))
+    }
+
+    /// One tick, as the server's loop runs it.
+    pub async fn tick(&self) -> anyhow::Result<()> {
+        control::tick(&self.0).await
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -85,6 +96,25 @@ impl ServerConfig {
             read_layout: gantry_oci::read_no_layouts,
             mcp: Default::default(),
         }
+    }
+
+    /// The URL users reach this server at, without a trailing `/`.
+    pub fn url(&self) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+            .trim_end_matches('/')
+            .to_string()
+    }
+
+    /// `host:port` of this server's OCI registry, as agents reach it.
+    pub fn registry_host(&self) -> String {
+        let url = self.url();
+        url.split("://")
+            .nth(1)
+            .unwrap_or(&url)
+            .trim_end_matches('/')
+            .to_string()
     }
 }
 

@@ -3,13 +3,13 @@
 //! the durable length in the store.
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use gantry_api::agent::{LogChunk, Stream};
 use uuid::Uuid;
 
-use crate::state::AppState;
+use gantry_store::Store;
 
 fn stream_name(s: Stream) -> &'static str {
     match s {
@@ -18,12 +18,9 @@ fn stream_name(s: Stream) -> &'static str {
     }
 }
 
-pub(crate) fn path(st: &AppState, attempt: Uuid, stream: &str) -> PathBuf {
-    st.config
-        .data_dir
-        .join("logs")
-        .join(attempt.to_string())
-        .join(stream)
+/// An attempt's stream under the server's data directory.
+pub(crate) fn path(data_dir: &Path, attempt: Uuid, stream: &str) -> PathBuf {
+    data_dir.join("logs").join(attempt.to_string()).join(stream)
 }
 
 fn len_of(p: &std::path::Path) -> u64 {
@@ -31,10 +28,14 @@ fn len_of(p: &std::path::Path) -> u64 {
 }
 
 /// Stores a chunk; returns the durable lengths of (stdout, stderr) to acknowledge.
-pub async fn append(st: &AppState, chunk: &LogChunk) -> anyhow::Result<(u64, u64)> {
+pub async fn append(
+    store: &dyn Store,
+    data_dir: &Path,
+    chunk: &LogChunk,
+) -> anyhow::Result<(u64, u64)> {
     let data = base64::engine::general_purpose::STANDARD.decode(&chunk.data)?;
     let name = stream_name(chunk.stream);
-    let file = path(st, chunk.attempt_id, name);
+    let file = path(data_dir, chunk.attempt_id, name);
     let offset = chunk.offset;
     let written = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -61,11 +62,11 @@ pub async fn append(st: &AppState, chunk: &LogChunk) -> anyhow::Result<(u64, u64
     })
     .await??;
     if let Some(end) = written {
-        st.store.set_log_size(chunk.attempt_id, name, end).await?;
+        store.set_log_size(chunk.attempt_id, name, end).await?;
     }
     Ok((
-        len_of(&path(st, chunk.attempt_id, "stdout")),
-        len_of(&path(st, chunk.attempt_id, "stderr")),
+        len_of(&path(data_dir, chunk.attempt_id, "stdout")),
+        len_of(&path(data_dir, chunk.attempt_id, "stderr")),
     ))
 }
 
@@ -92,8 +93,8 @@ pub(crate) fn read_range(
 
 /// The last non-empty line an attempt wrote to a stream (up to 4 KiB back): a failed build's
 /// own explanation, for its events.
-pub fn last_line(st: &AppState, attempt: Uuid, stream: &str) -> Option<String> {
-    let file = path(st, attempt, stream);
+pub fn last_line(data_dir: &Path, attempt: Uuid, stream: &str) -> Option<String> {
+    let file = path(data_dir, attempt, stream);
     let len = len_of(&file);
     let (bytes, _) = read_range(&file, len.saturating_sub(4096), 4096).ok()?;
     String::from_utf8_lossy(&bytes)

@@ -12,11 +12,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use gantry_api::agent::Assignment;
-use gantry_store::ActiveWorkflow;
+use gantry_store::{ActiveWorkflow, Store};
 use uuid::Uuid;
 
+use crate::link::AgentLink;
 use crate::plan::WorkflowPlan;
-use crate::state::AppState;
 
 pub use gantry_intake::requests::EGRESS_KEY;
 
@@ -30,7 +30,7 @@ pub fn addresses(aw: &ActiveWorkflow) -> Vec<String> {
 
 /// Tells every node what it should know of the workflows it runs containers of, where that
 /// changed since its connection began (a reconnecting agent hears everything again).
-pub fn sync(st: &AppState, active: &[ActiveWorkflow], plans: &[Arc<WorkflowPlan>]) {
+pub fn sync(link: &dyn AgentLink, active: &[ActiveWorkflow], plans: &[Arc<WorkflowPlan>]) {
     let mut want: HashMap<String, HashMap<Uuid, Vec<String>>> = HashMap::new();
     for (aw, plan) in active.iter().zip(plans) {
         if aw.live.is_empty() || !plan.has_services() {
@@ -51,16 +51,16 @@ pub fn sync(st: &AppState, active: &[ActiveWorkflow], plans: &[Arc<WorkflowPlan>
                 .insert(aw.workflow.id, elsewhere);
         }
     }
-    st.link.sync_peers(&want);
+    link.sync_peers(&want);
 }
 
 /// Fills in the egress decision as an assignment is sent, so a changed setting applies to
 /// every container started after it. Unreadable means denied.
-pub async fn fill(st: &AppState, asg: &mut Assignment) {
+pub async fn fill(store: &dyn Store, asg: &mut Assignment) {
     let Some(net) = asg.network.as_mut() else {
         return;
     };
-    net.egress = match st.store.setting(EGRESS_KEY).await {
+    net.egress = match store.setting(EGRESS_KEY).await {
         Ok(v) => v.as_deref().unwrap_or("allow") == "allow",
         Err(e) => {
             tracing::warn!("reading {EGRESS_KEY}: {e}");

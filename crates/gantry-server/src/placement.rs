@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use gantry_core::scheduler::{Res, TaskRequest};
 use gantry_intake::requests::{self, CONSTRAINT_ANNOTATIONS_KEY, HOST_NETWORK_FORBIDDEN_KEY};
 
-use crate::state::AppState;
+use gantry_store::Store;
 
 #[derive(Debug, Clone)]
 pub struct PlacementSettings {
@@ -17,11 +17,11 @@ pub struct PlacementSettings {
 }
 
 impl PlacementSettings {
-    pub async fn read(st: &AppState) -> Result<PlacementSettings, gantry_store::StoreError> {
-        let keys = st.store.setting(CONSTRAINT_ANNOTATIONS_KEY).await?;
+    pub async fn read(store: &dyn Store) -> Result<PlacementSettings, gantry_store::StoreError> {
+        let keys = store.setting(CONSTRAINT_ANNOTATIONS_KEY).await?;
         Ok(PlacementSettings {
             constraint_keys: requests::constraint_keys(keys.as_deref()),
-            forbidden_pools: st.store.setting(HOST_NETWORK_FORBIDDEN_KEY).await?,
+            forbidden_pools: store.setting(HOST_NETWORK_FORBIDDEN_KEY).await?,
         })
     }
 
@@ -42,14 +42,8 @@ impl PlacementSettings {
 }
 
 /// The pools that have nodes now.
-pub async fn pools(st: &AppState) -> Result<BTreeSet<String>, gantry_store::StoreError> {
-    Ok(st
-        .store
-        .nodes()
-        .await?
-        .into_iter()
-        .map(|n| n.pool)
-        .collect())
+pub async fn pools(store: &dyn Store) -> Result<BTreeSet<String>, gantry_store::StoreError> {
+    Ok(store.nodes().await?.into_iter().map(|n| n.pool).collect())
 }
 
 /// What the scheduler is asked for one of `jp`'s containers (each member of a gang).

@@ -11,11 +11,10 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use gantry_api::agent::{Assignment, RegistryCredential, TransferCredential};
 use gantry_intake::requests::{self, SecretScope, SecretType, TypedSecret};
-use gantry_store::SecretKey;
+use gantry_store::{SecretKey, Store};
 
 use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::state::AppState;
 
 /// The sealing key, created on first start.
 pub fn load_or_create_key(dir: &Path) -> anyhow::Result<[u8; 32]> {
@@ -109,14 +108,17 @@ pub(crate) fn key_of(scope: SecretScope, user: &str, group: &str, name: &str) ->
     }
 }
 
-async fn reveal(st: &AppState, key: &SecretKey) -> Result<TypedSecret, String> {
-    let stored = st
-        .store
+async fn reveal(
+    store: &dyn Store,
+    sealing_key: &[u8; 32],
+    key: &SecretKey,
+) -> Result<TypedSecret, String> {
+    let stored = store
         .secret(key)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("secret://{}/{} does not exist", key.scope, key.name))?;
-    let value = open(&st.secret_key, key, &stored.sealed)?;
+    let value = open(sealing_key, key, &stored.sealed)?;
     TypedSecret::parse(stored.kind, &value)
         .map_err(|e| format!("secret://{}/{}: {e}", key.scope, key.name))
 }
@@ -135,7 +137,7 @@ fn env_value(secret: TypedSecret) -> String {
 /// Checks at submit that every secret a workflow names exists, and that the ones with a
 /// purpose have a type that serves it, so it fails there, not later.
 pub async fn check_refs(
-    st: &AppState,
+    store: &dyn Store,
     plan: &crate::plan::WorkflowPlan,
     user: &str,
     group: &str,
@@ -143,7 +145,7 @@ pub async fn check_refs(
     let mut problems = vec![];
     for uri in plan.secret_refs() {
         match parse_ref(&uri, user, group) {
-            Ok(key) => match st.store.secret(&key).await? {
+            Ok(key) => match store.secret(&key).await? {
                 None => problems.push(format!(
                     "{uri} does not exist: create it with `gantry secret set {} --scope {}`",
                     key.name, key.scope
@@ -221,14 +223,15 @@ fn credential(value: &str) -> RegistryCredential {
 
 /// Fills in the secrets an assignment refers to, just before it goes to an agent.
 pub async fn resolve(
-    st: &AppState,
+    store: &dyn Store,
+    sealing_key: &[u8; 32],
     asg: &mut Assignment,
     user: &str,
     group: &str,
 ) -> Result<(), String> {
     if let Some(uri) = asg.image.secret.clone() {
         let key = parse_ref(&uri, user, group)?;
-        asg.image.credential = Some(match reveal(st, &key).await? {
+        asg.image.credential = Some(match reveal(store, sealing_key, &key).await? {
             TypedSecret::Value(v) => credential(&v),
             TypedSecret::Image(i) => {
                 let host = requests::image_registry_host(&asg.image.uri);
@@ -252,7 +255,7 @@ pub async fn resolve(
                 continue;
             };
             let key = parse_ref(&uri, user, group)?;
-            item.credential = Some(match reveal(st, &key).await? {
+            item.credential = Some(match reveal(store, sealing_key, &key).await? {
                 TypedSecret::S3(s) => TransferCredential::S3(s),
                 TypedSecret::Http(h) => TransferCredential::Http(h),
                 _ => return Err(format!("{uri} is not an s3 or http secret")),
@@ -265,7 +268,7 @@ pub async fn resolve(
         };
         if v.starts_with("secret://") {
             let key = parse_ref(v, user, group)?;
-            *kv = format!("{k}={}", env_value(reveal(st, &key).await?));
+            *kv = format!("{k}={}", env_value(reveal(store, sealing_key, &key).await?));
         }
     }
     Ok(())

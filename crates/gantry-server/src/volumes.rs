@@ -9,12 +9,12 @@
 use crate::plan::{ResolvedVolume, WorkflowPlan};
 use gantry_api::v1::{StorageInfo, VolumeInfo};
 use gantry_intake::requests::DEFAULT_STORAGE;
-use gantry_store::{StorageDriver, StorageRow, VolumeRow, VolumeScope};
+use gantry_store::{StorageDriver, StorageRow, Store, VolumeRow, VolumeScope};
 use uuid::Uuid;
 
 use crate::caller::Caller;
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::state::{now_ms, AppState};
 
 /// Where the built-in storage keeps volumes, beneath each agent's `--storage-root`.
 const DEFAULT_DIR: &str = "persistent";
@@ -44,15 +44,14 @@ pub(crate) fn info(s: StorageRow) -> StorageInfo {
 /// The storage of that name, when the caller's group may use it. One the caller may not use
 /// is not found, like anything else outside their reach.
 pub(crate) async fn usable_storage(
-    st: &AppState,
+    store: &dyn Store,
     c: &Caller,
     name: &str,
 ) -> Result<StorageInfo, ApiError> {
     if name == DEFAULT_STORAGE {
         return Ok(builtin());
     }
-    let s = st
-        .store
+    let s = store
         .storages()
         .await?
         .into_iter()
@@ -118,7 +117,11 @@ pub(crate) fn owners(c: &Caller) -> Vec<(VolumeScope, String)> {
 /// is on may be used, and records where it lives. A legacy reference to a volume that does not
 /// exist yet gets a new one planned; [`make_on_first_use`] makes it when the workflow is stored.
 /// Nothing is written here: a refused submit changes nothing.
-pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Result<(), ApiError> {
+pub async fn resolve(
+    store: &dyn Store,
+    c: &Caller,
+    plan: &mut WorkflowPlan,
+) -> Result<(), ApiError> {
     let mut problems = vec![];
     for (key, p) in plan.persistent.iter_mut() {
         let scopes: Vec<VolumeScope> = match p.scope {
@@ -127,7 +130,7 @@ pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Resu
         };
         let mut found = vec![];
         for &scope in &scopes {
-            if let Some(v) = st.store.volume(scope, &owner_of(c, scope), &p.name).await? {
+            if let Some(v) = store.volume(scope, &owner_of(c, scope), &p.name).await? {
                 found.push(v);
             }
         }
@@ -168,7 +171,7 @@ pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Resu
                 continue;
             }
         }
-        match usable_storage(st, c, &v.storage).await {
+        match usable_storage(store, c, &v.storage).await {
             Ok(s) => p.resolved = Some(resolved(&v, &s)),
             Err(ApiError::NotFound(_)) => problems.push(format!(
                 "volumes.{key}: no storage {} (or your group may not use it)",
@@ -201,7 +204,7 @@ pub async fn resolve(st: &AppState, c: &Caller, plan: &mut WorkflowPlan) -> Resu
 /// Makes the volumes [`resolve`] planned for legacy references, as the workflow is stored. One
 /// made meanwhile (a second workflow submitted at once) is used instead.
 pub async fn make_on_first_use(
-    st: &AppState,
+    store: &dyn Store,
     c: &Caller,
     plan: &mut WorkflowPlan,
 ) -> Result<(), ApiError> {
@@ -221,9 +224,9 @@ pub async fn make_on_first_use(
             created_by: c.user.name.clone(),
             created_at: now_ms(),
         };
-        let got = st.store.ensure_volume(&want, now_ms()).await?;
+        let got = store.ensure_volume(&want, now_ms()).await?;
         if got.id != r.id {
-            let s = usable_storage(st, c, &got.storage).await?;
+            let s = usable_storage(store, c, &got.storage).await?;
             *r = resolved(&got, &s);
         }
     }
@@ -231,7 +234,7 @@ pub async fn make_on_first_use(
 }
 
 pub(crate) async fn visible_volume(
-    st: &AppState,
+    store: &dyn Store,
     c: &Caller,
     scope: &str,
     name: &str,
@@ -240,7 +243,7 @@ pub(crate) async fn visible_volume(
     let Ok(scope) = scope.parse() else {
         return Err(missing());
     };
-    st.store
+    store
         .volume(scope, &owner_of(c, scope), name)
         .await?
         .ok_or_else(missing)
@@ -249,25 +252,19 @@ pub(crate) async fn visible_volume(
 /// A removed persistent volume's directory goes too, by a live agent of each pool that sees
 /// its storage.
 pub(crate) async fn remove_persistent(
-    st: &AppState,
+    store: &dyn Store,
     v: &crate::plan::ResolvedVolume,
 ) -> anyhow::Result<()> {
     let pools: std::collections::BTreeSet<String> = match &v.pool {
         Some(p) => [p.clone()].into(),
-        None => st
-            .store
-            .nodes()
-            .await?
-            .into_iter()
-            .map(|n| n.pool)
-            .collect(),
+        None => store.nodes().await?.into_iter().map(|n| n.pool).collect(),
     };
     let kind = gantry_api::agent::ChoreKind::RemoveVolume {
         path: v.dir.clone(),
         root: v.root.clone(),
     };
     for pool in pools {
-        st.store
+        store
             .add_chore(&gantry_store::ChoreRow {
                 id: Uuid::new_v4(),
                 pool,

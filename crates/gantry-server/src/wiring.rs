@@ -8,6 +8,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use gantry_store::{SqliteStore, Store};
 
+use tokio::sync::Notify;
+
+use crate::cache::Cache;
+use crate::holds::Holds;
+use crate::link::AgentLink;
+use crate::news::News;
+use crate::routes::Gateway;
 use crate::state::AppState;
 use crate::{agents, control, http, private, registry, secrets, ServerConfig};
 
@@ -44,16 +51,98 @@ pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
     let base = agents::subnet_base(store.as_ref())
         .await
         .context("the subnet base")?;
-    // The agents' connections: the sessions register in the hub, everything else reaches
-    // the agents through it as the state's link.
+    let parts = Parts::new(store, config, key);
+    // The agents' connections: the sessions register in the hub, the controller reaches the
+    // agents through it as its link.
     let hub = Arc::new(agents::Hub::default());
-    let state = AppState::new(store, config, key, base, hub.clone());
-    control::spawn(state.clone());
+    control::spawn(parts.controller(hub.clone()));
+    let agents = Arc::new(agents::Ctx {
+        store: parts.store.clone(),
+        hub,
+        wake: parts.wake.clone(),
+        news: parts.news.clone(),
+        ends: parts.ends.clone(),
+        holds: parts.holds.clone(),
+        secret_key: parts.secret_key.clone(),
+        subnet_base: base,
+        config: parts.config.clone(),
+    });
+    let state = parts.state();
     let images = registry::new(&state);
-    let app = http::router(state.clone(), hub, images);
+    let app = http::router(state.clone(), agents, images);
     Ok(Wired {
         state,
         app,
         listener,
     })
+}
+
+/// The pieces of process-local state that more than one component holds, each made once:
+/// every context below is cut from these (ARCHITECTURE.md, "Process-local state", says who
+/// owns each).
+pub(crate) struct Parts {
+    store: Arc<dyn Store>,
+    config: Arc<ServerConfig>,
+    wake: Arc<Notify>,
+    secret_key: Arc<[u8; 32]>,
+    cache: Arc<Cache>,
+    gateway: Arc<Gateway>,
+    news: Arc<News>,
+    holds: Arc<Holds>,
+    ends: Arc<agents::Ends>,
+}
+
+impl Parts {
+    pub(crate) fn new(store: Arc<dyn Store>, config: ServerConfig, secret_key: [u8; 32]) -> Self {
+        let config = Arc::new(config);
+        let wake = Arc::new(Notify::new());
+        let cache = Arc::new(Cache::default());
+        let news = Arc::new(News::default());
+        Parts {
+            holds: Arc::new(Holds::new(store.clone(), wake.clone())),
+            ends: Arc::new(agents::Ends {
+                store: store.clone(),
+                cache: cache.clone(),
+                news: news.clone(),
+                data_dir: config.data_dir.clone(),
+                wake: wake.clone(),
+            }),
+            gateway: Arc::new(Gateway::new(store.clone())),
+            secret_key: Arc::new(secret_key),
+            store,
+            config,
+            wake,
+            cache,
+            news,
+        }
+    }
+
+    /// The controller's context, reaching the agents through `link`.
+    pub(crate) fn controller(&self, link: Arc<dyn AgentLink>) -> Arc<control::Ctx> {
+        Arc::new(control::Ctx {
+            store: self.store.clone(),
+            link,
+            wake: self.wake.clone(),
+            cache: self.cache.clone(),
+            gateway: self.gateway.clone(),
+            ends: self.ends.clone(),
+            secret_key: self.secret_key.clone(),
+            config: self.config.clone(),
+        })
+    }
+
+    /// The use cases' and adapters' state.
+    pub(crate) fn state(&self) -> AppState {
+        AppState {
+            store: self.store.clone(),
+            config: self.config.clone(),
+            wake: self.wake.clone(),
+            secret_key: self.secret_key.clone(),
+            holds: self.holds.clone(),
+            metrics: Arc::default(),
+            gateway: self.gateway.clone(),
+            cache: self.cache.clone(),
+            news: self.news.clone(),
+        }
+    }
 }

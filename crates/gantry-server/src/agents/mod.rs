@@ -3,10 +3,10 @@
 //! connection are handled in order, so an attempt's log chunks are stored before its end.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
@@ -15,28 +15,49 @@ use gantry_api::agent::{
     TransferOutcome,
 };
 use gantry_api::EndCause;
-use gantry_store::NodeRegistration;
+use gantry_store::{NodeRegistration, Store};
 use tokio::sync::mpsc;
+use tokio::sync::Notify;
 use uuid::Uuid;
 
 mod hub;
 mod reports;
 
 pub use hub::Hub;
-pub use reports::end_attempt;
+pub use reports::Ends;
 
 use crate::auth::AgentCaller;
-use crate::state::{now_ms, AppState};
+use crate::clock::now_ms;
+use crate::holds::Holds;
+use crate::link::AgentLink;
+use crate::news::News;
+use crate::ServerConfig;
+
+/// What the agents' sessions may use: the store, the hub (their connections, and the link
+/// they answer on), the attempt-end applier, the agents' news, hold decisions (a node joining
+/// may make room under its pool's cap), the sealing key (an assignment's secrets are opened
+/// as it is sent again), the subnet base and the configuration (heartbeats, stop grace).
+pub struct Ctx {
+    pub store: Arc<dyn Store>,
+    pub hub: Arc<Hub>,
+    pub wake: Arc<Notify>,
+    pub news: Arc<News>,
+    pub ends: Arc<Ends>,
+    pub holds: Arc<Holds>,
+    pub secret_key: Arc<[u8; 32]>,
+    /// The second octet of this cluster's container subnets.
+    pub subnet_base: u8,
+    pub config: Arc<ServerConfig>,
+}
 
 pub async fn connect(
-    State(st): State<AppState>,
-    Extension(hub): Extension<Arc<Hub>>,
+    Extension(cx): Extension<Arc<Ctx>>,
     AgentCaller(_): AgentCaller,
     ws: WebSocketUpgrade,
 ) -> Response {
     ws.max_message_size(16 << 20)
         .on_upgrade(move |socket| async move {
-            if let Err(e) = session(st, &hub, socket).await {
+            if let Err(e) = session(&cx, socket).await {
                 tracing::warn!("agent session ended: {e:#}");
             }
         })
@@ -53,7 +74,7 @@ async fn recv(socket: &mut WebSocket) -> anyhow::Result<Option<AgentMessage>> {
     Ok(None)
 }
 
-async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Result<()> {
+async fn session(cx: &Ctx, mut socket: WebSocket) -> anyhow::Result<()> {
     let Some(AgentMessage::Hello {
         name,
         pool,
@@ -69,7 +90,7 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
     else {
         anyhow::bail!("the first message must be hello");
     };
-    let node = st
+    let node = cx
         .store
         .register_node(
             &NodeRegistration {
@@ -95,20 +116,20 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
     let mut stops: Vec<ServerMessage> = Vec::new();
     let mut told: HashSet<Uuid> = HashSet::new();
     let mut stopped: HashSet<Uuid> = HashSet::new();
-    for a in st.store.live_attempts_on(&name).await? {
+    for a in cx.store.live_attempts_on(&name).await? {
         told.insert(a.id);
-        if let Some(stop) = stop_of(&st, &a) {
+        if let Some(stop) = stop_of(cx, &a) {
             stopped.insert(a.id);
             stops.push(stop);
         }
-        if let Some(asg) = assignment_of(&st, &a).await? {
+        if let Some(asg) = assignment_of(cx, &a).await? {
             desired.push(asg);
         }
     }
     tx.send(ServerMessage::Welcome {
         node_id: node.id,
-        heartbeat_interval_ms: st.config.heartbeat_interval.as_millis() as u64,
-        subnet: Some(subnet_of(st.subnet_base, node.seq)),
+        heartbeat_interval_ms: cx.config.heartbeat_interval.as_millis() as u64,
+        subnet: Some(subnet_of(cx.subnet_base, node.seq)),
         transfer_events: true,
         probe_results: true,
     })?;
@@ -116,29 +137,29 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
     for stop in stops {
         tx.send(stop)?;
     }
-    hub.insert(&name, conn_id, tx);
+    cx.hub.insert(&name, conn_id, tx);
     // What the controller placed or stopped on this node between the read above and the
     // insert went to no connection (and the store already says it was sent): tell it now.
     // Anything the controller sends from here on reaches this connection too; the agent
     // ignores an assignment it knows, and a second stop of an attempt changes nothing.
-    for a in st.store.live_attempts_on(&name).await? {
+    for a in cx.store.live_attempts_on(&name).await? {
         if !told.contains(&a.id) {
-            if let Some(asg) = assignment_of(&st, &a).await? {
-                st.link.send(&name, ServerMessage::Assign(Box::new(asg)));
+            if let Some(asg) = assignment_of(cx, &a).await? {
+                cx.hub.send(&name, ServerMessage::Assign(Box::new(asg)));
             }
         }
         if !stopped.contains(&a.id) {
-            if let Some(stop) = stop_of(&st, &a) {
-                st.link.send(&name, stop);
+            if let Some(stop) = stop_of(cx, &a) {
+                cx.hub.send(&name, stop);
             }
         }
     }
     // A node joining may make room under its pool's hold cap.
-    if let Err(e) = crate::holds::promote_all(&st).await {
+    if let Err(e) = crate::holds::promote_all(&cx.holds).await {
         tracing::warn!("promoting deferred holds: {e}");
     }
     tracing::info!(node = %name, "agent connected");
-    st.wake_controller();
+    cx.wake.notify_one();
 
     let (mut sink, mut stream) = socket.split();
     let writer = tokio::spawn(async move {
@@ -161,24 +182,24 @@ async fn session(st: AppState, hub: &Hub, mut socket: WebSocket) -> anyhow::Resu
                 _ => continue,
             };
             let msg: AgentMessage = serde_json::from_str(text.as_str())?;
-            handle(&st, &name, msg).await?;
+            handle(cx, &name, msg).await?;
         }
         Ok(())
     }
     .await;
     writer.abort();
-    if hub.remove(&name, conn_id) {
-        st.store.node_disconnected(&name, now_ms()).await?;
+    if cx.hub.remove(&name, conn_id) {
+        cx.store.node_disconnected(&name, now_ms()).await?;
         tracing::info!(node = %name, "agent disconnected");
     }
     result
 }
 
 /// The stop the controller sent for a live attempt, if it did.
-fn stop_of(st: &AppState, a: &gantry_store::AttemptRow) -> Option<ServerMessage> {
+fn stop_of(cx: &Ctx, a: &gantry_store::AttemptRow) -> Option<ServerMessage> {
     a.stop_sent.map(|cause| ServerMessage::Stop {
         attempt_id: a.id,
-        grace_ms: st.config.stop_grace.as_millis() as u64,
+        grace_ms: cx.config.stop_grace.as_millis() as u64,
         cause,
     })
 }
@@ -187,33 +208,61 @@ fn stop_of(st: &AppState, a: &gantry_store::AttemptRow) -> Option<ServerMessage>
 /// network's peers and its secrets filled in. `None` when it cannot be: one whose assignment
 /// does not parse is left out, one whose secrets cannot be resolved ends (`START_ERROR`).
 async fn assignment_of(
-    st: &AppState,
+    cx: &Ctx,
     a: &gantry_store::AttemptRow,
 ) -> anyhow::Result<Option<Assignment>> {
     let Ok(mut asg) = serde_json::from_str::<Assignment>(&a.assignment) else {
         return Ok(None);
     };
-    let wf = st.store.workflow(a.workflow_id).await?;
-    crate::builds::fill_cached(st, &mut asg).await;
-    crate::netpolicy::fill(st, &mut asg).await;
-    match crate::secrets::resolve(st, &mut asg, &wf.owner, &wf.group).await {
+    let wf = cx.store.workflow(a.workflow_id).await?;
+    let store = cx.store.as_ref();
+    match outfit(
+        store,
+        &cx.config.data_dir,
+        &cx.secret_key,
+        &mut asg,
+        &wf.owner,
+        &wf.group,
+    )
+    .await
+    {
         Ok(()) => Ok(Some(asg)),
         Err(e) => {
-            end_attempt(st, a.id, None, EndCause::StartError, Some(e)).await?;
+            cx.ends
+                .end(a.id, None, EndCause::StartError, Some(e))
+                .await?;
             Ok(None)
         }
     }
 }
 
-async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
+/// Completes an assignment as it goes to its agent (placed by the controller, or sent again
+/// to a reconnecting agent): the build layers the object cache holds now, the egress setting
+/// as it is now, and its secrets opened. Err: why its secrets cannot be resolved (the attempt
+/// then ends `START_ERROR`).
+pub async fn outfit(
+    store: &dyn Store,
+    data_dir: &Path,
+    sealing_key: &[u8; 32],
+    asg: &mut Assignment,
+    owner: &str,
+    group: &str,
+) -> Result<(), String> {
+    crate::builds::fill_cached(store, data_dir, asg).await;
+    crate::netpolicy::fill(store, asg).await;
+    crate::secrets::resolve(store, sealing_key, asg, owner, group).await
+}
+
+async fn handle(cx: &Ctx, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
     match msg {
         AgentMessage::Hello { .. } => anyhow::bail!("hello sent twice"),
-        AgentMessage::Heartbeat => st.store.node_seen(node, now_ms()).await?,
+        AgentMessage::Heartbeat => cx.store.node_seen(node, now_ms()).await?,
         // Heartbeats keep `last_seen`: a status report does not pay for another fsynced write.
-        AgentMessage::Status(report) => status(st, node, report).await?,
+        AgentMessage::Status(report) => status(cx, node, report).await?,
         AgentMessage::Log(chunk) => {
-            let (stdout, stderr) = crate::logs::append(st, &chunk).await?;
-            st.link.send(
+            let (stdout, stderr) =
+                crate::logs::append(cx.store.as_ref(), &cx.config.data_dir, &chunk).await?;
+            cx.hub.send(
                 node,
                 ServerMessage::LogAck {
                     attempt_id: chunk.attempt_id,
@@ -223,42 +272,38 @@ async fn handle(st: &AppState, node: &str, msg: AgentMessage) -> anyhow::Result<
             );
         }
         AgentMessage::ChoreDone { id, error } => {
-            st.store.chore_done(id, error.as_deref(), now_ms()).await?;
+            cx.store.chore_done(id, error.as_deref(), now_ms()).await?;
         }
-        AgentMessage::TransferEnded(t) => transfer_ended(st, node, t).await?,
+        AgentMessage::TransferEnded(t) => transfer_ended(cx, node, t).await?,
         AgentMessage::TransferProgress {
             attempt_id,
             progress,
         } => {
-            let a = st.store.attempt(attempt_id).await;
+            let a = cx.store.attempt(attempt_id).await;
             if a.is_ok_and(|a| a.node == node && a.ended_at.is_none()) {
-                lock(&st.transfer_progress).insert(attempt_id, progress);
+                cx.news.transfers().insert(attempt_id, progress);
             }
         }
         AgentMessage::ProbeFailed {
             attempt_id,
             why,
             count,
-        } => probe_failed(st, node, attempt_id, why, count).await?,
+        } => probe_failed(cx, node, attempt_id, why, count).await?,
     }
     Ok(())
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Keeps a service's latest failed readiness check for its task's reason, and records an event
 /// when the outcome changes (not for every check: a probe failing each second for an hour is
 /// one event, not 3,600).
 async fn probe_failed(
-    st: &AppState,
+    cx: &Ctx,
     node: &str,
     attempt_id: Uuid,
     why: String,
     count: u32,
 ) -> anyhow::Result<()> {
-    let attempt = match st.store.attempt(attempt_id).await {
+    let attempt = match cx.store.attempt(attempt_id).await {
         Ok(a) if a.node == node && a.ended_at.is_none() => a,
         Ok(_) | Err(gantry_store::StoreError::NotFound) => return Ok(()),
         Err(e) => return Err(e.into()),
@@ -266,14 +311,14 @@ async fn probe_failed(
     let step = serde_json::from_str::<Assignment>(&attempt.assignment)
         .map(|a| a.task)
         .unwrap_or_default();
-    let failure = crate::state::ProbeFailure {
+    let failure = crate::news::ProbeFailure {
         workflow: attempt.workflow_id,
         service: step.clone(),
         why,
         count: count.max(1),
     };
     let new = {
-        let mut all = lock(&st.probe_failures);
+        let mut all = cx.news.probes();
         let new = all.get(&attempt_id).is_none_or(|f| f.why != failure.why);
         all.insert(attempt_id, failure.clone());
         new
@@ -286,15 +331,15 @@ async fn probe_failed(
             kind: "probe.failed".into(),
             message: format!("readiness probe: {} (not ready yet)", failure.why),
         };
-        st.store.record_event(&event, now_ms()).await?;
+        cx.store.record_event(&event, now_ms()).await?;
     }
     Ok(())
 }
 
 /// Records a transfer's end as an event of its workflow, naming the step (`ingress:VOLUME`),
 /// the source and the destination.
-async fn transfer_ended(st: &AppState, node: &str, t: TransferEnded) -> anyhow::Result<()> {
-    let attempt = match st.store.attempt(t.attempt_id).await {
+async fn transfer_ended(cx: &Ctx, node: &str, t: TransferEnded) -> anyhow::Result<()> {
+    let attempt = match cx.store.attempt(t.attempt_id).await {
         Ok(a) if a.node == node => a,
         // Not this node's (or no longer known): nothing to record against.
         Ok(_) | Err(gantry_store::StoreError::NotFound) => return Ok(()),
@@ -318,17 +363,17 @@ async fn transfer_ended(st: &AppState, node: &str, t: TransferEnded) -> anyhow::
         kind: kind.into(),
         message,
     };
-    st.store.record_event(&event, now_ms()).await?;
+    cx.store.record_event(&event, now_ms()).await?;
     Ok(())
 }
 
-async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Result<()> {
+async fn status(cx: &Ctx, node: &str, report: AttemptReport) -> anyhow::Result<()> {
     let id = report.attempt_id;
-    let attempt = match st.store.attempt(id).await {
+    let attempt = match cx.store.attempt(id).await {
         Ok(a) => a,
         Err(gantry_store::StoreError::NotFound) => {
             // Not ours (a database restored from backup?): the agent may drop it.
-            st.link.send(node, ServerMessage::Forget { attempt_id: id });
+            cx.hub.send(node, ServerMessage::Forget { attempt_id: id });
             return Ok(());
         }
         Err(e) => return Err(e.into()),
@@ -342,19 +387,19 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
     let (exit_code, cause, reason) = match report.phase {
         AttemptPhase::Preparing => return Ok(()),
         AttemptPhase::Running { address } => {
-            lock(&st.probe_failures).remove(&id);
+            cx.news.probes().remove(&id);
             let networked = address.is_some();
             if let Some(addr) = address {
-                st.store.set_attempt_address(id, &addr).await?;
+                cx.store.set_attempt_address(id, &addr).await?;
             }
             // Only a service's start can change a decision: jobs that wait for it to run, its
             // routes, a takeover. A job's start changes none (its timeout is served by the
             // controller's timer), so it costs no tick: the next end report's tick sees it.
             // A networked container's address is news for its workflow's other nodes' firewalls.
-            if st.store.attempt_running(id, now_ms()).await?
+            if cx.store.attempt_running(id, now_ms()).await?
                 && (networked || is_service(&attempt.assignment))
             {
-                st.wake_controller();
+                cx.wake.notify_one();
             }
             return Ok(());
         }
@@ -370,9 +415,9 @@ async fn status(st: &AppState, node: &str, report: AttemptReport) -> anyhow::Res
         ),
     };
     if attempt.ended_at.is_none() {
-        reports::end_read_attempt(st, attempt, exit_code, cause, reason).await?;
+        reports::end_read_attempt(&cx.ends, attempt, exit_code, cause, reason).await?;
     }
-    st.link.send(node, ServerMessage::Forget { attempt_id: id });
+    cx.hub.send(node, ServerMessage::Forget { attempt_id: id });
     Ok(())
 }
 

@@ -4,41 +4,57 @@
 //! applies it only to the task's current attempt.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use gantry_api::{EndCause, TaskStatus};
-use gantry_store::{AttemptEnd, TaskNext};
+use gantry_store::{AttemptEnd, Store, TaskNext};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::lock;
-use crate::state::{now_ms, AppState};
+use crate::cache::Cache;
+use crate::clock::now_ms;
+use crate::news::News;
 
-/// Ends an attempt and moves its task on, as core decides from the attempt's cause.
-pub async fn end_attempt(
-    st: &AppState,
-    attempt_id: Uuid,
-    exit_code: Option<i32>,
-    cause: EndCause,
-    reason: Option<String>,
-) -> anyhow::Result<()> {
-    let attempt = st.store.attempt(attempt_id).await?;
-    end_read_attempt(st, attempt, exit_code, cause, reason).await
+/// The applier and what it may use: the store, the plan cache (what an end means depends on
+/// the job), the agents' news (an ended attempt's is over), the data directory (a failed
+/// build's last line of output) and the controller's wake notifier.
+pub struct Ends {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) cache: Arc<Cache>,
+    pub(crate) news: Arc<News>,
+    pub(crate) data_dir: PathBuf,
+    pub(crate) wake: Arc<Notify>,
 }
 
-/// [`end_attempt`] for an attempt the caller has read already (every end report has).
+impl Ends {
+    /// Ends an attempt and moves its task on, as core decides from the attempt's cause.
+    pub async fn end(
+        &self,
+        attempt_id: Uuid,
+        exit_code: Option<i32>,
+        cause: EndCause,
+        reason: Option<String>,
+    ) -> anyhow::Result<()> {
+        let attempt = self.store.attempt(attempt_id).await?;
+        end_read_attempt(self, attempt, exit_code, cause, reason).await
+    }
+}
+
+/// [`Ends::end`] for an attempt the caller has read already (every end report has).
 pub(super) async fn end_read_attempt(
-    st: &AppState,
+    ends: &Ends,
     attempt: gantry_store::AttemptRow,
     exit_code: Option<i32>,
     cause: EndCause,
     reason: Option<String>,
 ) -> anyhow::Result<()> {
     let attempt_id = attempt.id;
-    lock(&st.transfer_progress).remove(&attempt_id);
-    lock(&st.probe_failures).remove(&attempt_id);
-    let task = st.store.task(attempt.task_id).await?;
-    let plan = st
+    ends.news.forget(attempt_id);
+    let task = ends.store.task(attempt.task_id).await?;
+    let plan = ends
         .cache
-        .plan_of(st.store.as_ref(), attempt.workflow_id)
+        .plan_of(ends.store.as_ref(), attempt.workflow_id)
         .await?;
     let jp = plan.job(&task.job).ok_or_else(|| {
         anyhow::anyhow!("workflow {} has no job {}", attempt.workflow_id, task.job)
@@ -46,7 +62,7 @@ pub(super) async fn end_read_attempt(
     let mut job = crate::plan::job_view_of(jp);
     // A member's end depends on its gang's other members: core reads them from the job.
     if jp.multinode.is_some() {
-        job.tasks = gang_members(st, &task).await?;
+        job.tasks = gang_members(ends.store.as_ref(), &task).await?;
     }
     // A stop the server asked for names its own cause (timeout, stopped, evicted); the agent
     // only knows the process ended.
@@ -57,17 +73,20 @@ pub(super) async fn end_read_attempt(
     // A failed build says why in its last line of output.
     let reason = match (reason, cause) {
         (None, EndCause::Exit) if task.job.starts_with("build:") && exit_code != Some(0) => {
-            crate::logs::last_line(st, attempt_id, "stderr")
+            crate::logs::last_line(&ends.data_dir, attempt_id, "stderr")
         }
         (r, _) => r,
     };
     // Say which hold took the node's work away.
     let reason = match (reason, cause) {
-        (None, EndCause::Evicted) => crate::holds::active_by_node(st).await.ok().and_then(|m| {
-            m.get(&attempt.node)
-                .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
-                .map(crate::holds::describe)
-        }),
+        (None, EndCause::Evicted) => crate::holds::active_by_node(ends.store.as_ref())
+            .await
+            .ok()
+            .and_then(|m| {
+                m.get(&attempt.node)
+                    .and_then(|hs| hs.iter().find(|h| h.kind == gantry_store::HoldKind::Evict))
+                    .map(crate::holds::describe)
+            }),
         (r, _) => r,
     };
     // One time for the end and the backoff it starts, so the next attempt waits the whole
@@ -105,7 +124,7 @@ pub(super) async fn end_read_attempt(
         EndCause::Stopped => TaskStatus::Stopped,
         _ => TaskStatus::Failed,
     };
-    let outcome = st
+    let outcome = ends
         .store
         .end_attempt(
             &AttemptEnd {
@@ -124,25 +143,23 @@ pub(super) async fn end_read_attempt(
         tracing::debug!("end of attempt {attempt_id} not applied: {outcome:?}");
         return Ok(());
     }
-    st.wake_controller();
+    ends.wake.notify_one();
     Ok(())
 }
 
 /// Every member of `task`'s multinode job, with its live attempt.
 async fn gang_members(
-    st: &AppState,
+    store: &dyn Store,
     task: &gantry_store::TaskRow,
 ) -> anyhow::Result<Vec<gantry_core::engine::TaskView>> {
-    let attempts: HashMap<Uuid, gantry_store::AttemptRow> = st
-        .store
+    let attempts: HashMap<Uuid, gantry_store::AttemptRow> = store
         .attempts(task.workflow_id)
         .await?
         .into_iter()
         .filter(|a| a.ended_at.is_none())
         .map(|a| (a.id, a))
         .collect();
-    let mut members: Vec<gantry_store::TaskRow> = st
-        .store
+    let mut members: Vec<gantry_store::TaskRow> = store
         .tasks(task.workflow_id)
         .await?
         .into_iter()

@@ -10,6 +10,7 @@
 mod route_sync;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gantry_api::agent::{
@@ -18,23 +19,44 @@ use gantry_api::agent::{
 use gantry_api::{EndCause, NodeState, TaskStatus};
 use gantry_core::engine::{self, Action};
 use gantry_core::scheduler::{self, NodeId, NodeView, Res, TaskRequest};
-use gantry_store::{ActiveWorkflow, Change, ChoreRow, NewEvent, TaskRow};
+use gantry_store::{ActiveWorkflow, Change, ChoreRow, NewEvent, Store, TaskRow};
+use tokio::sync::Notify;
 use uuid::Uuid;
 
+use crate::agents::Ends;
+use crate::cache::Cache;
+use crate::clock::now_ms;
+use crate::link::AgentLink;
 use crate::placement::request_of;
 use crate::plan::{self, WorkflowPlan};
-use crate::state::{now_ms, AppState};
+use crate::routes::Gateway;
+use crate::ServerConfig;
+
+/// What the controller may use: the store, the agents (through the link), its own cache,
+/// the proxy's routes, the attempt-end applier, the sealing key (an assignment's secrets are
+/// opened as it is sent), its wake notifier and the configuration. No hold lock, no metrics,
+/// no agents' news: those belong to others.
+pub struct Ctx {
+    pub store: Arc<dyn Store>,
+    pub link: Arc<dyn AgentLink>,
+    pub wake: Arc<Notify>,
+    pub cache: Arc<Cache>,
+    pub gateway: Arc<Gateway>,
+    pub ends: Arc<Ends>,
+    pub secret_key: Arc<[u8; 32]>,
+    pub config: Arc<ServerConfig>,
+}
 use crate::views::{task_label, view_of};
 
-pub fn spawn(st: AppState) {
+pub fn spawn(cx: Arc<Ctx>) {
     tokio::spawn(async move {
         loop {
-            if let Err(e) = tick(&st).await {
+            if let Err(e) = tick(&cx).await {
                 tracing::warn!("controller: {e:#}");
             }
             // Woken by any change; the timer only serves timeouts and lost heartbeats.
             tokio::select! {
-                _ = st.wake.notified() => {}
+                _ = cx.wake.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
         }
@@ -130,20 +152,20 @@ fn gang_token() -> String {
     hex::encode(b)
 }
 
-pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
-    let mut nodes = st.store.nodes().await?;
-    if lose_silent_nodes(st, now_ms(), &nodes).await? {
-        nodes = st.store.nodes().await?;
+pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
+    let mut nodes = cx.store.nodes().await?;
+    if lose_silent_nodes(cx, now_ms(), &nodes).await? {
+        nodes = cx.store.nodes().await?;
     }
 
-    let active = st.store.active().await?;
+    let active = cx.store.active().await?;
     // Read after the snapshot: a placement is stamped no earlier than the ends it saw, so
     // attempts' times never show more in flight than there were.
     let now = now_ms();
-    st.cache.retain(&active);
+    cx.cache.retain(&active);
     let mut plans = Vec::with_capacity(active.len());
     for aw in &active {
-        plans.push(st.cache.plan(&aw.workflow)?);
+        plans.push(cx.cache.plan(&aw.workflow)?);
     }
 
     let mut changes: Vec<Change> = Vec::new();
@@ -152,13 +174,13 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
     let mut assigns: Vec<(String, Assignment, String, String)> = Vec::new();
     let mut placing: Vec<Placing> = Vec::new();
     let mut finished: Vec<Uuid> = Vec::new();
-    let grace = st.config.stop_grace.as_millis() as u64;
+    let grace = cx.config.stop_grace.as_millis() as u64;
     // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
     // while every node is READY there is no hold to read.
     let held = if nodes.iter().all(|n| n.state == NodeState::Ready) {
         Default::default()
     } else {
-        crate::holds::active_by_node(st).await?
+        crate::holds::active_by_node(cx.store.as_ref()).await?
     };
     let mut stopping: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
     // Jobs with waiting tasks the snapshot did not list (see `PENDING_WINDOW`), and how
@@ -287,7 +309,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
 
     if !placing.is_empty() {
         // Read only when something is to be placed: most ticks place nothing.
-        let settings = crate::placement::PlacementSettings::read(st).await?;
+        let settings = crate::placement::PlacementSettings::read(cx.store.as_ref()).await?;
         let requests: Vec<TaskRequest<usize>> = placing
             .iter()
             .enumerate()
@@ -301,7 +323,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         for aw in &active {
             for a in &aw.live {
                 let e = used.entry(a.node.as_str()).or_default();
-                if let Some(u) = st.cache.usage(a) {
+                if let Some(u) = cx.cache.usage(a) {
                     add_res(&mut e.0, &u.res);
                     e.2 |= u.exclusive;
                 }
@@ -328,7 +350,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             .map(|n| {
                 let cap: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
                 let (u, running, excl) = used.remove(n.name.as_str()).unwrap_or_default();
-                let connected = st.link.is_connected(&n.name);
+                let connected = cx.link.is_connected(&n.name);
                 let ready = n.state == NodeState::Ready;
                 NodeView {
                     used: u,
@@ -364,10 +386,10 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
             .collect();
         let rows: HashMap<&str, &gantry_store::NodeRow> =
             nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-        let (public_url, registry_host) = (st.public_url(), st.registry_host());
+        let (public_url, registry_host) = (cx.config.url(), cx.config.registry_host());
         let site = plan::Site {
             public_url: &public_url,
-            endpoint_domain: &st.config.endpoint_domain,
+            endpoint_domain: &cx.config.endpoint_domain,
             registry_host: &registry_host,
         };
         let plan = scheduler::schedule(&views, &requests);
@@ -437,7 +459,7 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         }
     }
 
-    match st.store.apply(&changes, now).await {
+    match cx.store.apply(&changes, now).await {
         // The snapshot this plan was decided on went stale (a task moved on, a node was held
         // or filled): nothing of it was applied. The rest of the plan (ends, stops, workflows'
         // moves) does not depend on the placements, so it is applied and sent without them;
@@ -446,44 +468,51 @@ pub(crate) async fn tick(st: &AppState) -> anyhow::Result<()> {
         Err(gantry_store::StoreError::Refused(why)) => {
             tracing::info!("controller: placements refused, deciding them again: {why}");
             changes.retain(|c| !matches!(c, Change::CreateAttempt { .. }));
-            st.store.apply(&changes, now).await?;
+            cx.store.apply(&changes, now).await?;
             for (node, msg) in sends {
-                st.link.send(&node, msg);
+                cx.link.send(&node, msg);
             }
             return Ok(());
         }
         r => r?,
     }
     if window_placed {
-        st.wake_controller();
+        cx.wake.notify_one();
     }
     for (node, msg) in sends {
-        st.link.send(&node, msg);
+        cx.link.send(&node, msg);
     }
     for (node, mut asg, owner, group) in assigns {
-        crate::builds::fill_cached(st, &mut asg).await;
-        crate::netpolicy::fill(st, &mut asg).await;
-        match crate::secrets::resolve(st, &mut asg, &owner, &group).await {
+        let outfit = crate::agents::outfit(
+            cx.store.as_ref(),
+            &cx.config.data_dir,
+            &cx.secret_key,
+            &mut asg,
+            &owner,
+            &group,
+        );
+        match outfit.await {
             Ok(()) => {
-                st.link.send(&node, ServerMessage::Assign(Box::new(asg)));
+                cx.link.send(&node, ServerMessage::Assign(Box::new(asg)));
             }
             Err(e) => {
-                crate::agents::end_attempt(st, asg.attempt_id, None, EndCause::StartError, Some(e))
-                    .await?;
+                let id = asg.attempt_id;
+                cx.ends.end(id, None, EndCause::StartError, Some(e)).await?;
             }
         }
     }
-    crate::netpolicy::sync(st, &active, &plans);
+    crate::netpolicy::sync(cx.link.as_ref(), &active, &plans);
     for &wf in &finished {
-        schedule_cleanup(st, wf, now).await?;
+        schedule_cleanup(cx, wf, now).await?;
     }
-    send_chores(st, &nodes).await?;
+    send_chores(cx, &nodes).await?;
     let in_play = crate::endpoints::InPlay {
         active: &active,
         ended: &finished,
     };
-    let endpoints = crate::endpoints::drive(st, st.gateway.as_ref(), in_play).await?;
-    route_sync::sync_from(st, &endpoints, in_play).await?;
+    let endpoints =
+        crate::endpoints::drive(cx.store.as_ref(), &cx.wake, cx.gateway.as_ref(), in_play).await?;
+    route_sync::sync_from(cx, &endpoints, in_play).await?;
     Ok(())
 }
 
@@ -528,11 +557,11 @@ fn service_addresses<'a>(
 /// NODE_LOST, and core decides whether each is retried elsewhere.
 /// Returns whether any node was lost.
 async fn lose_silent_nodes(
-    st: &AppState,
+    cx: &Ctx,
     now: i64,
     nodes: &[gantry_store::NodeRow],
 ) -> anyhow::Result<bool> {
-    let timeout = st.config.heartbeat_timeout.as_millis() as i64;
+    let timeout = cx.config.heartbeat_timeout.as_millis() as i64;
     let mut lost = false;
     for n in nodes {
         let silent = n.last_seen.is_none_or(|t| now - t > timeout);
@@ -541,19 +570,19 @@ async fn lose_silent_nodes(
         }
         lost = true;
         let why = format!("no heartbeat for {}s", timeout / 1000);
-        st.store
+        cx.store
             .set_node_state(&n.name, NodeState::Down, &why, now)
             .await?;
-        st.link.drop_node(&n.name);
-        for a in st.store.live_attempts_on(&n.name).await? {
-            crate::agents::end_attempt(
-                st,
-                a.id,
-                None,
-                EndCause::NodeLost,
-                Some(format!("node {} lost: {why}", n.name)),
-            )
-            .await?;
+        cx.link.drop_node(&n.name);
+        for a in cx.store.live_attempts_on(&n.name).await? {
+            cx.ends
+                .end(
+                    a.id,
+                    None,
+                    EndCause::NodeLost,
+                    Some(format!("node {} lost: {why}", n.name)),
+                )
+                .await?;
         }
     }
     Ok(lost)
@@ -561,8 +590,8 @@ async fn lose_silent_nodes(
 
 /// Ephemeral volumes are removed when their workflow ends, by a live agent of each pool the
 /// workflow ran in; persistent ones stay.
-async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<()> {
-    let row = st.store.workflow(wf).await?;
+async fn schedule_cleanup(cx: &Ctx, wf: Uuid, now: i64) -> anyhow::Result<()> {
+    let row = cx.store.workflow(wf).await?;
     let plan: WorkflowPlan = serde_json::from_str(&row.plan)?;
     let ephemeral = plan.jobs.iter().any(|j| {
         j.mounts
@@ -572,12 +601,12 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
     if !ephemeral {
         return Ok(());
     }
-    let nodes = st.store.nodes().await?;
+    let nodes = cx.store.nodes().await?;
     let pool_of: HashMap<&str, &str> = nodes
         .iter()
         .map(|n| (n.name.as_str(), n.pool.as_str()))
         .collect();
-    let pools: BTreeSet<&str> = st
+    let pools: BTreeSet<&str> = cx
         .store
         .attempts(wf)
         .await?
@@ -589,7 +618,7 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
             path: format!("{pool}/ephemeral/{wf}"),
             root: None,
         };
-        st.store
+        cx.store
             .add_chore(&ChoreRow {
                 id: Uuid::new_v4(),
                 pool: pool.to_string(),
@@ -602,29 +631,29 @@ async fn schedule_cleanup(st: &AppState, wf: Uuid, now: i64) -> anyhow::Result<(
     Ok(())
 }
 
-async fn send_chores(st: &AppState, nodes: &[gantry_store::NodeRow]) -> anyhow::Result<()> {
-    let chores = st.store.pending_chores().await?;
+async fn send_chores(cx: &Ctx, nodes: &[gantry_store::NodeRow]) -> anyhow::Result<()> {
+    let chores = cx.store.pending_chores().await?;
     for c in chores {
         if c.sent_to
             .as_deref()
-            .is_some_and(|n| st.link.is_connected(n))
+            .is_some_and(|n| cx.link.is_connected(n))
         {
             continue;
         }
         let Some(node) = nodes
             .iter()
-            .find(|n| n.pool == c.pool && st.link.is_connected(&n.name))
+            .find(|n| n.pool == c.pool && cx.link.is_connected(&n.name))
         else {
             continue;
         };
-        if st.link.send(
+        if cx.link.send(
             &node.name,
             ServerMessage::Chore(gantry_api::agent::Chore {
                 id: c.id,
                 kind: c.kind,
             }),
         ) {
-            st.store.chore_sent(c.id, &node.name).await?;
+            cx.store.chore_sent(c.id, &node.name).await?;
         }
     }
     Ok(())

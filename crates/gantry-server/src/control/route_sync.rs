@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering;
 use gantry_proxy::Backend;
 use uuid::Uuid;
 
+use super::Ctx;
 use crate::routes::{Gateway, RouteMeta};
-use crate::state::AppState;
 
 /// A desired route: where it should point.
 struct Want {
@@ -24,7 +24,7 @@ struct Want {
 /// workflows the tick has just ended, whose own endpoints go. What changed after the
 /// snapshot woke the controller, whose next tick brings it here.
 pub async fn sync_from(
-    st: &AppState,
+    cx: &Ctx,
     endpoints: &[gantry_store::EndpointRow],
     in_play: crate::endpoints::InPlay<'_>,
 ) -> anyhow::Result<()> {
@@ -32,7 +32,7 @@ pub async fn sync_from(
     for e in endpoints {
         let mut target = None;
         if let (Some(w), Some(svc), Some(port)) = (e.workflow_id, &e.service, e.port) {
-            let s = in_play.service(st, w, svc, port).await?;
+            let s = in_play.service(cx.store.as_ref(), w, svc, port).await?;
             if let (Some(addr), Some(attempt)) = (s.backend, s.attempt) {
                 if let Ok(addr) = addr.parse() {
                     target = Some((attempt, addr, Gateway::label(w, svc)));
@@ -57,7 +57,7 @@ pub async fn sync_from(
         .iter()
         .filter(|aw| !in_play.ended.contains(&aw.workflow.id))
     {
-        let Ok(plan) = st.cache.plan(&aw.workflow) else {
+        let Ok(plan) = cx.cache.plan(&aw.workflow) else {
             continue;
         };
         for j in &plan.jobs {
@@ -102,7 +102,7 @@ pub async fn sync_from(
             }
         }
     }
-    let gw = &st.gateway;
+    let gw = &cx.gateway;
     for name in gw.proxy.names() {
         if !want.contains_key(&name) {
             gw.proxy.remove(&name);

@@ -18,7 +18,7 @@ use api::{
 
 pub fn router(
     state: AppState,
-    hub: std::sync::Arc<crate::agents::Hub>,
+    agents: std::sync::Arc<crate::agents::Ctx>,
     registry: std::sync::Arc<gantry_registry::Registry>,
 ) -> Router {
     let api = Router::new()
@@ -91,7 +91,7 @@ pub fn router(
         )
         .route(
             "/agent/connect",
-            get(crate::agents::connect).layer(axum::Extension(hub)),
+            get(crate::agents::connect).layer(axum::Extension(agents)),
         )
         .route(
             "/images",

@@ -63,7 +63,7 @@ pub fn routes(st: AppState) -> Router<AppState> {
         confirmations: confirm::Confirmations::default(),
         st: st.clone(),
     });
-    let mut origins = vec![st.public_url()];
+    let mut origins = vec![st.config.url()];
     let listen = st.config.listen;
     if listen.ip().is_loopback() {
         origins.push(format!("http://localhost:{}", listen.port()));

@@ -52,14 +52,20 @@ pub async fn create(
         }
         Err(e) => return Err(e.into()),
     }
-    info(st, st.store.endpoint(&name).await?).await
+    info(
+        st.store.as_ref(),
+        &st.config,
+        &st.news,
+        st.store.endpoint(&name).await?,
+    )
+    .await
 }
 
 /// Why a name that is in use cannot be created again. Only someone who may see the endpoint
 /// learns that it exists; anyone else gets the answer an invalid name gets (400, the same
 /// shape), since a 409 would confirm that a name they cannot see is someone's endpoint.
 async fn name_taken(st: &AppState, c: &Caller, name: &str) -> ApiError {
-    match visible(st, c, name).await {
+    match visible(st.store.as_ref(), c, name).await {
         Ok(e) if e.owner == c.user.name => {
             ApiError::Conflict(format!("you already have an endpoint {name}"))
         }
@@ -75,25 +81,25 @@ pub async fn list(st: &AppState, c: &Caller) -> Result<Vec<EndpointInfo>, ApiErr
     let mut out = vec![];
     for e in st.store.endpoints().await? {
         if may_call(&e, Some(c)) || may_manage(&e, c) {
-            out.push(info(st, e).await?);
+            out.push(info(st.store.as_ref(), &st.config, &st.news, e).await?);
         }
     }
     Ok(out)
 }
 
 pub async fn show(st: &AppState, c: &Caller, name: &str) -> Result<EndpointInfo, ApiError> {
-    let e = visible(st, c, name).await?;
-    info(st, e).await
+    let e = visible(st.store.as_ref(), c, name).await?;
+    info(st.store.as_ref(), &st.config, &st.news, e).await
 }
 
 pub async fn history(st: &AppState, c: &Caller, name: &str) -> Result<Vec<TakeoverInfo>, ApiError> {
-    let e = visible(st, c, name).await?;
+    let e = visible(st.store.as_ref(), c, name).await?;
     let all = st.store.takeovers(Some(&e.name), false).await?;
     Ok(all.into_iter().map(takeover_info).collect())
 }
 
 pub async fn delete(st: &AppState, c: &Caller, name: &str) -> Result<(), ApiError> {
-    let e = managed(st, c, name, "delete it").await?;
+    let e = managed(st.store.as_ref(), c, name, "delete it").await?;
     st.store
         .delete_endpoint(&e.name, &c.user.name, now_ms())
         .await?;
@@ -109,7 +115,7 @@ pub async fn token(
     name: &str,
     req: CreateEndpointToken,
 ) -> Result<EndpointToken, ApiError> {
-    let e = managed(st, c, name, "make tokens for it").await?;
+    let e = managed(st.store.as_ref(), c, name, "make tokens for it").await?;
     let now = now_ms();
     let default = crate::caller::default_expiry(st.store.as_ref()).await?;
     let expires_at = requests::token_expiry(req.expires.as_deref(), &default, now)
@@ -144,7 +150,7 @@ pub async fn tokens(
     c: &Caller,
     name: &str,
 ) -> Result<Vec<EndpointTokenInfo>, ApiError> {
-    let e = managed(st, c, name, "list its tokens").await?;
+    let e = managed(st.store.as_ref(), c, name, "list its tokens").await?;
     let now = now_ms();
     let list = st.store.endpoint_tokens(Some(&e.name)).await?;
     Ok(list
@@ -184,7 +190,7 @@ pub async fn revoke_token(
         .await
         .map_err(|_| missing())?;
     // A token of an endpoint the caller may not see is as unknown as one that never was.
-    match managed(st, c, &t.endpoint, "revoke its tokens").await {
+    match managed(st.store.as_ref(), c, &t.endpoint, "revoke its tokens").await {
         Err(ApiError::NotFound(_)) => return Err(missing()),
         Err(e) => return Err(e),
         Ok(_) => {}
@@ -197,7 +203,7 @@ pub async fn revoke_token(
 }
 
 async fn pending(st: &AppState, c: &Caller, name: &str) -> Result<TakeoverRow, ApiError> {
-    let e = managed(st, c, name, "decide its takeovers").await?;
+    let e = managed(st.store.as_ref(), c, name, "decide its takeovers").await?;
     st.store
         .takeovers(Some(&e.name), true)
         .await?

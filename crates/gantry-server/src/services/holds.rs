@@ -20,7 +20,7 @@ pub async fn place(
 ) -> Result<HoldInfo, ApiError> {
     c.require_admin()?;
     let (kind, reason) = requests::place_hold(req).map_err(ApiError::BadRequest)?;
-    let _guard = st.hold_lock.lock().await;
+    let _guard = st.holds.decide().await;
     let node = st
         .store
         .node(name)
@@ -66,7 +66,7 @@ pub async fn release(
     let requests::Release { hold, reason } =
         requests::release_holds(req).map_err(ApiError::BadRequest)?;
     {
-        let _guard = st.hold_lock.lock().await;
+        let _guard = st.holds.decide().await;
         let node = st
             .store
             .node(name)
@@ -118,7 +118,7 @@ pub async fn release(
         }
         st.store.apply_holds(&changes, now_ms()).await?;
         // The room this frees goes to deferred holds in the same decision.
-        promote_locked(st, &node.pool).await?;
+        promote_locked(&st.holds, &node.pool).await?;
     }
     st.wake_controller();
     let after = st.store.holds(Some(name), true).await?;

@@ -82,7 +82,7 @@ pub async fn act(st: &AppState, post: Post) -> Result<WebhookOutcome, ApiError> 
     st.store
         .record_unknown_node_alerts(&unknown, now_ms())
         .await?;
-    let applied = apply_alerts(st, &reading.entries).await?;
+    let applied = apply_alerts(&st.holds, &reading.entries).await?;
     for a in applied {
         match a {
             Applied::Placed(HoldState::Deferred) => out.deferred += 1,

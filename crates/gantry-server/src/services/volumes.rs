@@ -22,7 +22,7 @@ pub async fn list(st: &AppState, c: &Caller) -> Result<Vec<VolumeInfo>, ApiError
 
 pub async fn create(st: &AppState, c: &Caller, req: CreateVolume) -> Result<VolumeInfo, ApiError> {
     let (scope, name, storage) = requests::create_volume(&req).map_err(ApiError::BadRequest)?;
-    usable_storage(st, c, &storage).await?;
+    usable_storage(st.store.as_ref(), c, &storage).await?;
     let v = VolumeRow {
         id: Uuid::new_v4(),
         owner: owner_of(c, scope),
@@ -42,7 +42,7 @@ pub async fn show(
     scope: &str,
     name: &str,
 ) -> Result<VolumeInfo, ApiError> {
-    let v = visible_volume(st, c, scope, name).await?;
+    let v = visible_volume(st.store.as_ref(), c, scope, name).await?;
     let by = st.store.volume_users(v.id).await?;
     Ok(volume_info(v, by))
 }
@@ -51,11 +51,11 @@ pub async fn show(
 /// that removes it). The volume's files go with it: each pool that sees its storage is asked
 /// to remove its directory.
 pub async fn delete(st: &AppState, c: &Caller, scope: &str, name: &str) -> Result<(), ApiError> {
-    let v = visible_volume(st, c, scope, name).await?;
-    let s = usable_storage(st, c, &v.storage).await.ok();
+    let v = visible_volume(st.store.as_ref(), c, scope, name).await?;
+    let s = usable_storage(st.store.as_ref(), c, &v.storage).await.ok();
     st.store.delete_volume(v.id, &c.user.name, now_ms()).await?;
     if let Some(s) = s {
-        remove_persistent(st, &resolved(&v, &s))
+        remove_persistent(st.store.as_ref(), &resolved(&v, &s))
             .await
             .map_err(|e| ApiError::Internal(format!("{e:#}")))?;
     }

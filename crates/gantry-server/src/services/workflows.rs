@@ -92,7 +92,7 @@ pub async fn prepare(
         name,
         mut warnings,
     } = requests::submission(&req).map_err(refused)?;
-    let placement = crate::placement::PlacementSettings::read(st).await?;
+    let placement = crate::placement::PlacementSettings::read(st.store.as_ref()).await?;
     warnings.extend(requests::annotation_warnings(
         &wf,
         &placement.constraint_keys,
@@ -120,14 +120,15 @@ pub async fn prepare(
                     .into(),
             ));
         }
-        let builds = crate::builds::plan(st, &wf, c).await?;
-        crate::builds::attach(&mut compiled, builds, &st.registry_host());
+        let builds = crate::builds::plan(&st.config, &wf, c).await?;
+        crate::builds::attach(&mut compiled, builds, &st.config.registry_host());
     }
-    crate::builds::check_image_access(&compiled, &st.registry_host(), c)?;
-    crate::secrets::check_refs(st, &compiled, &c.user.name, &c.user.group).await?;
-    crate::volumes::resolve(st, c, &mut compiled).await?;
+    crate::builds::check_image_access(&compiled, &st.config.registry_host(), c)?;
+    crate::secrets::check_refs(st.store.as_ref(), &compiled, &c.user.name, &c.user.group).await?;
+    crate::volumes::resolve(st.store.as_ref(), c, &mut compiled).await?;
     let id = Uuid::new_v4();
-    let takeovers = crate::endpoints::check_attach(st, c, &compiled, id, channel).await?;
+    let takeovers =
+        crate::endpoints::check_attach(st.store.as_ref(), c, &compiled, id, channel).await?;
     Ok(Prepared {
         req,
         name,
@@ -155,10 +156,11 @@ async fn host_network_warnings(
     if steps.is_empty() {
         return Ok(vec![]);
     }
-    let (allowed, forbidden): (Vec<String>, Vec<String>) = crate::placement::pools(st)
-        .await?
-        .into_iter()
-        .partition(|p| placement.host_network_allowed(p));
+    let (allowed, forbidden): (Vec<String>, Vec<String>) =
+        crate::placement::pools(st.store.as_ref())
+            .await?
+            .into_iter()
+            .partition(|p| placement.host_network_allowed(p));
     if forbidden.is_empty() {
         return Ok(vec![]);
     }
@@ -222,7 +224,7 @@ pub async fn commit(
         warnings,
         takeovers,
     } = prepared;
-    crate::volumes::make_on_first_use(st, c, &mut compiled).await?;
+    crate::volumes::make_on_first_use(st.store.as_ref(), c, &mut compiled).await?;
     let mut tasks = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
         // A task-array member or a multinode member is one task each, by index.
@@ -248,7 +250,7 @@ pub async fn commit(
     // A build whose result the object cache holds already does not run at all.
     let mut ended = vec![];
     for b in &compiled.builds {
-        if let Some(digest) = crate::builds::cached(st, b).await? {
+        if let Some(digest) = crate::builds::cached(st.store.as_ref(), b).await? {
             if let Some(t) = tasks.iter().find(|t| t.job == b.task_name()) {
                 ended.push(gantry_store::EndedTask {
                     task_id: t.id,
@@ -416,10 +418,7 @@ pub async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetai
     // The progress of this workflow's running transfers, by task (the map holds the whole
     // cluster's: only these are copied out).
     let mut progress: HashMap<Uuid, TransferProgress> = {
-        let all = st
-            .transfer_progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let all = st.news.transfers();
         tasks
             .iter()
             .filter(|t| t.status == TaskStatus::Running)
@@ -430,8 +429,8 @@ pub async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetai
             .collect()
     };
     // Why services not ready yet fail their probe, by task.
-    let mut probing: HashMap<Uuid, crate::state::ProbeFailure> = {
-        let all = st.probe_failures.lock().unwrap_or_else(|e| e.into_inner());
+    let mut probing: HashMap<Uuid, crate::news::ProbeFailure> = {
+        let all = st.news.probes();
         tasks
             .iter()
             .filter(|t| t.status == TaskStatus::Started)

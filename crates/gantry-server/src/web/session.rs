@@ -82,7 +82,7 @@ impl Sessions {
             .finalize();
         Sessions {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
-            secure: st.public_url().starts_with("https://"),
+            secure: st.config.url().starts_with("https://"),
             signed_out: Mutex::default(),
         }
     }
@@ -237,7 +237,7 @@ fn same_origin(st: &AppState, headers: &HeaderMap) -> Result<(), WebError> {
     if let Some(origin) = header(ORIGIN.as_str()) {
         let host = origin.split_once("://").map(|(_, h)| h);
         let ok =
-            host.is_some_and(|h| Some(h) == header(HOST.as_str())) || origin == st.public_url();
+            host.is_some_and(|h| Some(h) == header(HOST.as_str())) || origin == st.config.url();
         if !ok {
             return Err(WebError::Csrf);
         }
