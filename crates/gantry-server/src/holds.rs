@@ -167,7 +167,17 @@ pub(crate) async fn promote_locked(st: &Holds, pool: &str) -> Result<usize, ApiE
 /// decision lock.
 pub async fn promote_all(st: &Holds) -> Result<(), ApiError> {
     let _guard = st.decide().await;
-    for p in crate::placement::pools(st.store.as_ref()).await? {
+    // Only a pool with a deferred hold has anything to promote: a join (thousands of them
+    // when a fleet starts) mostly finds none, and reads no pool's nodes.
+    let deferred: BTreeSet<String> = st
+        .store
+        .holds(None, false)
+        .await?
+        .into_iter()
+        .filter(|h| h.state == HoldStatus::Deferred)
+        .map(|h| h.pool)
+        .collect();
+    for p in deferred {
         promote_locked(st, &p).await?;
     }
     Ok(())

@@ -56,6 +56,13 @@ pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
     // agents through it as its link.
     let hub = Arc::new(agents::Hub::default());
     control::spawn(parts.controller(hub.clone()));
+    // Heartbeats are stored in batches, at least once per heartbeat interval.
+    let seen = Arc::new(agents::Seen::default());
+    let every = parts
+        .config
+        .heartbeat_interval
+        .min(std::time::Duration::from_secs(1));
+    agents::spawn_seen_writer(seen.clone(), parts.store.clone(), every);
     let agents = Arc::new(agents::Ctx {
         store: parts.store.clone(),
         hub,
@@ -63,6 +70,7 @@ pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
         news: parts.news.clone(),
         ends: parts.ends.clone(),
         holds: parts.holds.clone(),
+        seen,
         secret_key: parts.secret_key.clone(),
         subnet_base: base,
         config: parts.config.clone(),

@@ -141,7 +141,10 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
 
     // --- nodes -----------------------------------------------------------------------------
     async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow>;
-    async fn node_seen(&self, name: &str, now: Millis) -> Result<()>;
+    /// When each node was last heard from, all in one transaction: the agents' sessions
+    /// gather what they hear and write it about once a second, not once per heartbeat. A
+    /// node's `last_seen` only moves forward; unknown names are ignored.
+    async fn nodes_seen(&self, seen: &[(String, Millis)]) -> Result<()>;
     /// The agent's connection closed or its heartbeats stopped.
     async fn node_disconnected(&self, name: &str, now: Millis) -> Result<()>;
     async fn set_node_state(

@@ -30,6 +30,7 @@ where
     exclusive_attempts_are_alone_on_their_node(fresh().await).await;
     stale_attempt_ends_are_refused(fresh().await).await;
     node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
+    last_seen_only_moves_forward(fresh().await).await;
     a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
 }
 
@@ -684,6 +685,38 @@ pub async fn node_sequence_numbers_are_unique_under_concurrent_registration(s: A
             n.name
         );
     }
+}
+
+/// Batched sightings (`nodes_seen`) move each node's `last_seen` forward only: a batch
+/// gathered before a reconnect does not undo the registration's time. Unknown names change
+/// nothing.
+pub async fn last_seen_only_moves_forward(s: Arc<dyn Store>) {
+    for name in ["a", "b"] {
+        s.register_node(
+            &NodeRegistration {
+                name: name.into(),
+                pool: "default".into(),
+                capacity: "{}".into(),
+                version: "contract".into(),
+                ..Default::default()
+            },
+            100,
+        )
+        .await
+        .expect("register_node");
+    }
+    s.nodes_seen(&[("a".into(), 250), ("b".into(), 50), ("ghost".into(), 900)])
+        .await
+        .expect("nodes_seen");
+    let seen = |n: &str| {
+        let s = s.clone();
+        let n = n.to_string();
+        async move { s.node(&n).await.expect("node").last_seen }
+    };
+    assert_eq!(seen("a").await, Some(250), "moved forward");
+    assert_eq!(seen("b").await, Some(100), "never back");
+    s.nodes_seen(&[]).await.expect("an empty batch");
+    assert!(matches!(s.node("ghost").await, Err(StoreError::NotFound)));
 }
 
 /// A submit is one call: the workflow, its takeovers and their confirmations, and the tasks

@@ -35,14 +35,17 @@ impl Hub {
         );
     }
 
-    /// Removes the connection only if it is still this one (a newer one may have replaced it).
+    /// Removes the connection unless a newer one replaced it. True when no connection holds
+    /// the node now: this one was its last, or the controller had dropped it.
     pub(crate) fn remove(&self, node: &str, id: Uuid) -> bool {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(node).is_some_and(|c| c.id == id) {
-            map.remove(node);
-            true
-        } else {
-            false
+        match map.get(node) {
+            Some(c) if c.id != id => false,
+            Some(_) => {
+                map.remove(node);
+                true
+            }
+            None => true,
         }
     }
 }

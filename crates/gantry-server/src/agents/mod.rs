@@ -22,9 +22,11 @@ use uuid::Uuid;
 
 mod hub;
 mod reports;
+mod seen;
 
 pub use hub::Hub;
 pub use reports::Ends;
+pub use seen::{spawn_writer as spawn_seen_writer, Seen};
 
 use crate::auth::AgentCaller;
 use crate::clock::now_ms;
@@ -44,6 +46,8 @@ pub struct Ctx {
     pub news: Arc<News>,
     pub ends: Arc<Ends>,
     pub holds: Arc<Holds>,
+    /// When each node was last heard from, until the next flush to the store.
+    pub seen: Arc<Seen>,
     pub secret_key: Arc<[u8; 32]>,
     /// The second octet of this cluster's container subnets.
     pub subnet_base: u8,
@@ -55,7 +59,12 @@ pub async fn connect(
     AgentCaller(_): AgentCaller,
     ws: WebSocketUpgrade,
 ) -> Response {
+    // Small buffers: a connection mostly carries heartbeats, and there is one per node (the
+    // default 128 KiB read buffer was most of an idle node's cost). Larger messages still
+    // arrive whole, up to the limit.
     ws.max_message_size(16 << 20)
+        .read_buffer_size(8 << 10)
+        .write_buffer_size(8 << 10)
         .on_upgrade(move |socket| async move {
             if let Err(e) = session(&cx, socket).await {
                 tracing::warn!("agent session ended: {e:#}");
@@ -162,7 +171,7 @@ async fn session(cx: &Ctx, mut socket: WebSocket) -> anyhow::Result<()> {
     cx.wake.notify_one();
 
     let (mut sink, mut stream) = socket.split();
-    let writer = tokio::spawn(async move {
+    let mut writer = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
             let text = match serde_json::to_string(&msg) {
                 Ok(t) => t,
@@ -172,10 +181,19 @@ async fn session(cx: &Ctx, mut socket: WebSocket) -> anyhow::Result<()> {
                 break;
             }
         }
+        // The hub let go of this connection (the controller found the node silent and marked
+        // it DOWN), or writing failed: close it, so that the agent reconnects and registers
+        // again instead of talking to a server that no longer counts it.
+        let _ = sink.close().await;
     });
 
     let result: anyhow::Result<()> = async {
-        while let Some(msg) = stream.next().await {
+        loop {
+            let msg = tokio::select! {
+                m = stream.next() => m,
+                _ = &mut writer => break,
+            };
+            let Some(msg) = msg else { break };
             let text = match msg? {
                 Message::Text(t) => t,
                 Message::Close(_) => break,
@@ -254,10 +272,11 @@ pub async fn outfit(
 }
 
 async fn handle(cx: &Ctx, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
+    cx.seen.note(node, now_ms());
     match msg {
         AgentMessage::Hello { .. } => anyhow::bail!("hello sent twice"),
-        AgentMessage::Heartbeat => cx.store.node_seen(node, now_ms()).await?,
-        // Heartbeats keep `last_seen`: a status report does not pay for another fsynced write.
+        // Noted with every message, above.
+        AgentMessage::Heartbeat => {}
         AgentMessage::Status(report) => status(cx, node, report).await?,
         AgentMessage::Log(chunk) => {
             let (stdout, stderr) =

@@ -314,8 +314,8 @@ impl Store for SqliteStore {
         SqliteStore::register_node(self, reg, now).await
     }
 
-    async fn node_seen(&self, name: &str, now: Millis) -> Result<()> {
-        SqliteStore::node_seen(self, name, now).await
+    async fn nodes_seen(&self, seen: &[(String, Millis)]) -> Result<()> {
+        SqliteStore::nodes_seen(self, seen).await
     }
 
     async fn node_disconnected(&self, name: &str, now: Millis) -> Result<()> {

@@ -120,12 +120,21 @@ impl SqliteStore {
         Ok(row)
     }
 
-    pub(super) async fn node_seen(&self, name: &str, now: Millis) -> Result<()> {
-        sqlx::query("UPDATE nodes SET last_seen = ? WHERE name = ?")
-            .bind(now)
+    pub(super) async fn nodes_seen(&self, seen: &[(String, Millis)]) -> Result<()> {
+        if seen.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        for (name, at) in seen {
+            sqlx::query(
+                "UPDATE nodes SET last_seen = MAX(COALESCE(last_seen, 0), ?) WHERE name = ?",
+            )
+            .bind(at)
             .bind(name)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

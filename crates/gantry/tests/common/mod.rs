@@ -435,6 +435,13 @@ pub struct Split {
 
 impl Split {
     pub fn start(heartbeat_timeout: &str) -> Split {
+        let mut s = Split::server_only(heartbeat_timeout);
+        s.start_agent();
+        s
+    }
+
+    /// A `gantry server` with no agent yet.
+    pub fn server_only(heartbeat_timeout: &str) -> Split {
         let dir = tempfile::Builder::new()
             .prefix("gantry-e2e-")
             .tempdir()
@@ -462,7 +469,7 @@ impl Split {
             .stderr(log)
             .spawn()
             .expect("starting gantry server");
-        let mut s = Split {
+        let s = Split {
             cluster,
             server: Some(server),
             agent: None,
@@ -479,7 +486,6 @@ impl Split {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        s.start_agent();
         s
     }
 

@@ -1,0 +1,171 @@
+#!/bin/bash
+# bench/scale.sh - the control plane at fleet scale. For each N in NODES: a fresh real
+# `gantry server` (SQLite) and N simulated agents (`gantry-simagent`: the real agent protocol
+# over one WebSocket each, containers simulated, NODE_CORES cores each), then
+#   registration  the simagent start -> every node READY and connected in `node list`
+#   idle          the server's CPU (% of one core) and RSS over IDLE_S seconds of heartbeats
+#   run           a TASKS-task array of one-core `sleep RUN_S` jobs: tasks/s from the workflow's
+#                 created_at to its ended_at, the server's CPU per task and its peak RSS
+#   node list     `gantry node list -o json`, wall time
+#   liveness      the simagent's ping round trip (p50/p99 over the whole run: what a heartbeat
+#                 or a report waits on its connection), live nodes the server marked DOWN,
+#                 reconnects, and tasks placed more than once
+# and prints one table, with the N of the smallest fleet as the baseline each figure is read
+# against (per-node costs should stay flat as N grows), plus `figure` lines.
+#
+# Run as root on Debian 12:   bench/scale.sh
+# Environment: NODES ("100 1000 10000"), TASKS (20000), RUN_S (1), NODE_CORES (8), IDLE_S (30),
+# REGISTER_TIMEOUT (900 s), RUN_TIMEOUT (900 s), and those of bench/lib.sh (GANTRY_BIN,
+# BENCH_KEEP, GANTRY_LOG). SIMAGENT_BIN: the simulated agents (default
+# target/release/gantry-simagent, built if missing).
+set -euo pipefail
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+NODES=${NODES:-100 1000 10000}
+TASKS=${TASKS:-20000}
+RUN_S=${RUN_S:-1}
+NODE_CORES=${NODE_CORES:-8}
+IDLE_S=${IDLE_S:-30}
+REGISTER_TIMEOUT=${REGISTER_TIMEOUT:-900}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+SIM=${SIMAGENT_BIN:-$REPO/target/release/gantry-simagent}
+
+bench_install jq curl
+bench_setup scale
+gantry_build
+if [ ! -x "$SIM" ]; then
+  log "building $SIM (cargo build --release -p gantry-simagent)"
+  (cd "$REPO" && cargo build --release -p gantry-simagent >&2) || die "build failed"
+fi
+# One socket per node on each side, and the server's own files.
+ulimit -n "$(ulimit -Hn)"
+[ "$(ulimit -n)" -ge 65536 ] || log "warning: only $(ulimit -n) open files allowed"
+
+clk=$(getconf CLK_TCK)
+# CPU time (ms) and RSS / peak RSS (KiB) of a process, from /proc.
+proc_cpu_ms() { awk -v hz="$clk" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"; }
+proc_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+
+# node list as JSON.
+node_list() {
+  GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" node list -o json
+}
+
+rows=()
+for n in $NODES; do
+  log "=== $n nodes"
+  gantry_server_start "gantry-$n"
+  spid=$GSERVER_PID
+  # The simulated agents: one JSON report a second.
+  simlog=$WORK/sim-$n.jsonl
+  GANTRY_TOKEN=$GAGENT_TOKEN "$SIM" --server "$GURL" --nodes "$n" --cores "$NODE_CORES" \
+    --prefix "sim$n" --report-secs 1 --run-ms $((RUN_S * 1000)) > "$simlog" 2> "$WORK/sim-$n.err" &
+  sim_pid=$!
+  BENCH_CLEANUPS+=("bench_stop_pid $sim_pid gantry-simagent")
+  t0=$(now_ms)
+  cpu0=$(proc_cpu_ms "$spid")
+
+  # --- registration: every node READY and connected
+  reg_ms=timeout
+  while :; do
+    ready=$(node_list 2>/dev/null | jq '[.[] | select(.state == "READY" and .connected)] | length' || echo 0)
+    if [ "${ready:-0}" -ge "$n" ]; then
+      reg_ms=$(($(now_ms) - t0))
+      break
+    fi
+    [ $(($(now_ms) - t0)) -lt $((REGISTER_TIMEOUT * 1000)) ] || break
+    kill -0 "$sim_pid" 2>/dev/null || die "gantry-simagent exited: $(tail -3 "$WORK/sim-$n.err")"
+    log "registered: ${ready:-0} of $n"
+    sleep 2
+  done
+  reg_cpu=$(($(proc_cpu_ms "$spid") - cpu0))
+  log "all $n registered in ${reg_ms} ms (server CPU ${reg_cpu} ms)"
+
+  # --- idle: heartbeats only
+  sleep 5
+  c0=$(proc_cpu_ms "$spid")
+  sleep "$IDLE_S"
+  idle_pct=$(awk -v c=$(($(proc_cpu_ms "$spid") - c0)) -v s="$IDLE_S" 'BEGIN { printf "%.1f", c / (s * 10) }')
+  idle_rss=$(($(proc_kib "$spid" VmRSS) / 1024))
+  log "idle: ${idle_pct} % of a core, ${idle_rss} MiB"
+
+  # --- node list
+  l0=$(now_ms)
+  node_list > /dev/null
+  list_ms=$(($(now_ms) - l0))
+
+  # --- the array
+  wf=$WORK/array-$n.yaml
+  cat > "$wf" <<EOF
+version: v4
+jobs:
+  work:
+    image:
+      uri: docker://busybox:1
+    command: [sleep, "$RUN_S"]
+    resource:
+      cpu:
+        cores: 1
+    task-array:
+      start: 1
+      end: $TASKS
+EOF
+  r0=$(proc_cpu_ms "$spid")
+  id=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" workflow start "$wf" -o json | jq -r .id)
+  log "workflow $id: $TASKS tasks"
+  rt0=$(now_ms)
+  status=RUNNING
+  while :; do
+    sum=$(api /workflows | jq -c --arg id "$id" '.[] | select(.id == $id)')
+    status=$(jq -r .status <<< "$sum")
+    case $status in FINISHED | FAILED | STOPPED) break ;; esac
+    [ $(($(now_ms) - rt0)) -lt $((RUN_TIMEOUT * 1000)) ] || { status=timeout; break; }
+    log "array: $(jq -c .counts <<< "$sum")"
+    sleep 5
+  done
+  run_cpu=$(($(proc_cpu_ms "$spid") - r0))
+  peak_rss=$(($(proc_kib "$spid" VmHWM) / 1024))
+  created=$(ts_ms "$(jq -r .created_at <<< "$sum")")
+  ended=$(jq -r '.ended_at // empty' <<< "$sum")
+  if [ -n "$ended" ]; then
+    tps=$(rate "$TASKS" $(($(ts_ms "$ended") - created)))
+  else
+    tps=0
+  fi
+  finished=$(jq -r '.counts.FINISHED // 0' <<< "$sum")
+
+  # --- liveness, from both sides
+  down=$(node_list | jq '[.[] | select(.state == "DOWN")] | length')
+  bench_stop_pid "$sim_pid" gantry-simagent
+  last=$(tail -1 "$simlog")
+  rtt50=$(jq -r '.rtt_ms.p50 // "-"' <<< "$last")
+  rtt99=$(jq -r '.rtt_ms.p99 // "-"' <<< "$last")
+  reconnects=$(jq -r .reconnects <<< "$last")
+  assigned=$(jq -r .assigned <<< "$last")
+  twice=$(jq -r .assigned_twice <<< "$last")
+  cpu_task=$(awk -v c="$run_cpu" -v t="$TASKS" 'BEGIN { printf "%.2f", c / t }')
+
+  figure "scale.$n.register_ms" "$reg_ms"
+  figure "scale.$n.register_cpu_ms" "$reg_cpu"
+  figure "scale.$n.idle_cpu_pct" "$idle_pct"
+  figure "scale.$n.idle_rss_mib" "$idle_rss"
+  figure "scale.$n.node_list_ms" "$list_ms"
+  figure "scale.$n.tasks_per_s" "$tps"
+  figure "scale.$n.run_cpu_ms_per_task" "$cpu_task"
+  figure "scale.$n.peak_rss_mib" "$peak_rss"
+  figure "scale.$n.rtt_p99_ms" "$rtt99"
+  figure "scale.$n.live_nodes_down" "$down"
+  figure "scale.$n.placed_more_than_once" "$((assigned - TASKS))"
+  rows+=("$(printf '| %s | %s ms (%s ms CPU) | %s %% | %s MiB | %s (%s of %s %s) | %s ms/task | %s MiB | %s ms | %s / %s ms | %s | %s | %s / %s |' \
+    "$n" "$reg_ms" "$reg_cpu" "$idle_pct" "$idle_rss" "$tps" "$finished" "$TASKS" "$status" \
+    "$cpu_task" "$peak_rss" "$list_ms" "$rtt50" "$rtt99" "$down" "$reconnects" "$assigned" "$twice")")
+  bench_stop_pid "$spid" "gantry server"
+done
+
+echo
+echo "Scale: $TASKS one-core tasks of ${RUN_S} s on N simulated nodes of $NODE_CORES cores (SQLite)"
+echo
+echo "| nodes | all registered | idle server CPU | idle RSS | tasks/s end to end | server CPU in the run | peak RSS | node list | ping p50 / p99 | live nodes DOWN | reconnects | assigned / twice |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"

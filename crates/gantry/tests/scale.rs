@@ -1,0 +1,184 @@
+//! The scale benchmark's harness as a test, at a small N: a fleet of simulated agents
+//! (`gantry-simagent`: the real agent protocol, containers simulated) against a real
+//! `gantry server`. Every node registers and stays READY and connected, a task array runs
+//! with each task placed exactly once, and every reported end is acknowledged. Nothing here
+//! is timed (`bench/scale.sh` measures, at 1,000 and 10,000 nodes); deadlines only bound a
+//! hang.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use common::Split;
+
+const NODES: usize = 200;
+const TASKS: u64 = 600;
+
+fn wait(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_simulated_fleet_registers_runs_each_task_once_and_stays_ready() {
+    let s = Split::server_only("30s");
+    let c = &s.cluster;
+    let token = c.ok(&["admin", "user", "create", "fleet", "--agent"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _in_rt = rt.enter();
+    let (fleet, _) = gantry_simagent::spawn(gantry_simagent::Args::parse_from([
+        "gantry-simagent",
+        "--server",
+        &format!("http://127.0.0.1:{}", c.port),
+        "--token",
+        token.trim(),
+        "--nodes",
+        &NODES.to_string(),
+        "--cores",
+        "2",
+        "--prefix",
+        "fleet",
+    ]));
+    let nodes = || c.json(&["node", "list"]);
+    let ready = |n: &serde_json::Value| {
+        n.as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["state"] == "READY" && n["connected"] == true)
+            .count()
+    };
+    wait(
+        "every simulated node welcomed and READY",
+        Duration::from_secs(120),
+        || fleet.connected() == NODES && ready(&nodes()) == NODES,
+    );
+
+    // Each task "runs" for the sleep its command names.
+    let file = c.write(
+        "array.yaml",
+        &format!(
+            "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sleep, \"0.2\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
+        ),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "the array to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(d["status"], "FINISHED", "{:#}", d["counts"]);
+    let tasks = d["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len() as u64, TASKS);
+    for t in tasks {
+        assert_eq!(t["status"], "FINISHED", "{t:#}");
+        assert_eq!(t["attempts"].as_array().unwrap().len(), 1, "{t:#}");
+    }
+    // The agents' side: each task was given once, to one node, and each end acknowledged.
+    assert_eq!(fleet.assigned(), (TASKS, 0));
+    wait("every end acknowledged", Duration::from_secs(60), || {
+        fleet.ended() == (TASKS, TASKS)
+    });
+    // Nobody was declared lost on the way.
+    assert_eq!(ready(&nodes()), NODES);
+    assert_eq!(fleet.reconnects(), 0);
+}
+
+/// Liveness never lies for long: a connected node that falls silent (no heartbeat within the
+/// timeout) is marked DOWN and its connection is closed, so that its agent reconnects and is
+/// READY again, rather than staying DOWN while connected with its reports ignored.
+#[test]
+fn a_silent_node_is_disconnected_and_is_ready_again_when_it_reconnects() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
+
+    let s = Split::server_only("2s");
+    let c = &s.cluster;
+    let token = c.ok(&["admin", "user", "create", "quiet", "--agent"]);
+    let url = format!("ws://127.0.0.1:{}/api/v1/agent/connect", c.port);
+    let hello = serde_json::json!({
+        "type": "hello", "name": "quiet-node", "pool": "default", "version": "test",
+        "capacity": {"cpus": 1, "memory_bytes": 1u64 << 30, "devices": {}},
+    })
+    .to_string();
+    let connect = move || {
+        let mut req = url.clone().into_client_request().unwrap();
+        req.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {}", token.trim()).parse().unwrap(),
+        );
+        req
+    };
+    let state = || {
+        let nodes = c.json(&["node", "list"]);
+        let n = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == "quiet-node")
+            .cloned()
+            .unwrap();
+        (
+            n["state"].as_str().unwrap().to_string(),
+            n["connected"] == true,
+        )
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(connect()).await.unwrap();
+        ws.send(Message::text(hello.clone())).await.unwrap();
+        // Silent from here on: no heartbeat, only reading until the server closes.
+        let closed = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(m) = ws.next().await {
+                match m {
+                    Ok(Message::Close(_)) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the server did not close the silent node's connection"
+        );
+    });
+    wait(
+        "the silent node DOWN and disconnected",
+        Duration::from_secs(30),
+        || state() == ("DOWN".into(), false),
+    );
+    // Its agent reconnects and heartbeats: READY again.
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let agent =
+        std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(connect()).await.unwrap();
+            ws.send(Message::text(hello)).await.unwrap();
+            let mut beat = tokio::time::interval(Duration::from_millis(300));
+            loop {
+                tokio::select! {
+                    _ = beat.tick() => {
+                        if ws.send(Message::text(r#"{"type":"heartbeat"}"#)).await.is_err() {
+                            return;
+                        }
+                    }
+                    m = ws.next() => if !matches!(m, Some(Ok(_))) { return },
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if ready_rx.try_recv().is_ok() {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        });
+    wait("the node READY again", Duration::from_secs(30), || {
+        state() == ("READY".into(), true)
+    });
+    // And it stays so while it heartbeats, past the timeout.
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(state(), ("READY".into(), true));
+    ready_tx.send(()).unwrap();
+    agent.join().unwrap();
+}
