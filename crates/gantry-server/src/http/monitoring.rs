@@ -1,7 +1,6 @@
 //! The monitoring side of the server: the Alertmanager webhook, Prometheus HTTP service
 //! discovery of agents and node exporters, and the server's own `/metrics`.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use axum::body::Bytes;
@@ -93,75 +92,31 @@ pub async fn targets(
     State(st): State<AppState>,
     MonitoringCaller(_): MonitoringCaller,
 ) -> Result<Json<Vec<TargetGroup>>, ApiError> {
-    let mut out = vec![];
-    for n in st.store.nodes().await? {
-        for (kind, addr) in [
-            ("agent", &n.metrics_addr),
-            ("node-exporter", &n.node_exporter),
-        ] {
-            if let Some(addr) = addr.as_ref().filter(|a| !a.is_empty()) {
-                out.push(TargetGroup {
-                    targets: vec![addr.clone()],
-                    labels: BTreeMap::from([
-                        ("node".to_string(), n.name.clone()),
-                        ("pool".to_string(), n.pool.clone()),
-                        ("__meta_gantry_kind".to_string(), kind.to_string()),
-                    ]),
-                });
-            }
-        }
-    }
-    Ok(Json(out))
+    Ok(Json(svc::targets(&st).await?))
 }
 
 /// `GET /metrics`: counts only, nothing a caller could not see elsewhere.
 pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+    let g = svc::gauges(&st).await?;
     let mut reg = Registry::default();
     let holds: Family<Labels, Gauge> = Family::default();
     let deferred: Family<Labels, Gauge> = Family::default();
     let nodes: Family<Labels, Gauge> = Family::default();
     let queue: Gauge = Gauge::default();
-    let all_nodes = st.store.nodes().await?;
-    for n in &all_nodes {
+    for ((pool, state), n) in g.nodes {
         nodes
-            .get_or_create(&vec![
-                ("pool", n.pool.clone()),
-                ("state", n.state.to_string()),
-            ])
-            .inc();
-        // Every pool reports its deferred count, zero included.
-        let _ = deferred.get_or_create(&vec![("pool", n.pool.clone())]);
+            .get_or_create(&vec![("pool", pool), ("state", state)])
+            .set(n);
     }
-    for h in st.store.holds(None, false).await? {
-        match h.state {
-            gantry_store::HoldStatus::Active => {
-                holds
-                    .get_or_create(&vec![
-                        ("pool", h.pool),
-                        ("type", h.kind.to_string()),
-                        ("source", h.source.to_string()),
-                    ])
-                    .inc();
-            }
-            gantry_store::HoldStatus::Deferred => {
-                deferred.get_or_create(&vec![("pool", h.pool)]).inc();
-            }
-            _ => {}
-        }
+    for ((pool, kind, source), n) in g.holds {
+        holds
+            .get_or_create(&vec![("pool", pool), ("type", kind), ("source", source)])
+            .set(n);
     }
-    let pending: usize = st
-        .store
-        .active()
-        .await?
-        .iter()
-        .map(|w| {
-            w.tasks
-                .iter()
-                .filter(|t| t.status == gantry_api::TaskStatus::Pending)
-                .count()
-        })
-        .sum();
-    queue.set(pending as i64);
+    for (pool, n) in g.deferred {
+        deferred.get_or_create(&vec![("pool", pool)]).set(n);
+    }
+    queue.set(g.waiting);
     reg.register(
         "gantry_holds",
         "Active holds by pool, type and source",

@@ -98,6 +98,18 @@ pub async fn history(st: &AppState, c: &Caller, name: &str) -> Result<Vec<Takeov
     Ok(all.into_iter().map(takeover_info).collect())
 }
 
+/// An endpoint the caller may manage, as the API shows it; `what` they want to do names the
+/// refusal (one they may not even see is 404). What MCP shows before it asks the person.
+pub async fn managed(
+    st: &AppState,
+    c: &Caller,
+    name: &str,
+    what: &str,
+) -> Result<EndpointInfo, ApiError> {
+    let e = crate::endpoints::managed(st.store.as_ref(), c, name, what).await?;
+    info(st.store.as_ref(), &st.config, &st.news, e).await
+}
+
 pub async fn delete(st: &AppState, c: &Caller, name: &str) -> Result<(), ApiError> {
     let e = managed(st.store.as_ref(), c, name, "delete it").await?;
     st.store

@@ -1,7 +1,10 @@
-//! Alerts from the site's Alertmanager: a webhook post read, checked against the nodes there
-//! are, and decided under the holds' lock (`crate::holds::apply_alerts`).
+//! Monitoring: alerts from the site's Alertmanager (a webhook post read, checked against the
+//! nodes there are, and decided under the holds' lock, `crate::holds::apply_alerts`), what
+//! Prometheus discovers, and the counts the server's `/metrics` shows.
 
-use gantry_api::v1::WebhookOutcome;
+use std::collections::BTreeMap;
+
+use gantry_api::v1::{TargetGroup, WebhookOutcome};
 use gantry_core::holds::HoldState;
 use gantry_intake::alertmanager;
 
@@ -93,4 +96,73 @@ pub async fn act(st: &AppState, post: Post) -> Result<WebhookOutcome, ApiError> 
         }
     }
     Ok(out)
+}
+
+/// What Prometheus discovers (HTTP service discovery): every agent's metrics and every node
+/// exporter, labelled with the node's name and pool.
+pub async fn targets(st: &AppState) -> Result<Vec<TargetGroup>, ApiError> {
+    let mut out = vec![];
+    for n in st.store.nodes().await? {
+        for (kind, addr) in [
+            ("agent", &n.metrics_addr),
+            ("node-exporter", &n.node_exporter),
+        ] {
+            if let Some(addr) = addr.as_ref().filter(|a| !a.is_empty()) {
+                out.push(TargetGroup {
+                    targets: vec![addr.clone()],
+                    labels: BTreeMap::from([
+                        ("node".to_string(), n.name.clone()),
+                        ("pool".to_string(), n.pool.clone()),
+                        ("__meta_gantry_kind".to_string(), kind.to_string()),
+                    ]),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The cluster's counts that `/metrics` shows: nothing a caller could not see elsewhere.
+pub struct Gauges {
+    /// Nodes by (pool, state).
+    pub nodes: BTreeMap<(String, String), i64>,
+    /// Active holds by (pool, type, source).
+    pub holds: BTreeMap<(String, String, String), i64>,
+    /// Deferred holds by pool: every pool with a node, zero included.
+    pub deferred: BTreeMap<String, i64>,
+    /// Tasks waiting to be placed.
+    pub waiting: i64,
+}
+
+pub async fn gauges(st: &AppState) -> Result<Gauges, ApiError> {
+    let mut g = Gauges {
+        nodes: BTreeMap::new(),
+        holds: BTreeMap::new(),
+        deferred: BTreeMap::new(),
+        waiting: 0,
+    };
+    for n in st.store.nodes().await? {
+        *g.nodes.entry((n.pool.clone(), n.state.to_string())).or_default() += 1;
+        g.deferred.entry(n.pool).or_default();
+    }
+    for h in st.store.holds(None, false).await? {
+        match h.state {
+            gantry_store::HoldStatus::Active => {
+                let key = (h.pool, h.kind.to_string(), h.source.to_string());
+                *g.holds.entry(key).or_default() += 1;
+            }
+            gantry_store::HoldStatus::Deferred => *g.deferred.entry(h.pool).or_default() += 1,
+            _ => {}
+        }
+    }
+    // Each job's waiting tasks, counted by the store (listed or not in the snapshot's window).
+    g.waiting = st
+        .store
+        .active()
+        .await?
+        .iter()
+        .flat_map(|w| &w.pending)
+        .map(|c| i64::from(c.count))
+        .sum();
+    Ok(g)
 }

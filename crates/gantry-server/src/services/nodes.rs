@@ -124,6 +124,17 @@ pub async fn detail(
     })
 }
 
+/// The Prometheus the node pages draw their graphs from (`monitoring.prometheus_url`), when
+/// one is set; unreadable counts as none.
+pub async fn prometheus_url(st: &AppState) -> Option<String> {
+    st.store
+        .setting(gantry_intake::requests::PROMETHEUS_URL_KEY)
+        .await
+        .ok()
+        .flatten()
+        .filter(|u| !u.trim().is_empty())
+}
+
 /// The monitoring tools an administrator linked (`monitoring.*_url` settings that hold a link),
 /// as (name, URL); a value that is not an http(s) URL (set
 /// before the check existed, or straight in the store) is left out rather than linked.

@@ -195,13 +195,7 @@ static RECENT: LazyLock<Mutex<Drawn>> = LazyLock::new(Mutex::default);
 
 /// The node's graphs, or None when no Prometheus is configured.
 pub async fn for_node(st: &AppState, node: &str) -> Option<NodeGraphs> {
-    let base = st
-        .store
-        .setting(gantry_intake::requests::PROMETHEUS_URL_KEY)
-        .await
-        .ok()
-        .flatten()
-        .filter(|u| !u.trim().is_empty())?;
+    let base = crate::services::nodes::prometheus_url(st).await?;
     let key = (base.clone(), node.to_string());
     let fresh = Duration::from_secs(STEP_S as u64);
     if let Some((at, g)) = RECENT.lock().ok()?.get(&key) {
