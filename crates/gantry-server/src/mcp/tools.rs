@@ -530,7 +530,7 @@ async fn delete_endpoint(
     a: DeleteEndpoint,
 ) -> Result<CallToolResponse, ErrorData> {
     let st = &shared.st;
-    let e = api!(crate::services::endpoints::managed(st, c, &a.name, "delete it").await);
+    let e = api!(crate::services::endpoints::manageable(st, c, &a.name, "delete it").await);
     let serving = match e.workflow_id {
         Some(w) => format!(
             "; workflow {} serving it keeps running",

@@ -100,13 +100,13 @@ pub async fn history(st: &AppState, c: &Caller, name: &str) -> Result<Vec<Takeov
 
 /// An endpoint the caller may manage, as the API shows it; `what` they want to do names the
 /// refusal (one they may not even see is 404). What MCP shows before it asks the person.
-pub async fn managed(
+pub async fn manageable(
     st: &AppState,
     c: &Caller,
     name: &str,
     what: &str,
 ) -> Result<EndpointInfo, ApiError> {
-    let e = crate::endpoints::managed(st.store.as_ref(), c, name, what).await?;
+    let e = managed(st.store.as_ref(), c, name, what).await?;
     info(st.store.as_ref(), &st.config, &st.news, e).await
 }
 

@@ -142,7 +142,9 @@ pub async fn gauges(st: &AppState) -> Result<Gauges, ApiError> {
         waiting: 0,
     };
     for n in st.store.nodes().await? {
-        *g.nodes.entry((n.pool.clone(), n.state.to_string())).or_default() += 1;
+        *g.nodes
+            .entry((n.pool.clone(), n.state.to_string()))
+            .or_default() += 1;
         g.deferred.entry(n.pool).or_default();
     }
     for h in st.store.holds(None, false).await? {
