@@ -138,6 +138,9 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome>;
     /// Attempts not yet ended on a node.
     async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>>;
+    /// What the live attempts hold on each node that has one: how many, and the sum of their
+    /// needs (`exclusive` when any is). One read for the whole cluster, for `node list`.
+    async fn node_usage(&self) -> Result<Vec<NodeUsage>>;
 
     // --- nodes -----------------------------------------------------------------------------
     async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow>;

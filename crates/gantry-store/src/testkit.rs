@@ -31,6 +31,7 @@ where
     stale_attempt_ends_are_refused(fresh().await).await;
     node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
     last_seen_only_moves_forward(fresh().await).await;
+    node_usage_sums_the_live_attempts(fresh().await).await;
     a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
 }
 
@@ -717,6 +718,46 @@ pub async fn last_seen_only_moves_forward(s: Arc<dyn Store>) {
     assert_eq!(seen("b").await, Some(100), "never back");
     s.nodes_seen(&[]).await.expect("an empty batch");
     assert!(matches!(s.node("ghost").await, Err(StoreError::NotFound)));
+}
+
+/// `node_usage` sums what each node's live attempts hold, one entry per node that has one;
+/// an ended attempt holds nothing.
+pub async fn node_usage_sums_the_live_attempts(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 8, 8000, &[("nvidia.com/gpu", 4)]).await;
+    node(s, "n2", 8, 8000, &[]).await;
+    node(s, "idle", 8, 8000, &[]).await;
+    let w = submit(s, 4).await;
+    let plan = [
+        place(&w, 0, "n1", need(1500, 100, &[("nvidia.com/gpu", 1)])),
+        place(&w, 1, "n1", need(500, 200, &[("nvidia.com/gpu", 2)])),
+        place(&w, 2, "n2", need(1000, 300, &[])),
+        place(&w, 3, "n2", need(2000, 400, &[])),
+    ];
+    let gone = attempt_of(&plan[3]);
+    s.apply(&plan, 2).await.expect("placements");
+    assert_eq!(
+        s.end_attempt(&end(gone, finished()), 3).await.expect("end"),
+        EndOutcome::Ended
+    );
+    let mut usage = s.node_usage().await.expect("node_usage");
+    usage.sort_by(|a, b| a.node.cmp(&b.node));
+    assert_eq!(
+        usage,
+        vec![
+            NodeUsage {
+                node: "n1".into(),
+                attempts: 2,
+                need: need(2000, 300, &[("nvidia.com/gpu", 3)]),
+            },
+            NodeUsage {
+                node: "n2".into(),
+                attempts: 1,
+                need: need(1000, 300, &[]),
+            },
+        ],
+        "the idle node has no entry, the ended attempt counts for nothing"
+    );
 }
 
 /// A submit is one call: the workflow, its takeovers and their confirmations, and the tasks

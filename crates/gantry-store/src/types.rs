@@ -282,6 +282,14 @@ pub enum Change {
     Event(NewEvent),
 }
 
+/// What the live attempts on one node hold ([`Store::node_usage`](crate::Store::node_usage)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeUsage {
+    pub node: String,
+    pub attempts: u32,
+    pub need: AttemptNeed,
+}
+
 /// What an attempt holds on its node, as the scheduler counts it: cores in thousandths, bytes
 /// of memory, devices by name. An exclusive attempt needs a node with nothing else live, and
 /// nothing else is placed beside it.

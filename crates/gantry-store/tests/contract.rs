@@ -35,6 +35,8 @@ contract!(
     stale_attempt_ends_are_refused,
     node_sequence_numbers_are_unique_under_concurrent_registration,
     a_submit_is_stored_whole_or_not_at_all,
+    last_seen_only_moves_forward,
+    node_usage_sums_the_live_attempts,
 );
 
 /// `run_all` runs the same suite through a factory, as another backend's tests may.

@@ -57,6 +57,31 @@ fn a_simulated_fleet_registers_runs_each_task_once_and_stays_ready() {
         || fleet.connected() == NODES && ready(&nodes()) == NODES,
     );
 
+    // `node list` filters on the server: a page by name, a pool, a state.
+    let len = |args: &[&str]| c.json(args).as_array().unwrap().len();
+    let page = c.json(&["node", "list", "--limit", "5"]);
+    let names: Vec<&str> = page
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!((names.len(), &names), (5, &sorted));
+    assert_eq!(
+        len(&["node", "list", "--pool", "default", "--state", "ready"]),
+        NODES
+    );
+    assert_eq!(len(&["node", "list", "--state", "DOWN"]), 0);
+    assert_eq!(len(&["node", "list", "--pool", "gpu"]), 0);
+    let bad = c.gantry(&["node", "list", "--state", "asleep"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("state must be one of READY"),
+        "{err}"
+    );
+
     // Each task "runs" for the sleep its command names.
     let file = c.write(
         "array.yaml",

@@ -312,7 +312,7 @@ pub(crate) async fn call(
         Call::StartWorkflow(a) => start_workflow(shared, c, request, ctx, a).await,
         Call::StopWorkflow(a) => stop_workflow(shared, c, request, ctx, a).await,
         Call::ListNodes(Empty {}) => {
-            let nodes = api!(crate::services::nodes::list(st).await);
+            let nodes = api!(crate::services::nodes::list(st, &Default::default()).await);
             ok(json!({ "nodes": nodes }))
         }
         Call::ListEndpoints(Empty {}) => {

@@ -1,8 +1,11 @@
 //! Nodes as users see them: capacity, what is allocated, holds, and a page of events.
 
-use gantry_api::agent::{Assignment, Capacity};
+use std::collections::HashMap;
+
+use gantry_api::agent::Capacity;
 use gantry_api::v1::{NodeDetail, NodeInfo};
-use gantry_store::NodeRow;
+use gantry_api::NodeState;
+use gantry_store::{HoldRow, NodeRow, NodeUsage};
 use time::OffsetDateTime;
 
 use crate::caller::Caller;
@@ -11,29 +14,24 @@ use crate::error::ApiError;
 use crate::services::workflows::event;
 use crate::state::{now_ms, AppState};
 
-async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
+/// A node as users see it, from what its live attempts hold and its holds.
+fn info(n: NodeRow, usage: Option<&NodeUsage>, holds: Vec<HoldRow>) -> NodeInfo {
     let capacity: Capacity = serde_json::from_str(&n.capacity).unwrap_or_default();
-    let live = st.store.live_attempts_on(&n.name).await?;
     let mut allocated = Capacity::default();
-    let mut millicpus = 0u64;
-    for a in &live {
-        if let Ok(asg) = serde_json::from_str::<Assignment>(&a.assignment) {
-            millicpus += (asg.resources.cpus * 1000.0) as u64;
-            allocated.memory_bytes += asg.resources.memory_bytes.unwrap_or(0);
-            for (d, c) in asg.resources.devices {
-                *allocated.devices.entry(d).or_insert(0) += c;
-            }
+    let mut running = 0;
+    if let Some(u) = usage {
+        running = u.attempts;
+        allocated.cpus = u.need.millicpus.div_ceil(1000) as u32;
+        allocated.memory_bytes = u.need.memory_bytes;
+        allocated.devices = u.need.devices.clone();
+        // An exclusive attempt's assignment carries its marker as a device: shown as such.
+        if u.need.exclusive {
+            allocated
+                .devices
+                .insert(crate::plan::EXCLUSIVE.to_string(), 1);
         }
     }
-    allocated.cpus = millicpus.div_ceil(1000) as u32;
-    let holds = st
-        .store
-        .holds(Some(&n.name), false)
-        .await?
-        .into_iter()
-        .map(crate::holds::info)
-        .collect();
-    Ok(NodeInfo {
+    NodeInfo {
         id: n.id,
         state: n.state,
         name: n.name,
@@ -41,24 +39,57 @@ async fn info(st: &AppState, n: NodeRow) -> Result<NodeInfo, ApiError> {
         connected: n.connected,
         capacity,
         allocated,
-        running: live.len() as u32,
+        running,
         last_seen: n.last_seen.map(ts),
         version: n.version,
-        holds,
+        holds: holds.into_iter().map(crate::holds::info).collect(),
         // Not its exec service: only agents of a gang's nodes are told where that is.
         address: n.address,
         labels: n.labels,
-    })
+    }
+}
+
+/// Which nodes `node list` shows: those of a pool, in a state, at most so many (by name).
+#[derive(Debug, Default, Clone)]
+pub struct NodeFilter {
+    pub pool: Option<String>,
+    pub state: Option<NodeState>,
+    pub limit: Option<usize>,
 }
 
 /// Every signed-in user may see the nodes: a cluster's shape is not secret, and users need it
-/// to understand why their work waits.
-pub async fn list(st: &AppState) -> Result<Vec<NodeInfo>, ApiError> {
-    let mut out = vec![];
-    for n in st.store.nodes().await? {
-        out.push(info(st, n).await?);
+/// to understand why their work waits. Three reads whatever the fleet's size (the nodes, what
+/// their live attempts hold, the holds), not two per node.
+pub async fn list(st: &AppState, f: &NodeFilter) -> Result<Vec<NodeInfo>, ApiError> {
+    let mut nodes: Vec<NodeRow> = st
+        .store
+        .nodes()
+        .await?
+        .into_iter()
+        .filter(|n| f.pool.as_ref().is_none_or(|p| &n.pool == p))
+        .filter(|n| f.state.is_none_or(|s| n.state == s))
+        .collect();
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    nodes.truncate(f.limit.unwrap_or(usize::MAX));
+    let usage: HashMap<String, NodeUsage> = st
+        .store
+        .node_usage()
+        .await?
+        .into_iter()
+        .map(|u| (u.node.clone(), u))
+        .collect();
+    let mut holds: HashMap<String, Vec<HoldRow>> = HashMap::new();
+    for h in st.store.holds(None, false).await? {
+        holds.entry(h.node.clone()).or_default().push(h);
     }
-    Ok(out)
+    Ok(nodes
+        .into_iter()
+        .map(|n| {
+            let hs = holds.remove(&n.name).unwrap_or_default();
+            let u = usage.get(&n.name);
+            info(n, u, hs)
+        })
+        .collect())
 }
 
 pub const DEFAULT_EVENT_LIMIT: u32 = 20;
@@ -118,7 +149,12 @@ pub async fn detail(
         .collect();
     Ok(NodeDetail {
         hold_history,
-        node: info(st, n).await?,
+        node: {
+            let usage = st.store.node_usage().await?;
+            let holds = st.store.holds(Some(&n.name), false).await?;
+            let u = usage.iter().find(|u| u.node == n.name);
+            info(n, u, holds)
+        },
         events: events.into_iter().map(event).collect(),
         more_events,
     })

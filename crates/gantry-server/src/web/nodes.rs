@@ -130,7 +130,7 @@ pub async fn list(
     Query(done): Query<Done>,
 ) -> Result<Response, WebError> {
     let monitoring = svc::monitoring_links(&st).await?;
-    let nodes = svc::list(&st).await?;
+    let nodes = svc::list(&st, &Default::default()).await?;
     let mut pools: BTreeMap<String, Vec<NodeRow>> = BTreeMap::new();
     for n in &nodes {
         pools.entry(n.pool.clone()).or_default().push(node_row(n));

@@ -567,6 +567,36 @@ impl SqliteStore {
         })
     }
 
+    pub(super) async fn node_usage(&self) -> Result<Vec<NodeUsage>> {
+        // The live attempts only (a partial index holds them), summed here: their devices are
+        // a JSON object each.
+        let live = sqlx::query(
+            "SELECT node, millicpus, memory_bytes, devices, exclusive FROM attempts
+             WHERE ended_at IS NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut by_node: std::collections::BTreeMap<String, NodeUsage> = Default::default();
+        for a in &live {
+            let node: String = a.get("node");
+            let devices: std::collections::BTreeMap<String, u32> =
+                serde_json::from_str(a.get("devices"))
+                    .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
+            let u = by_node.entry(node.clone()).or_insert_with(|| NodeUsage {
+                node,
+                ..Default::default()
+            });
+            u.attempts += 1;
+            u.need.millicpus += a.get::<i64, _>("millicpus") as u64;
+            u.need.memory_bytes += a.get::<i64, _>("memory_bytes") as u64;
+            for (d, n) in devices {
+                *u.need.devices.entry(d).or_insert(0) += n;
+            }
+            u.need.exclusive |= a.get::<bool, _>("exclusive");
+        }
+        Ok(by_node.into_values().collect())
+    }
+
     pub(super) async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {
         sqlx::query(
             "SELECT * FROM attempts WHERE node = ? AND ended_at IS NULL ORDER BY created_at",

@@ -10,6 +10,15 @@ use crate::{Conn, OutputArg};
 pub enum NodeCmd {
     /// Every node with its state and what runs there.
     List {
+        /// Only the nodes of this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only the nodes in this state (READY, CORDONED, EVICTING, DOWN, ...).
+        #[arg(long)]
+        state: Option<String>,
+        /// At most this many nodes (by name).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: Option<u32>,
         #[command(flatten)]
         out: OutputArg,
     },
@@ -116,8 +125,24 @@ fn hold_line(h: &HoldInfo) -> String {
 pub async fn run(cmd: NodeCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
     let client = conn.client()?;
     match cmd {
-        NodeCmd::List { out } => {
-            let nodes: Vec<NodeInfo> = client.get("/nodes").await?;
+        NodeCmd::List {
+            pool,
+            state,
+            limit,
+            out,
+        } => {
+            // Filtered on the server: a fleet of thousands is not sent whole to show a few.
+            let mut req = client.request(reqwest::Method::GET, "/nodes");
+            if let Some(p) = &pool {
+                req = req.query(&[("pool", p)]);
+            }
+            if let Some(s) = &state {
+                req = req.query(&[("state", s)]);
+            }
+            if let Some(n) = limit {
+                req = req.query(&[("limit", n.to_string())]);
+            }
+            let nodes: Vec<NodeInfo> = client.send(req).await?;
             if out.format == Format::Json {
                 json(&nodes)?;
             } else {

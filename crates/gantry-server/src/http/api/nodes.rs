@@ -3,6 +3,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{NodeDetail, NodeInfo};
+use gantry_api::NodeState;
 use serde::Deserialize;
 
 use crate::auth::UserCaller;
@@ -10,11 +11,41 @@ use crate::error::ApiError;
 use crate::services::nodes as svc;
 use crate::state::AppState;
 
+/// `GET /nodes?pool=P&state=S&limit=N`: the nodes (by name), filtered on the server.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    pool: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
 pub async fn list(
     State(st): State<AppState>,
     UserCaller(_): UserCaller,
+    Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<NodeInfo>>, ApiError> {
-    svc::list(&st).await.map(Json)
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(s.parse::<NodeState>().map_err(|_| {
+            let all: Vec<&str> = NodeState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::BadRequest(format!(
+                "state must be one of {}, not {s:?}",
+                all.join(", ")
+            ))
+        })?),
+    };
+    if q.limit == Some(0) {
+        return Err(ApiError::BadRequest("limit must be at least 1".into()));
+    }
+    let f = svc::NodeFilter {
+        pool: q.pool,
+        state,
+        limit: q.limit,
+    };
+    svc::list(&st, &f).await.map(Json)
 }
 
 /// `GET /nodes/{name}?limit=N&since=WHEN`: a page of the node's newest events.
