@@ -158,6 +158,9 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
         now: Millis,
     ) -> Result<()>;
     async fn nodes(&self) -> Result<Vec<NodeRow>>;
+    /// The nodes not DOWN that were last heard from before `before` (or never): what the
+    /// controller checks for lost nodes on every tick, without reading the whole fleet.
+    async fn silent_nodes(&self, before: Millis) -> Result<Vec<NodeRow>>;
     async fn node(&self, name: &str) -> Result<NodeRow>;
 
     // --- events and logs -------------------------------------------------------------------

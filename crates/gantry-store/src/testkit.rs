@@ -32,6 +32,7 @@ where
     node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
     last_seen_only_moves_forward(fresh().await).await;
     node_usage_sums_the_live_attempts(fresh().await).await;
+    silent_nodes_are_those_not_heard_from_since(fresh().await).await;
     a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
 }
 
@@ -757,6 +758,36 @@ pub async fn node_usage_sums_the_live_attempts(s: Arc<dyn Store>) {
             },
         ],
         "the idle node has no entry, the ended attempt counts for nothing"
+    );
+}
+
+/// `silent_nodes(before)`: the nodes not DOWN last heard from before `before`, strictly.
+pub async fn silent_nodes_are_those_not_heard_from_since(s: Arc<dyn Store>) {
+    for name in ["quiet", "fresh", "gone"] {
+        s.register_node(
+            &NodeRegistration {
+                name: name.into(),
+                pool: "default".into(),
+                capacity: "{}".into(),
+                version: "contract".into(),
+                ..Default::default()
+            },
+            100,
+        )
+        .await
+        .expect("register_node");
+    }
+    s.nodes_seen(&[("fresh".into(), 500)]).await.expect("seen");
+    s.set_node_state("gone", NodeState::Down, "lost", 200)
+        .await
+        .expect("down");
+    let names = |v: Vec<NodeRow>| v.into_iter().map(|n| n.name).collect::<Vec<_>>();
+    assert_eq!(names(s.silent_nodes(100).await.expect("silent")), Vec::<String>::new());
+    assert_eq!(names(s.silent_nodes(101).await.expect("silent")), vec!["quiet"]);
+    assert_eq!(
+        names(s.silent_nodes(501).await.expect("silent")),
+        vec!["fresh", "quiet"],
+        "a DOWN node is not silent, it is lost already"
     );
 }
 

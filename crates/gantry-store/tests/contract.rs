@@ -37,6 +37,7 @@ contract!(
     a_submit_is_stored_whole_or_not_at_all,
     last_seen_only_moves_forward,
     node_usage_sums_the_live_attempts,
+    silent_nodes_are_those_not_heard_from_since,
 );
 
 /// `run_all` runs the same suite through a factory, as another backend's tests may.

@@ -153,10 +153,9 @@ fn gang_token() -> String {
 }
 
 pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
-    let mut nodes = cx.store.nodes().await?;
-    if lose_silent_nodes(cx, now_ms(), &nodes).await? {
-        nodes = cx.store.nodes().await?;
-    }
+    // The fleet is read whole only when something is to be placed (below): an idle tick of
+    // 10,000 nodes reads only the silent ones.
+    lose_silent_nodes(cx, now_ms()).await?;
 
     let active = cx.store.active().await?;
     // Read after the snapshot: a placement is stamped no earlier than the ends it saw, so
@@ -175,13 +174,8 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
     let mut placing: Vec<Placing> = Vec::new();
     let mut finished: Vec<Uuid> = Vec::new();
     let grace = cx.config.stop_grace.as_millis() as u64;
-    // The store keeps a node with an active hold out of READY (EVICTING, CORDONED, or DOWN):
-    // while every node is READY there is no hold to read.
-    let held = if nodes.iter().all(|n| n.state == NodeState::Ready) {
-        Default::default()
-    } else {
-        crate::holds::active_by_node(cx.store.as_ref()).await?
-    };
+    // Few or none: holds are read whole, nodes are not.
+    let held = crate::holds::active_by_node(cx.store.as_ref()).await?;
     let mut stopping: std::collections::HashSet<Uuid> = std::collections::HashSet::new();
     // Jobs with waiting tasks the snapshot did not list (see `PENDING_WINDOW`), and how
     // many it did: once those are all placed, the next ones are read at once.
@@ -310,6 +304,7 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
     if !placing.is_empty() {
         // Read only when something is to be placed: most ticks place nothing.
         let settings = crate::placement::PlacementSettings::read(cx.store.as_ref()).await?;
+        let nodes = cx.store.nodes().await?;
         let requests: Vec<TaskRequest<usize>> = placing
             .iter()
             .enumerate()
@@ -505,7 +500,7 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
     for &wf in &finished {
         schedule_cleanup(cx, wf, now).await?;
     }
-    send_chores(cx, &nodes).await?;
+    send_chores(cx).await?;
     let in_play = crate::endpoints::InPlay {
         active: &active,
         ended: &finished,
@@ -555,20 +550,9 @@ fn service_addresses<'a>(
 
 /// A node whose agent has been silent past the heartbeat timeout is DOWN; its attempts end
 /// NODE_LOST, and core decides whether each is retried elsewhere.
-/// Returns whether any node was lost.
-async fn lose_silent_nodes(
-    cx: &Ctx,
-    now: i64,
-    nodes: &[gantry_store::NodeRow],
-) -> anyhow::Result<bool> {
+async fn lose_silent_nodes(cx: &Ctx, now: i64) -> anyhow::Result<()> {
     let timeout = cx.config.heartbeat_timeout.as_millis() as i64;
-    let mut lost = false;
-    for n in nodes {
-        let silent = n.last_seen.is_none_or(|t| now - t > timeout);
-        if !silent || n.state == NodeState::Down {
-            continue;
-        }
-        lost = true;
+    for n in cx.store.silent_nodes(now - timeout).await? {
         let why = format!("no heartbeat for {}s", timeout / 1000);
         cx.store
             .set_node_state(&n.name, NodeState::Down, &why, now)
@@ -585,7 +569,7 @@ async fn lose_silent_nodes(
                 .await?;
         }
     }
-    Ok(lost)
+    Ok(())
 }
 
 /// Ephemeral volumes are removed when their workflow ends, by a live agent of each pool the
@@ -631,8 +615,13 @@ async fn schedule_cleanup(cx: &Ctx, wf: Uuid, now: i64) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn send_chores(cx: &Ctx, nodes: &[gantry_store::NodeRow]) -> anyhow::Result<()> {
+async fn send_chores(cx: &Ctx) -> anyhow::Result<()> {
     let chores = cx.store.pending_chores().await?;
+    // Read only for a chore to send: most ticks have none.
+    let nodes = match chores.is_empty() {
+        true => vec![],
+        false => cx.store.nodes().await?,
+    };
     for c in chores {
         if c.sent_to
             .as_deref()

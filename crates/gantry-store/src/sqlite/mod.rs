@@ -336,6 +336,10 @@ impl Store for SqliteStore {
         SqliteStore::set_node_state(self, name, state, reason, now).await
     }
 
+    async fn silent_nodes(&self, before: Millis) -> Result<Vec<NodeRow>> {
+        SqliteStore::silent_nodes(self, before).await
+    }
+
     async fn nodes(&self) -> Result<Vec<NodeRow>> {
         SqliteStore::nodes(self).await
     }

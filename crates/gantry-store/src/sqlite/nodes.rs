@@ -196,6 +196,19 @@ impl SqliteStore {
         Ok(())
     }
 
+    pub(super) async fn silent_nodes(&self, before: Millis) -> Result<Vec<NodeRow>> {
+        sqlx::query(
+            "SELECT * FROM nodes WHERE state != 'DOWN' AND (last_seen IS NULL OR last_seen < ?)
+             ORDER BY pool, name",
+        )
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(node_row)
+        .collect()
+    }
+
     pub(super) async fn nodes(&self) -> Result<Vec<NodeRow>> {
         sqlx::query("SELECT * FROM nodes ORDER BY pool, name")
             .fetch_all(&self.pool)
