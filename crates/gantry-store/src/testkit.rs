@@ -782,8 +782,14 @@ pub async fn silent_nodes_are_those_not_heard_from_since(s: Arc<dyn Store>) {
         .await
         .expect("down");
     let names = |v: Vec<NodeRow>| v.into_iter().map(|n| n.name).collect::<Vec<_>>();
-    assert_eq!(names(s.silent_nodes(100).await.expect("silent")), Vec::<String>::new());
-    assert_eq!(names(s.silent_nodes(101).await.expect("silent")), vec!["quiet"]);
+    assert_eq!(
+        names(s.silent_nodes(100).await.expect("silent")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        names(s.silent_nodes(101).await.expect("silent")),
+        vec!["quiet"]
+    );
     assert_eq!(
         names(s.silent_nodes(501).await.expect("silent")),
         vec!["fresh", "quiet"],

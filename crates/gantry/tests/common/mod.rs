@@ -45,12 +45,27 @@ pub fn test_env(key: &str) -> &'static str {
         .unwrap_or_else(|| panic!("{key} is not in the test env file"))
 }
 
+/// A free port that nothing else takes before the test uses it: one below the kernel's
+/// ephemeral range, which port-0 listeners (an agent's metrics) and outgoing connections draw
+/// from; a port picked there was once taken by an agent's listener before `gantry up` bound it.
+/// Spread by process id, and checked free.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let base = 10_000u32;
+    let span = low.saturating_sub(base).max(1000);
+    let start = std::process::id().wrapping_mul(7919) % span;
+    loop {
+        let i = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (base + (start + i.wrapping_mul(101)) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// Fetches with `get` until `pred` holds for what it returns, every 250 ms for up to two
