@@ -136,6 +136,7 @@ impl Parts {
             ends: self.ends.clone(),
             secret_key: self.secret_key.clone(),
             config: self.config.clone(),
+            liveness_at: Default::default(),
         })
     }
 

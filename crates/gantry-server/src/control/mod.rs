@@ -45,6 +45,9 @@ pub struct Ctx {
     pub ends: Arc<Ends>,
     pub secret_key: Arc<[u8; 32]>,
     pub config: Arc<ServerConfig>,
+    /// When the tick last looked for lost nodes (ms): a scan of the fleet, so at most once a
+    /// heartbeat interval (at most a second), not on every wake.
+    pub liveness_at: std::sync::atomic::AtomicI64,
 }
 use crate::views::{task_label, view_of};
 
@@ -155,7 +158,17 @@ fn gang_token() -> String {
 pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
     // The fleet is read whole only when something is to be placed (below): an idle tick of
     // 10,000 nodes reads only the silent ones.
-    lose_silent_nodes(cx, now_ms()).await?;
+    let every = cx
+        .config
+        .heartbeat_interval
+        .min(Duration::from_secs(1))
+        .as_millis() as i64;
+    let at = now_ms();
+    if at - cx.liveness_at.load(std::sync::atomic::Ordering::Relaxed) >= every {
+        cx.liveness_at
+            .store(at, std::sync::atomic::Ordering::Relaxed);
+        lose_silent_nodes(cx, at).await?;
+    }
 
     let active = cx.store.active().await?;
     // Read after the snapshot: a placement is stamped no earlier than the ends it saw, so
