@@ -138,9 +138,10 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome>;
     /// Attempts not yet ended on a node.
     async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>>;
-    /// What the live attempts hold on each node that has one: how many, and the sum of their
-    /// needs (`exclusive` when any is). One read for the whole cluster, for `node list`.
-    async fn node_usage(&self) -> Result<Vec<NodeUsage>>;
+    /// What the live attempts hold on each node that has one (or on `node` alone): how many,
+    /// and the sum of their needs (`exclusive` when any is). One read for the whole cluster,
+    /// for `node list`.
+    async fn node_usage(&self, node: Option<&str>) -> Result<Vec<NodeUsage>>;
 
     // --- nodes -----------------------------------------------------------------------------
     async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow>;
@@ -159,7 +160,7 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     ) -> Result<()>;
     async fn nodes(&self) -> Result<Vec<NodeRow>>;
     /// The nodes not DOWN that were last heard from before `before` (or never): what the
-    /// controller checks for lost nodes on every tick, without reading the whole fleet.
+    /// controller checks for lost nodes, without reading the whole fleet.
     async fn silent_nodes(&self, before: Millis) -> Result<Vec<NodeRow>>;
     async fn node(&self, name: &str) -> Result<NodeRow>;
 

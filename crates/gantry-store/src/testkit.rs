@@ -74,15 +74,21 @@ async fn node(s: &dyn Store, name: &str, cpus: u32, memory: u64, devices: &[(&st
         memory_bytes: memory,
         devices: devices.iter().map(|(d, n)| (d.to_string(), *n)).collect(),
     };
+    let capacity = serde_json::to_string(&capacity).expect("capacity");
+    register(s, name, &capacity, 1).await;
+}
+
+/// A node of the default pool registered at `at` with this capacity (JSON).
+async fn register(s: &dyn Store, name: &str, capacity: &str, at: Millis) {
     s.register_node(
         &NodeRegistration {
             name: name.into(),
             pool: "default".into(),
-            capacity: serde_json::to_string(&capacity).expect("capacity"),
+            capacity: capacity.into(),
             version: "contract".into(),
             ..Default::default()
         },
-        1,
+        at,
     )
     .await
     .expect("register_node");
@@ -694,18 +700,7 @@ pub async fn node_sequence_numbers_are_unique_under_concurrent_registration(s: A
 /// nothing.
 pub async fn last_seen_only_moves_forward(s: Arc<dyn Store>) {
     for name in ["a", "b"] {
-        s.register_node(
-            &NodeRegistration {
-                name: name.into(),
-                pool: "default".into(),
-                capacity: "{}".into(),
-                version: "contract".into(),
-                ..Default::default()
-            },
-            100,
-        )
-        .await
-        .expect("register_node");
+        register(s.as_ref(), name, "{}", 100).await;
     }
     s.nodes_seen(&[("a".into(), 250), ("b".into(), 50), ("ghost".into(), 900)])
         .await
@@ -741,7 +736,7 @@ pub async fn node_usage_sums_the_live_attempts(s: Arc<dyn Store>) {
         s.end_attempt(&end(gone, finished()), 3).await.expect("end"),
         EndOutcome::Ended
     );
-    let mut usage = s.node_usage().await.expect("node_usage");
+    let mut usage = s.node_usage(None).await.expect("node_usage");
     usage.sort_by(|a, b| a.node.cmp(&b.node));
     assert_eq!(
         usage,
@@ -759,23 +754,21 @@ pub async fn node_usage_sums_the_live_attempts(s: Arc<dyn Store>) {
         ],
         "the idle node has no entry, the ended attempt counts for nothing"
     );
+    assert_eq!(
+        s.node_usage(Some("n2")).await.expect("node_usage"),
+        vec![usage[1].clone()],
+        "one node's alone"
+    );
+    assert_eq!(
+        s.node_usage(Some("idle")).await.expect("node_usage"),
+        vec![]
+    );
 }
 
 /// `silent_nodes(before)`: the nodes not DOWN last heard from before `before`, strictly.
 pub async fn silent_nodes_are_those_not_heard_from_since(s: Arc<dyn Store>) {
     for name in ["quiet", "fresh", "gone"] {
-        s.register_node(
-            &NodeRegistration {
-                name: name.into(),
-                pool: "default".into(),
-                capacity: "{}".into(),
-                version: "contract".into(),
-                ..Default::default()
-            },
-            100,
-        )
-        .await
-        .expect("register_node");
+        register(s.as_ref(), name, "{}", 100).await;
     }
     s.nodes_seen(&[("fresh".into(), 500)]).await.expect("seen");
     s.set_node_state("gone", NodeState::Down, "lost", 200)

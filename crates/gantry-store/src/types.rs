@@ -290,6 +290,19 @@ pub struct NodeUsage {
     pub need: AttemptNeed,
 }
 
+impl NodeUsage {
+    /// One more live attempt, holding `need`.
+    pub fn add(&mut self, need: &AttemptNeed) {
+        self.attempts += 1;
+        self.need.millicpus += need.millicpus;
+        self.need.memory_bytes += need.memory_bytes;
+        for (d, n) in &need.devices {
+            *self.need.devices.entry(d.clone()).or_insert(0) += n;
+        }
+        self.need.exclusive |= need.exclusive;
+    }
+}
+
 /// What an attempt holds on its node, as the scheduler counts it: cores in thousandths, bytes
 /// of memory, devices by name. An exclusive attempt needs a node with nothing else live, and
 /// nothing else is placed beside it.

@@ -73,7 +73,7 @@ pub async fn list(st: &AppState, f: &NodeFilter) -> Result<Vec<NodeInfo>, ApiErr
     nodes.truncate(f.limit.unwrap_or(usize::MAX));
     let usage: HashMap<String, NodeUsage> = st
         .store
-        .node_usage()
+        .node_usage(None)
         .await?
         .into_iter()
         .map(|u| (u.node.clone(), u))
@@ -150,10 +150,9 @@ pub async fn detail(
     Ok(NodeDetail {
         hold_history,
         node: {
-            let usage = st.store.node_usage().await?;
+            let usage = st.store.node_usage(Some(&n.name)).await?;
             let holds = st.store.holds(Some(&n.name), false).await?;
-            let u = usage.iter().find(|u| u.node == n.name);
-            info(n, u, holds)
+            info(n, usage.first(), holds)
         },
         events: events.into_iter().map(event).collect(),
         more_events,

@@ -86,11 +86,19 @@ struct NodeFit {
     millicpus: u64,
     memory_bytes: u64,
     devices: std::collections::BTreeMap<String, u32>,
-    used: AttemptNeed,
-    /// Live attempts there.
-    running: u32,
-    /// One of them is exclusive.
-    exclusive_taken: bool,
+    /// What its live attempts hold (`need.exclusive`: one of them is exclusive).
+    live: NodeUsage,
+}
+
+/// What an attempt row holds, from its resource columns.
+fn need_of(a: &sqlx::sqlite::SqliteRow) -> Result<AttemptNeed> {
+    Ok(AttemptNeed {
+        millicpus: a.get::<i64, _>("millicpus") as u64,
+        memory_bytes: a.get::<i64, _>("memory_bytes") as u64,
+        devices: serde_json::from_str(a.get("devices"))
+            .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?,
+        exclusive: a.get("exclusive"),
+    })
 }
 
 impl NodeFit {
@@ -109,9 +117,7 @@ impl NodeFit {
             millicpus: u64::from(cap.cpus) * 1000,
             memory_bytes: cap.memory_bytes,
             devices: cap.devices,
-            used: AttemptNeed::default(),
-            running: 0,
-            exclusive_taken: false,
+            live: NodeUsage::default(),
         };
         let live = sqlx::query(
             "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts
@@ -121,26 +127,9 @@ impl NodeFit {
         .fetch_all(&mut **tx)
         .await?;
         for a in &live {
-            let devices = serde_json::from_str(a.get("devices"))
-                .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
-            fit.add(&AttemptNeed {
-                millicpus: a.get::<i64, _>("millicpus") as u64,
-                memory_bytes: a.get::<i64, _>("memory_bytes") as u64,
-                devices,
-                exclusive: a.get("exclusive"),
-            });
+            fit.live.add(&need_of(a)?);
         }
         Ok(fit)
-    }
-
-    fn add(&mut self, need: &AttemptNeed) {
-        self.used.millicpus += need.millicpus;
-        self.used.memory_bytes += need.memory_bytes;
-        for (d, n) in &need.devices {
-            *self.used.devices.entry(d.clone()).or_insert(0) += n;
-        }
-        self.running += 1;
-        self.exclusive_taken |= need.exclusive;
     }
 
     /// Why `need` does not fit here now, as the scheduler decides fit; `None` when it fits.
@@ -148,29 +137,29 @@ impl NodeFit {
         if self.state != "READY" {
             return Some(format!("it is {}", self.state));
         }
-        if self.exclusive_taken {
+        if self.live.need.exclusive {
             return Some("an exclusive attempt runs there".into());
         }
-        if need.exclusive && self.running > 0 {
+        if need.exclusive && self.live.attempts > 0 {
             return Some(format!(
                 "it is exclusive and {} attempts run there",
-                self.running
+                self.live.attempts
             ));
         }
-        if self.used.millicpus + need.millicpus > self.millicpus {
+        if self.live.need.millicpus + need.millicpus > self.millicpus {
             return Some(format!(
                 "{} of {} millicores are taken, it needs {}",
-                self.used.millicpus, self.millicpus, need.millicpus
+                self.live.need.millicpus, self.millicpus, need.millicpus
             ));
         }
-        if self.used.memory_bytes + need.memory_bytes > self.memory_bytes {
+        if self.live.need.memory_bytes + need.memory_bytes > self.memory_bytes {
             return Some(format!(
                 "{} of {} bytes of memory are taken, it needs {}",
-                self.used.memory_bytes, self.memory_bytes, need.memory_bytes
+                self.live.need.memory_bytes, self.memory_bytes, need.memory_bytes
             ));
         }
         for (d, n) in &need.devices {
-            let used = self.used.devices.get(d).copied().unwrap_or(0);
+            let used = self.live.need.devices.get(d).copied().unwrap_or(0);
             let total = self.devices.get(d).copied().unwrap_or(0);
             if used + n > total {
                 return Some(format!("{used} of {total} {d} are taken, it needs {n}"));
@@ -259,7 +248,7 @@ impl SqliteStore {
                             "task {label} does not fit on node {node}: {why}"
                         )));
                     }
-                    fit.add(need);
+                    fit.live.add(need);
                     let wf = uuid(r.get("workflow_id"))?;
                     let number: i64 = r.get("attempts");
                     let devices = serde_json::to_string(&need.devices)
@@ -567,32 +556,25 @@ impl SqliteStore {
         })
     }
 
-    pub(super) async fn node_usage(&self) -> Result<Vec<NodeUsage>> {
-        // The live attempts only (a partial index holds them), summed here: their devices are
-        // a JSON object each.
+    pub(super) async fn node_usage(&self, node: Option<&str>) -> Result<Vec<NodeUsage>> {
+        // The live attempts only (a partial index holds them by node).
         let live = sqlx::query(
             "SELECT node, millicpus, memory_bytes, devices, exclusive FROM attempts
-             WHERE ended_at IS NULL",
+             WHERE ended_at IS NULL AND (?1 IS NULL OR node = ?1)",
         )
+        .bind(node)
         .fetch_all(&self.pool)
         .await?;
         let mut by_node: std::collections::BTreeMap<String, NodeUsage> = Default::default();
         for a in &live {
             let node: String = a.get("node");
-            let devices: std::collections::BTreeMap<String, u32> =
-                serde_json::from_str(a.get("devices"))
-                    .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
-            let u = by_node.entry(node.clone()).or_insert_with(|| NodeUsage {
-                node,
-                ..Default::default()
-            });
-            u.attempts += 1;
-            u.need.millicpus += a.get::<i64, _>("millicpus") as u64;
-            u.need.memory_bytes += a.get::<i64, _>("memory_bytes") as u64;
-            for (d, n) in devices {
-                *u.need.devices.entry(d).or_insert(0) += n;
-            }
-            u.need.exclusive |= a.get::<bool, _>("exclusive");
+            by_node
+                .entry(node.clone())
+                .or_insert_with(|| NodeUsage {
+                    node,
+                    ..Default::default()
+                })
+                .add(&need_of(a)?);
         }
         Ok(by_node.into_values().collect())
     }

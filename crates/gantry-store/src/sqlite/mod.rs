@@ -310,8 +310,8 @@ impl Store for SqliteStore {
         SqliteStore::live_attempts_on(self, node).await
     }
 
-    async fn node_usage(&self) -> Result<Vec<NodeUsage>> {
-        SqliteStore::node_usage(self).await
+    async fn node_usage(&self, node: Option<&str>) -> Result<Vec<NodeUsage>> {
+        SqliteStore::node_usage(self, node).await
     }
 
     async fn register_node(&self, reg: &NodeRegistration, now: Millis) -> Result<NodeRow> {
