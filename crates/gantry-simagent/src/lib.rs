@@ -11,7 +11,7 @@
 //! ping (answered as the server reads the connection, so it is the delay a heartbeat or report
 //! sees there).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -272,12 +272,13 @@ async fn serve(
     let offset = Duration::from_millis(rand_below(period.as_millis() as u64));
     let mut ping = tokio::time::interval_at(Instant::now() + offset, period);
     let mut pinged: Option<Instant> = None;
-    let mut due: BTreeSet<(Instant, Uuid)> =
-        attempts.running.iter().map(|(id, at)| (*at, *id)).collect();
     loop {
-        let next_end = due
-            .first()
-            .map(|(at, _)| *at)
+        // A node runs a few attempts at once (its cores): the earliest end is a short scan.
+        let next_end = attempts
+            .running
+            .values()
+            .min()
+            .copied()
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
         tokio::select! {
             msg = ws.next() => {
@@ -288,7 +289,7 @@ async fn serve(
                 match msg {
                     Message::Text(t) => {
                         let m: ServerMessage = serde_json::from_str(t.as_str())?;
-                        answer(ws, m, args, stats, attempts, &mut due).await?;
+                        answer(ws, m, args, stats, attempts).await?;
                     }
                     Message::Pong(_) => {
                         if let Some(at) = pinged.take() {
@@ -310,21 +311,36 @@ async fn serve(
             }
             _ = tokio::time::sleep_until(next_end) => {
                 let now = Instant::now();
-                while let Some(&(at, id)) = due.first() {
-                    if at > now {
-                        break;
-                    }
-                    due.remove(&(at, id));
-                    if attempts.running.remove(&id).is_some() {
-                        let phase = AttemptPhase::Exited { exit_code: 0, cause: EndCause::Exit };
-                        attempts.ended.insert(id, phase.clone());
-                        stats.exited.fetch_add(1, Ordering::Relaxed);
-                        send(ws, &status(id, phase)).await?;
-                    }
+                let done: Vec<Uuid> = attempts
+                    .running
+                    .iter()
+                    .filter(|(_, at)| **at <= now)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in done {
+                    let phase = AttemptPhase::Exited { exit_code: 0, cause: EndCause::Exit };
+                    end(ws, attempts, id, phase, &stats.exited).await?;
                 }
             }
         }
     }
+}
+
+/// Reports an attempt's end and keeps it until the server says `Forget`; counted in `count`.
+/// Nothing for an attempt not running here.
+async fn end(
+    ws: &mut Ws,
+    attempts: &mut Attempts,
+    id: Uuid,
+    phase: AttemptPhase,
+    count: &AtomicU64,
+) -> anyhow::Result<()> {
+    if attempts.running.remove(&id).is_none() {
+        return Ok(());
+    }
+    attempts.ended.insert(id, phase.clone());
+    count.fetch_add(1, Ordering::Relaxed);
+    send(ws, &status(id, phase)).await
 }
 
 async fn answer(
@@ -333,19 +349,17 @@ async fn answer(
     args: &Args,
     stats: &Stats,
     attempts: &mut Attempts,
-    due: &mut BTreeSet<(Instant, Uuid)>,
 ) -> anyhow::Result<()> {
     match m {
         ServerMessage::Desired { attempts: want } => {
             // What the server no longer wants is dropped, as the agent stops it.
             let wanted: HashSet<Uuid> = want.iter().map(|a| a.attempt_id).collect();
             attempts.running.retain(|id, _| wanted.contains(id));
-            due.retain(|(_, id)| wanted.contains(id));
             for a in want {
                 if !attempts.running.contains_key(&a.attempt_id)
                     && !attempts.ended.contains_key(&a.attempt_id)
                 {
-                    start(ws, a, args, stats, attempts, due).await?;
+                    start(ws, a, args, stats, attempts).await?;
                 }
             }
         }
@@ -353,22 +367,17 @@ async fn answer(
             if attempts.seen.contains(&a.attempt_id) {
                 stats.assigned_twice.fetch_add(1, Ordering::Relaxed);
             } else {
-                start(ws, *a, args, stats, attempts, due).await?;
+                start(ws, *a, args, stats, attempts).await?;
             }
         }
         ServerMessage::Stop {
             attempt_id, cause, ..
         } => {
-            if let Some(at) = attempts.running.remove(&attempt_id) {
-                due.remove(&(at, attempt_id));
-                let phase = AttemptPhase::Exited {
-                    exit_code: 143,
-                    cause,
-                };
-                attempts.ended.insert(attempt_id, phase.clone());
-                stats.stopped.fetch_add(1, Ordering::Relaxed);
-                send(ws, &status(attempt_id, phase)).await?;
-            }
+            let phase = AttemptPhase::Exited {
+                exit_code: 143,
+                cause,
+            };
+            end(ws, attempts, attempt_id, phase, &stats.stopped).await?;
         }
         ServerMessage::Forget { attempt_id } => {
             if attempts.ended.remove(&attempt_id).is_some() {
@@ -398,13 +407,11 @@ async fn start(
     args: &Args,
     stats: &Stats,
     attempts: &mut Attempts,
-    due: &mut BTreeSet<(Instant, Uuid)>,
 ) -> anyhow::Result<()> {
     stats.assigned.fetch_add(1, Ordering::Relaxed);
     attempts.seen.insert(a.attempt_id);
     let at = Instant::now() + run_time(&a, args.run_ms);
     attempts.running.insert(a.attempt_id, at);
-    due.insert((at, a.attempt_id));
     send(
         ws,
         &status(a.attempt_id, AttemptPhase::Running { address: None }),
