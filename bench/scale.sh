@@ -42,9 +42,8 @@ fi
 ulimit -n "$(ulimit -Hn)"
 [ "$(ulimit -n)" -ge 65536 ] || log "warning: only $(ulimit -n) open files allowed"
 
-clk=$(getconf CLK_TCK)
-# CPU time (ms) and RSS / peak RSS (KiB) of a process, from /proc.
-proc_cpu_ms() { awk -v hz="$clk" '{ print int(($14 + $15) * 1000 / hz) }' "/proc/$1/stat"; }
+# A process's own CPU in whole ms (lib.sh's cpu_ms), and its RSS / peak RSS (KiB) from /proc.
+proc_cpu_ms() { printf '%.0f' "$(cpu_ms "$1/self")"; }
 proc_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 
 # node list as JSON.

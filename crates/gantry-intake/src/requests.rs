@@ -8,8 +8,8 @@ use gantry_api::v1::{
     CreateEndpoint, CreateUser, Diagnostic, HttpSecret, ImageSecret, PlaceHold, PutSecret,
     ReleaseHolds, Role, S3Secret, Setting, SubmitWorkflow,
 };
-use gantry_api::WorkflowStatus;
 use gantry_api::{EndpointScope, StorageDriver, TakeoverMode, VolumeScope};
+use gantry_api::{NodeState, WorkflowStatus};
 use gantry_core::holds::HoldType;
 use gantry_core::plan::{self, WorkflowPlan};
 use gantry_spec::Workflow;
@@ -162,6 +162,18 @@ pub fn status_filter(status: Option<&str>) -> Result<Option<WorkflowStatus>, Str
         .map(|s| {
             s.parse::<WorkflowStatus>().map_err(|_| {
                 format!("unknown status {s:?}: use PENDING, RUNNING, FINISHED, FAILED or STOPPED")
+            })
+        })
+        .transpose()
+}
+
+/// `node list --state S`: one of the node states, in any case.
+pub fn node_state_filter(state: Option<&str>) -> Result<Option<NodeState>, String> {
+    state
+        .map(|s| {
+            s.parse::<NodeState>().map_err(|_| {
+                let all: Vec<&str> = NodeState::ALL.iter().map(|s| s.as_str()).collect();
+                format!("state must be one of {}, not {s:?}", all.join(", "))
             })
         })
         .transpose()

@@ -110,10 +110,8 @@ impl ServerConfig {
     /// `host:port` of this server's OCI registry, as agents reach it.
     pub fn registry_host(&self) -> String {
         let url = self.url();
-        url.split("://")
-            .nth(1)
-            .unwrap_or(&url)
-            .trim_end_matches('/')
+        url.split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
             .to_string()
     }
 }

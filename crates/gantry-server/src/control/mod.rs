@@ -10,6 +10,7 @@
 mod route_sync;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,7 +48,7 @@ pub struct Ctx {
     pub config: Arc<ServerConfig>,
     /// When the tick last looked for lost nodes (ms): a scan of the fleet, so at most once a
     /// heartbeat interval (at most a second), not on every wake.
-    pub liveness_at: std::sync::atomic::AtomicI64,
+    pub liveness_at: AtomicI64,
 }
 use crate::views::{task_label, view_of};
 
@@ -158,17 +159,7 @@ fn gang_token() -> String {
 pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
     // The fleet is read whole only when something is to be placed (below): an idle tick of
     // 10,000 nodes reads only the silent ones.
-    let every = cx
-        .config
-        .heartbeat_interval
-        .min(Duration::from_secs(1))
-        .as_millis() as i64;
-    let at = now_ms();
-    if at - cx.liveness_at.load(std::sync::atomic::Ordering::Relaxed) >= every {
-        cx.liveness_at
-            .store(at, std::sync::atomic::Ordering::Relaxed);
-        lose_silent_nodes(cx, at).await?;
-    }
+    lose_silent_nodes(cx, now_ms()).await?;
 
     let active = cx.store.active().await?;
     // Read after the snapshot: a placement is stamped no earlier than the ends it saw, so
@@ -562,8 +553,14 @@ fn service_addresses<'a>(
 }
 
 /// A node whose agent has been silent past the heartbeat timeout is DOWN; its attempts end
-/// NODE_LOST, and core decides whether each is retried elsewhere.
+/// NODE_LOST, and core decides whether each is retried elsewhere. Looked for at most once a
+/// heartbeat interval (at most a second): a scan of the fleet, not for every wake.
 async fn lose_silent_nodes(cx: &Ctx, now: i64) -> anyhow::Result<()> {
+    let every = cx.config.heartbeat_interval.min(Duration::from_secs(1));
+    if now - cx.liveness_at.load(Ordering::Relaxed) < every.as_millis() as i64 {
+        return Ok(());
+    }
+    cx.liveness_at.store(now, Ordering::Relaxed);
     let timeout = cx.config.heartbeat_timeout.as_millis() as i64;
     for n in cx.store.silent_nodes(now - timeout).await? {
         let why = format!("no heartbeat for {}s", timeout / 1000);

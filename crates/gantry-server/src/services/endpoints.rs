@@ -19,6 +19,11 @@ use crate::endpoints::{
 use crate::error::ApiError;
 use crate::state::{now_ms, AppState};
 
+/// An endpoint as the API shows it (the area's view, with this server's URLs and news).
+async fn shown(st: &AppState, e: EndpointRow) -> Result<EndpointInfo, ApiError> {
+    info(st.store.as_ref(), &st.config, &st.news, e).await
+}
+
 pub async fn create(
     st: &AppState,
     c: &Caller,
@@ -52,13 +57,7 @@ pub async fn create(
         }
         Err(e) => return Err(e.into()),
     }
-    info(
-        st.store.as_ref(),
-        &st.config,
-        &st.news,
-        st.store.endpoint(&name).await?,
-    )
-    .await
+    shown(st, st.store.endpoint(&name).await?).await
 }
 
 /// Why a name that is in use cannot be created again. Only someone who may see the endpoint
@@ -81,7 +80,7 @@ pub async fn list(st: &AppState, c: &Caller) -> Result<Vec<EndpointInfo>, ApiErr
     let mut out = vec![];
     for e in st.store.endpoints().await? {
         if may_call(&e, Some(c)) || may_manage(&e, c) {
-            out.push(info(st.store.as_ref(), &st.config, &st.news, e).await?);
+            out.push(shown(st, e).await?);
         }
     }
     Ok(out)
@@ -89,7 +88,7 @@ pub async fn list(st: &AppState, c: &Caller) -> Result<Vec<EndpointInfo>, ApiErr
 
 pub async fn show(st: &AppState, c: &Caller, name: &str) -> Result<EndpointInfo, ApiError> {
     let e = visible(st.store.as_ref(), c, name).await?;
-    info(st.store.as_ref(), &st.config, &st.news, e).await
+    shown(st, e).await
 }
 
 pub async fn history(st: &AppState, c: &Caller, name: &str) -> Result<Vec<TakeoverInfo>, ApiError> {
@@ -107,7 +106,7 @@ pub async fn manageable(
     what: &str,
 ) -> Result<EndpointInfo, ApiError> {
     let e = managed(st.store.as_ref(), c, name, what).await?;
-    info(st.store.as_ref(), &st.config, &st.news, e).await
+    shown(st, e).await
 }
 
 pub async fn delete(st: &AppState, c: &Caller, name: &str) -> Result<(), ApiError> {

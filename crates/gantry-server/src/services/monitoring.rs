@@ -123,6 +123,7 @@ pub async fn targets(st: &AppState) -> Result<Vec<TargetGroup>, ApiError> {
 }
 
 /// The cluster's counts that `/metrics` shows: nothing a caller could not see elsewhere.
+#[derive(Default)]
 pub struct Gauges {
     /// Nodes by (pool, state).
     pub nodes: BTreeMap<(String, String), i64>,
@@ -135,12 +136,7 @@ pub struct Gauges {
 }
 
 pub async fn gauges(st: &AppState) -> Result<Gauges, ApiError> {
-    let mut g = Gauges {
-        nodes: BTreeMap::new(),
-        holds: BTreeMap::new(),
-        deferred: BTreeMap::new(),
-        waiting: 0,
-    };
+    let mut g = Gauges::default();
     for n in st.store.nodes().await? {
         *g.nodes
             .entry((n.pool.clone(), n.state.to_string()))

@@ -3,7 +3,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use gantry_api::v1::{NodeDetail, NodeInfo};
-use gantry_api::NodeState;
+use gantry_intake::requests;
 use serde::Deserialize;
 
 use crate::auth::UserCaller;
@@ -27,16 +27,7 @@ pub async fn list(
     UserCaller(_): UserCaller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Vec<NodeInfo>>, ApiError> {
-    let state = match q.state.as_deref() {
-        None => None,
-        Some(s) => Some(s.parse::<NodeState>().map_err(|_| {
-            let all: Vec<&str> = NodeState::ALL.iter().map(|s| s.as_str()).collect();
-            ApiError::BadRequest(format!(
-                "state must be one of {}, not {s:?}",
-                all.join(", ")
-            ))
-        })?),
-    };
+    let state = requests::node_state_filter(q.state.as_deref()).map_err(ApiError::BadRequest)?;
     if q.limit == Some(0) {
         return Err(ApiError::BadRequest("limit must be at least 1".into()));
     }
