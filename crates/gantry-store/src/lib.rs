@@ -117,7 +117,12 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     /// ([`PENDING_WINDOW`] per job), counts of the waiting and ended ones, and their live
     /// attempts: one consistent snapshot, whose cost grows with neither the tasks that have
     /// ended nor those that wait.
-    async fn active(&self) -> Result<Vec<ActiveWorkflow>>;
+    async fn active(&self) -> Result<Vec<ActiveWorkflow>> {
+        self.active_with(PENDING_WINDOW).await
+    }
+    /// [`Store::active`] listing each job's first `window` waiting tasks (never fewer than
+    /// [`PENDING_WINDOW`]): the controller widens it while the fleet has room for more.
+    async fn active_with(&self, window: usize) -> Result<Vec<ActiveWorkflow>>;
 
     // --- the controller's plans -----------------------------------------------------------
     /// Applies a plan in one transaction, or nothing of it. The store is the plan's last
@@ -131,11 +136,26 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn attempt(&self, id: Uuid) -> Result<AttemptRow>;
     async fn task(&self, id: Uuid) -> Result<TaskRow>;
     /// The attempt's process runs. Returns false when nothing changed (stale or repeated).
-    async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool>;
+    async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
+        Ok(self.attempts_running(&[(id, now)]).await?[0])
+    }
+    /// [`Store::attempt_running`] for several attempts (each at its own time), in one
+    /// transaction: the server commits the reports that arrived together as a group.
+    async fn attempts_running(&self, ids: &[(Uuid, Millis)]) -> Result<Vec<bool>>;
     /// The attempt ended; its task moves on as `end.task` says. An end of an attempt that
     /// ended already, or that is not its task's current attempt, changes nothing and says so
-    /// ([`EndOutcome`]): only the current attempt's first end is applied.
-    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome>;
+    /// ([`EndOutcome`]): only the current attempt's first end is applied. An unknown attempt
+    /// is [`StoreError::NotFound`].
+    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome> {
+        match self.end_attempts(&[(end.clone(), now)]).await?[0] {
+            EndOutcome::Unknown => Err(StoreError::NotFound),
+            o => Ok(o),
+        }
+    }
+    /// [`Store::end_attempt`] for several ends (each at its own time), in one transaction,
+    /// each applied or found stale as it would be alone, in the order given; an unknown
+    /// attempt is [`EndOutcome::Unknown`] and changes nothing.
+    async fn end_attempts(&self, ends: &[(AttemptEnd, Millis)]) -> Result<Vec<EndOutcome>>;
     /// Attempts not yet ended on a node.
     async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>>;
     /// What the live attempts hold on each node that has one (or on `node` alone): how many,
@@ -159,6 +179,9 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
         now: Millis,
     ) -> Result<()>;
     async fn nodes(&self) -> Result<Vec<NodeRow>>;
+    /// A number that changes whenever any node's row changes, except by [`Store::nodes_seen`]:
+    /// whoever keeps a copy of [`Store::nodes`] reads it again only when this moved.
+    async fn nodes_version(&self) -> Result<i64>;
     /// The nodes not DOWN that were last heard from before `before` (or never): what the
     /// controller checks for lost nodes, without reading the whole fleet.
     async fn silent_nodes(&self, before: Millis) -> Result<Vec<NodeRow>>;

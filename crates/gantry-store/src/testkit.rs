@@ -29,8 +29,10 @@ where
     a_placement_that_overfills_its_node_is_refused(fresh().await).await;
     exclusive_attempts_are_alone_on_their_node(fresh().await).await;
     stale_attempt_ends_are_refused(fresh().await).await;
+    batched_reports_apply_each_as_alone(fresh().await).await;
     node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
     last_seen_only_moves_forward(fresh().await).await;
+    nodes_version_moves_with_each_node_change_but_sightings(fresh().await).await;
     node_usage_sums_the_live_attempts(fresh().await).await;
     silent_nodes_are_those_not_heard_from_since(fresh().await).await;
     a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
@@ -633,6 +635,61 @@ pub async fn stale_attempt_ends_are_refused(s: Arc<dyn Store>) {
     assert_eq!((t.status, t.live_attempt), (TaskStatus::Finished, None));
 }
 
+/// Reports committed as a group (`attempts_running`, `end_attempts`) apply each one as it
+/// would apply alone, in order: a repeat within the batch is stale, an unknown attempt changes
+/// nothing and does not spoil the others, and each end is stamped with its own time.
+pub async fn batched_reports_apply_each_as_alone(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    let w = submit(s, 3).await;
+    let plan: Vec<Change> = (0..3)
+        .map(|i| place(&w, i, "n1", need(0, 0, &[])))
+        .collect();
+    let a: Vec<Uuid> = plan.iter().map(attempt_of).collect();
+    s.apply(&plan, 2).await.expect("placed");
+    let ghost = Uuid::new_v4();
+    assert_eq!(
+        s.attempts_running(&[(a[0], 3), (a[0], 4), (ghost, 4), (a[1], 5)])
+            .await
+            .expect("running"),
+        vec![true, false, false, true]
+    );
+    assert_eq!(s.attempt(a[0]).await.expect("a0").running_at, Some(3));
+    let was = all_events(s).await.len();
+    let outcomes = s
+        .end_attempts(&[
+            (end(a[0], finished()), 6),
+            (end(ghost, finished()), 6),
+            (end(a[0], finished()), 7),
+            (end(a[1], finished()), 8),
+        ])
+        .await
+        .expect("ends");
+    assert_eq!(
+        outcomes,
+        vec![
+            EndOutcome::Ended,
+            EndOutcome::Unknown,
+            EndOutcome::AlreadyEnded,
+            EndOutcome::Ended
+        ]
+    );
+    assert_eq!(s.attempt(a[0]).await.expect("a0").ended_at, Some(6));
+    assert_eq!(s.attempt(a[1]).await.expect("a1").ended_at, Some(8));
+    // Each applied end writes its attempt's and its task's event; the others write none.
+    assert_eq!(all_events(s).await.len(), was + 4);
+    let t = s.task(w.tasks[2].id).await.expect("task 2");
+    assert_eq!(
+        t.status,
+        TaskStatus::Started,
+        "the one not reported is untouched"
+    );
+    assert!(matches!(
+        s.end_attempt(&end(ghost, finished()), 9).await,
+        Err(StoreError::NotFound)
+    ));
+}
+
 /// Concurrent registrations of distinct nodes get distinct ids and sequence numbers (1, 2,
 /// 3... in some order), and a node registering again keeps both.
 pub async fn node_sequence_numbers_are_unique_under_concurrent_registration(s: Arc<dyn Store>) {
@@ -702,9 +759,15 @@ pub async fn last_seen_only_moves_forward(s: Arc<dyn Store>) {
     for name in ["a", "b"] {
         register(s.as_ref(), name, "{}", 100).await;
     }
-    s.nodes_seen(&[("a".into(), 250), ("b".into(), 50), ("ghost".into(), 900)])
-        .await
-        .expect("nodes_seen");
+    // A name twice in one batch counts by its latest time.
+    s.nodes_seen(&[
+        ("a".into(), 250),
+        ("b".into(), 50),
+        ("ghost".into(), 900),
+        ("a".into(), 200),
+    ])
+    .await
+    .expect("nodes_seen");
     let seen = |n: &str| {
         let s = s.clone();
         let n = n.to_string();
@@ -714,6 +777,29 @@ pub async fn last_seen_only_moves_forward(s: Arc<dyn Store>) {
     assert_eq!(seen("b").await, Some(100), "never back");
     s.nodes_seen(&[]).await.expect("an empty batch");
     assert!(matches!(s.node("ghost").await, Err(StoreError::NotFound)));
+}
+
+/// `nodes_version` moves with every change to a node's row (a registration, a new state, a
+/// disconnect), and not with sightings (`nodes_seen`), which touch the whole fleet each second.
+pub async fn nodes_version_moves_with_each_node_change_but_sightings(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    let v = || async { s.nodes_version().await.expect("nodes_version") };
+    let v0 = v().await;
+    register(s, "a", "{}", 100).await;
+    let v1 = v().await;
+    assert_ne!(v1, v0, "a registration");
+    s.nodes_seen(&[("a".into(), 200)]).await.expect("seen");
+    assert_eq!(v().await, v1, "a sighting");
+    s.set_node_state("a", NodeState::Cordoned, "test", 300)
+        .await
+        .expect("state");
+    let v2 = v().await;
+    assert_ne!(v2, v1, "a new state");
+    s.node_disconnected("a", 400).await.expect("disconnected");
+    let v3 = v().await;
+    assert_ne!(v3, v2, "a disconnect");
+    register(s, "a", "{}", 500).await;
+    assert_ne!(v().await, v3, "a registration again");
 }
 
 /// `node_usage` sums what each node's live attempts hold, one entry per node that has one;

@@ -225,9 +225,11 @@ pub struct ActiveWorkflow {
     pub live: Vec<AttemptRow>,
 }
 
-/// How many of a job's PENDING tasks [`Store::active`](crate::Store::active) lists: a 10,000-task array is read
-/// 64 waiting tasks at a time, not whole on every controller tick. More than a node starts at
-/// once; the controller reads again at once while a window's tasks get placed.
+/// How many of a job's PENDING tasks [`Store::active`](crate::Store::active) lists at
+/// least: a 10,000-task array is read 64 waiting tasks at a time, not whole on every
+/// controller tick (more when the fleet has room: [`Store::active_with`](crate::Store::active_with)).
+/// More than a node starts at once; the controller reads again at once while a window's
+/// tasks get placed.
 pub const PENDING_WINDOW: usize = 64;
 
 /// How many of a job's tasks are in one status.
@@ -326,6 +328,8 @@ pub enum EndOutcome {
     AlreadyEnded,
     /// The attempt is not its task's current one: it ended, its task was left alone.
     NotCurrent,
+    /// No such attempt (only from [`Store::end_attempts`](crate::Store::end_attempts)).
+    Unknown,
 }
 
 impl EndOutcome {

@@ -33,9 +33,11 @@ contract!(
     a_placement_that_overfills_its_node_is_refused,
     exclusive_attempts_are_alone_on_their_node,
     stale_attempt_ends_are_refused,
+    batched_reports_apply_each_as_alone,
     node_sequence_numbers_are_unique_under_concurrent_registration,
     a_submit_is_stored_whole_or_not_at_all,
     last_seen_only_moves_forward,
+    nodes_version_moves_with_each_node_change_but_sightings,
     node_usage_sums_the_live_attempts,
     silent_nodes_are_those_not_heard_from_since,
 );

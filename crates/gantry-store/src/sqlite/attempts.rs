@@ -416,144 +416,30 @@ impl SqliteStore {
         task_row(&r)
     }
 
-    pub(super) async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
+    /// Several agents' "running" reports in one transaction (one fsync for them all).
+    pub(super) async fn attempts_running(&self, ids: &[(Uuid, Millis)]) -> Result<Vec<bool>> {
         let mut tx = self.writer.begin().await?;
-        let Some(r) = sqlx::query(returning_attempt_ident!(
-            "UPDATE attempts SET status = 'RUNNING', running_at = ?
-             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL"
-        ))
-        .bind(now)
-        .bind(id.to_string())
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(false);
-        };
-        let (wf, node, label, _) = attempt_ident(&r)?;
-        sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = ? AND live_attempt = ? AND status = 'STARTED'")
-            .bind(r.get::<&str, _>("task_id"))
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await?;
-        event(
-            &mut tx,
-            &ev(
-                Some(wf),
-                Some(&node),
-                Some(label),
-                "task.running",
-                format!("running on {node}"),
-            ),
-            now,
-        )
-        .await?;
+        let mut changed = Vec::with_capacity(ids.len());
+        for &(id, now) in ids {
+            changed.push(running_one(&mut tx, id, now).await?);
+        }
         tx.commit().await?;
-        Ok(true)
+        Ok(changed)
     }
 
-    pub(super) async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome> {
+    /// Several ends in one transaction (one fsync for them all): each is applied, or found
+    /// stale, as it would be alone, in the order given.
+    pub(super) async fn end_attempts(
+        &self,
+        ends: &[(AttemptEnd, Millis)],
+    ) -> Result<Vec<EndOutcome>> {
         let mut tx = self.writer.begin().await?;
-        // Only the task's current attempt ends: a stale report never moves a task another
-        // attempt has taken over, and a repeated one changes nothing.
-        let state = sqlx::query(
-            "SELECT a.ended_at IS NOT NULL AS ended,
-                    COALESCE(t.live_attempt = a.id, 0) AS current
-             FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id = ?",
-        )
-        .bind(end.attempt_id.to_string())
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-        if state.get::<bool, _>("ended") {
-            return Ok(EndOutcome::AlreadyEnded);
-        }
-        // An attempt that is not its task's current one still ends (else it would count as
-        // live on its node for ever); only its task is left alone (`live_attempt = ?` below).
-        let current = state.get::<bool, _>("current");
-        let Some(r) = sqlx::query(returning_attempt_ident!(
-            "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
-             WHERE id = ? AND ended_at IS NULL"
-        ))
-        .bind(end.status.as_str())
-        .bind(end.cause.as_str())
-        .bind(end.exit_code.map(i64::from))
-        .bind(cap_opt(&end.reason))
-        .bind(now)
-        .bind(end.attempt_id.to_string())
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(EndOutcome::AlreadyEnded);
-        };
-        let task_id = uuid(r.get("task_id"))?;
-        let (wf, node, label, number) = attempt_ident(&r)?;
-        let what = match (end.cause, end.exit_code) {
-            (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
-            (cause, Some(c)) => format!(
-                "{} (exit code {c})",
-                cause.as_str().to_lowercase().replace('_', " ")
-            ),
-            (cause, None) => cause.as_str().to_lowercase().replace('_', " "),
-        };
-        let detail = end
-            .reason
-            .as_deref()
-            .map(|r| format!(": {r}"))
-            .unwrap_or_default();
-        event(
-            &mut tx,
-            &ev(
-                Some(wf),
-                Some(&node),
-                Some(label.clone()),
-                "attempt.ended",
-                format!("attempt {number} on {node} {what}{detail}"),
-            ),
-            now,
-        )
-        .await?;
-        let (status, reason, ended, not_before) = match &end.task {
-            TaskNext::Retry { reason, not_before } => (
-                TaskStatus::Pending,
-                Some(reason.clone()),
-                None,
-                Some(*not_before),
-            ),
-            TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
-        };
-        let moved = sqlx::query(
-            "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
-             not_before = ? WHERE id = ? AND live_attempt = ?",
-        )
-        .bind(status.as_str())
-        .bind(cap_opt(&reason))
-        .bind(end.exit_code.map(i64::from))
-        .bind(ended)
-        .bind(not_before)
-        .bind(task_id.to_string())
-        .bind(end.attempt_id.to_string())
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if moved > 0 {
-            let msg = match (&end.task, reason) {
-                (TaskNext::Retry { .. }, Some(r)) => format!("PENDING: {r}"),
-                (_, Some(r)) => format!("{status}: {r}"),
-                (_, None) => status.to_string(),
-            };
-            event(
-                &mut tx,
-                &ev(Some(wf), Some(&node), Some(label), "task.status", msg),
-                now,
-            )
-            .await?;
+        let mut outcomes = Vec::with_capacity(ends.len());
+        for (end, now) in ends {
+            outcomes.push(end_one(&mut tx, end, *now).await?);
         }
         tx.commit().await?;
-        Ok(if current {
-            EndOutcome::Ended
-        } else {
-            EndOutcome::NotCurrent
-        })
+        Ok(outcomes)
     }
 
     pub(super) async fn node_usage(&self, node: Option<&str>) -> Result<Vec<NodeUsage>> {
@@ -590,4 +476,146 @@ impl SqliteStore {
         .map(attempt_row)
         .collect()
     }
+}
+
+async fn running_one(tx: &mut Transaction<'_, Sqlite>, id: Uuid, now: Millis) -> Result<bool> {
+    let Some(r) = sqlx::query(returning_attempt_ident!(
+        "UPDATE attempts SET status = 'RUNNING', running_at = ?
+             WHERE id = ? AND status = 'STARTED' AND ended_at IS NULL"
+    ))
+    .bind(now)
+    .bind(id.to_string())
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(false);
+    };
+    let (wf, node, label, _) = attempt_ident(&r)?;
+    sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = ? AND live_attempt = ? AND status = 'STARTED'")
+            .bind(r.get::<&str, _>("task_id"))
+            .bind(id.to_string())
+            .execute(&mut **tx)
+            .await?;
+    event(
+        tx,
+        &ev(
+            Some(wf),
+            Some(&node),
+            Some(label),
+            "task.running",
+            format!("running on {node}"),
+        ),
+        now,
+    )
+    .await?;
+    Ok(true)
+}
+
+async fn end_one(
+    tx: &mut Transaction<'_, Sqlite>,
+    end: &AttemptEnd,
+    now: Millis,
+) -> Result<EndOutcome> {
+    // Only the task's current attempt ends: a stale report never moves a task another
+    // attempt has taken over, and a repeated one changes nothing.
+    let Some(state) = sqlx::query(
+        "SELECT a.ended_at IS NOT NULL AS ended,
+                    COALESCE(t.live_attempt = a.id, 0) AS current
+             FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id = ?",
+    )
+    .bind(end.attempt_id.to_string())
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(EndOutcome::Unknown);
+    };
+    if state.get::<bool, _>("ended") {
+        return Ok(EndOutcome::AlreadyEnded);
+    }
+    // An attempt that is not its task's current one still ends (else it would count as
+    // live on its node for ever); only its task is left alone (`live_attempt = ?` below).
+    let current = state.get::<bool, _>("current");
+    let Some(r) = sqlx::query(returning_attempt_ident!(
+        "UPDATE attempts SET status = ?, cause = ?, exit_code = ?, reason = ?, ended_at = ?
+             WHERE id = ? AND ended_at IS NULL"
+    ))
+    .bind(end.status.as_str())
+    .bind(end.cause.as_str())
+    .bind(end.exit_code.map(i64::from))
+    .bind(cap_opt(&end.reason))
+    .bind(now)
+    .bind(end.attempt_id.to_string())
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(EndOutcome::AlreadyEnded);
+    };
+    let task_id = uuid(r.get("task_id"))?;
+    let (wf, node, label, number) = attempt_ident(&r)?;
+    let what = match (end.cause, end.exit_code) {
+        (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
+        (cause, Some(c)) => format!(
+            "{} (exit code {c})",
+            cause.as_str().to_lowercase().replace('_', " ")
+        ),
+        (cause, None) => cause.as_str().to_lowercase().replace('_', " "),
+    };
+    let detail = end
+        .reason
+        .as_deref()
+        .map(|r| format!(": {r}"))
+        .unwrap_or_default();
+    event(
+        tx,
+        &ev(
+            Some(wf),
+            Some(&node),
+            Some(label.clone()),
+            "attempt.ended",
+            format!("attempt {number} on {node} {what}{detail}"),
+        ),
+        now,
+    )
+    .await?;
+    let (status, reason, ended, not_before) = match &end.task {
+        TaskNext::Retry { reason, not_before } => (
+            TaskStatus::Pending,
+            Some(reason.clone()),
+            None,
+            Some(*not_before),
+        ),
+        TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
+    };
+    let moved = sqlx::query(
+        "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
+             not_before = ? WHERE id = ? AND live_attempt = ?",
+    )
+    .bind(status.as_str())
+    .bind(cap_opt(&reason))
+    .bind(end.exit_code.map(i64::from))
+    .bind(ended)
+    .bind(not_before)
+    .bind(task_id.to_string())
+    .bind(end.attempt_id.to_string())
+    .execute(&mut **tx)
+    .await?
+    .rows_affected();
+    if moved > 0 {
+        let msg = match (&end.task, reason) {
+            (TaskNext::Retry { .. }, Some(r)) => format!("PENDING: {r}"),
+            (_, Some(r)) => format!("{status}: {r}"),
+            (_, None) => status.to_string(),
+        };
+        event(
+            tx,
+            &ev(Some(wf), Some(&node), Some(label), "task.status", msg),
+            now,
+        )
+        .await?;
+    }
+    Ok(if current {
+        EndOutcome::Ended
+    } else {
+        EndOutcome::NotCurrent
+    })
 }

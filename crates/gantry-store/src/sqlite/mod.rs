@@ -282,8 +282,8 @@ impl Store for SqliteStore {
         SqliteStore::request_stop(self, workflow_id, by, now).await
     }
 
-    async fn active(&self) -> Result<Vec<ActiveWorkflow>> {
-        SqliteStore::active(self).await
+    async fn active_with(&self, window: usize) -> Result<Vec<ActiveWorkflow>> {
+        SqliteStore::active_with(self, window).await
     }
 
     async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
@@ -298,12 +298,12 @@ impl Store for SqliteStore {
         SqliteStore::task(self, id).await
     }
 
-    async fn attempt_running(&self, id: Uuid, now: Millis) -> Result<bool> {
-        SqliteStore::attempt_running(self, id, now).await
+    async fn attempts_running(&self, ids: &[(Uuid, Millis)]) -> Result<Vec<bool>> {
+        SqliteStore::attempts_running(self, ids).await
     }
 
-    async fn end_attempt(&self, end: &AttemptEnd, now: Millis) -> Result<EndOutcome> {
-        SqliteStore::end_attempt(self, end, now).await
+    async fn end_attempts(&self, ends: &[(AttemptEnd, Millis)]) -> Result<Vec<EndOutcome>> {
+        SqliteStore::end_attempts(self, ends).await
     }
 
     async fn live_attempts_on(&self, node: &str) -> Result<Vec<AttemptRow>> {
@@ -342,6 +342,12 @@ impl Store for SqliteStore {
 
     async fn nodes(&self) -> Result<Vec<NodeRow>> {
         SqliteStore::nodes(self).await
+    }
+
+    async fn nodes_version(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT version FROM node_changes")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn node(&self, name: &str) -> Result<NodeRow> {

@@ -124,17 +124,19 @@ impl SqliteStore {
         if seen.is_empty() {
             return Ok(());
         }
-        let mut tx = self.writer.begin().await?;
-        for (name, at) in seen {
-            sqlx::query(
-                "UPDATE nodes SET last_seen = MAX(COALESCE(last_seen, 0), ?) WHERE name = ?",
-            )
-            .bind(at)
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
+        // One statement for the whole batch (a JSON array of [name, at] pairs): at 10,000
+        // nodes a flush carries some 2,000 names, and one UPDATE per name was most of the
+        // idle server's store time.
+        let batch = serde_json::to_string(seen).map_err(|e| StoreError::Backend(Box::new(e)))?;
+        sqlx::query(
+            "UPDATE nodes SET last_seen = MAX(COALESCE(last_seen, 0), s.at)
+             FROM (SELECT json_extract(value, '$[0]') AS name, MAX(json_extract(value, '$[1]')) AS at
+                   FROM json_each(?) GROUP BY 1) AS s
+             WHERE nodes.name = s.name",
+        )
+        .bind(batch)
+        .execute(&self.writer)
+        .await?;
         Ok(())
     }
 

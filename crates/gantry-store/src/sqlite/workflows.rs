@@ -204,7 +204,8 @@ impl SqliteStore {
         Ok(n > 0)
     }
 
-    pub(super) async fn active(&self) -> Result<Vec<ActiveWorkflow>> {
+    pub(super) async fn active_with(&self, window: usize) -> Result<Vec<ActiveWorkflow>> {
+        let window = window.max(PENDING_WINDOW);
         // One read transaction: the open tasks, the counts and the live attempts are of the
         // same moment (a task ending between two reads would be in neither or in both).
         let mut tx = self.pool.begin().await?;
@@ -213,7 +214,7 @@ impl SqliteStore {
         )
         .fetch_all(&mut *tx)
         .await?;
-        // Every task in play, and each job's first PENDING_WINDOW waiting ones: all of them
+        // Every task in play, and each job's first `window` waiting ones: all of them
         // when there are no more (a single task has no index), else those up to the window's
         // last index. The status lists match the partial indexes' (`tasks_live`,
         // `tasks_pending`) for SQLite to use them, and the joins' order is fixed (CROSS JOIN)
@@ -242,7 +243,7 @@ impl SqliteStore {
                              ORDER BY p.idx LIMIT 1 OFFSET ?1 - 1)
              ORDER BY ord, idx",
         )
-        .bind(PENDING_WINDOW as i64)
+        .bind(window as i64)
         .fetch_all(&mut *tx)
         .await?;
         let counts = sqlx::query(
