@@ -15,7 +15,9 @@
 #
 # Run as root on Debian 12:   bench/scale.sh
 # Environment: NODES ("100 1000 10000"), TASKS (20000), RUN_S (1), NODE_CORES (8), IDLE_S (30),
-# REGISTER_TIMEOUT (900 s), RUN_TIMEOUT (900 s), and those of bench/lib.sh (GANTRY_BIN,
+# REGISTER_TIMEOUT (900 s), RUN_TIMEOUT (900 s), PROFILE=1 (perf on the server during the
+# array's run: its hottest symbols, self and with children, in $WORK/perf-N-*.txt and
+# printed), and those of bench/lib.sh (GANTRY_BIN,
 # BENCH_KEEP, GANTRY_LOG). SIMAGENT_BIN: the simulated agents (default
 # target/release/gantry-simagent, built if missing).
 set -euo pipefail
@@ -31,7 +33,9 @@ REGISTER_TIMEOUT=${REGISTER_TIMEOUT:-900}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 SIM=${SIMAGENT_BIN:-$REPO/target/release/gantry-simagent}
 
-bench_install jq curl
+PKGS=(jq curl)
+[ "${PROFILE:-0}" = 1 ] && PKGS+=(linux-perf)
+bench_install "${PKGS[@]}"
 bench_setup scale
 gantry_build
 if [ ! -x "$SIM" ]; then
@@ -114,6 +118,11 @@ EOF
   id=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" workflow start "$wf" -o json | jq -r .id)
   log "workflow $id: $TASKS tasks"
   rt0=$(now_ms)
+  prof_pid=
+  if [ "${PROFILE:-0}" = 1 ]; then
+    perf record -g -F 499 -p "$spid" -o "$WORK/perf-$n.data" > "$WORK/perf-$n.log" 2>&1 &
+    prof_pid=$!
+  fi
   status=RUNNING
   while :; do
     sum=$(api /workflows | jq -c --arg id "$id" '.[] | select(.id == $id)')
@@ -124,6 +133,15 @@ EOF
     sleep 5
   done
   run_cpu=$(($(proc_cpu_ms "$spid") - r0))
+  if [ -n "$prof_pid" ]; then
+    kill -INT "$prof_pid"; wait "$prof_pid" 2>/dev/null || true
+    perf report -i "$WORK/perf-$n.data" --no-children --percent-limit 1 --stdio -g none 2>/dev/null |
+      grep -E '^ +[0-9]' > "$WORK/perf-$n-self.txt" || true
+    perf report -i "$WORK/perf-$n.data" --children --percent-limit 3 --stdio -g none 2>/dev/null |
+      grep -E '^ +[0-9]' > "$WORK/perf-$n-children.txt" || true
+    log "the server's hottest symbols in the run ($WORK/perf-$n-*.txt):"
+    head -25 "$WORK/perf-$n-self.txt" >&2
+  fi
   peak_rss=$(($(proc_kib "$spid" VmHWM) / 1024))
   created=$(ts_ms "$(jq -r .created_at <<< "$sum")")
   ended=$(jq -r '.ended_at // empty' <<< "$sum")

@@ -610,19 +610,25 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
     agent.metrics.set_connected(true);
     tracing::info!(server = %agent.config.server, "connected");
 
+    // Whether this connection's server counts a ping as a heartbeat (its `Welcome` says).
+    let ping_heartbeats = Arc::new(AtomicBool::new(false));
+    let ping_only = ping_heartbeats.clone();
     let writer = tokio::spawn(async move {
         while let Some(msg) = rx.recv().await {
-            let Ok(text) = serde_json::to_string(&msg) else {
-                continue;
-            };
-            if sink.send(Message::Text(text.into())).await.is_err() {
-                break;
+            let heartbeat = matches!(msg, AgentMessage::Heartbeat);
+            if !(heartbeat && ping_only.load(Ordering::Relaxed)) {
+                let Ok(text) = serde_json::to_string(&msg) else {
+                    continue;
+                };
+                if sink.send(Message::Text(text.into())).await.is_err() {
+                    break;
+                }
             }
             // The server's WebSocket layer answers a ping by itself while it reads this
             // connection; its pong is what keeps `gantry_agent_heartbeat_lag_seconds` low.
-            if matches!(msg, AgentMessage::Heartbeat)
-                && sink.send(Message::Ping(Default::default())).await.is_err()
-            {
+            // A server that counts any frame needs nothing more: one frame each way per
+            // heartbeat, at 10,000 nodes a third of the server's idle reads saved.
+            if heartbeat && sink.send(Message::Ping(Default::default())).await.is_err() {
                 break;
             }
         }
@@ -651,7 +657,8 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
                     Ok(m) => m,
                     Err(e) => { tracing::warn!("bad message from server: {e}"); continue; }
                 };
-                if let ServerMessage::Welcome { heartbeat_interval_ms, .. } = &msg {
+                if let ServerMessage::Welcome { heartbeat_interval_ms, ping_heartbeats: ping, .. } = &msg {
+                    ping_heartbeats.store(*ping, Ordering::Relaxed);
                     let want = Duration::from_millis((*heartbeat_interval_ms).max(100));
                     if want != interval {
                         interval = want;

@@ -712,6 +712,7 @@ fn the_agent_runs_build_assignments(c: &Ctx) {
             subnet: None,
             transfer_events: false,
             probe_results: false,
+            ping_heartbeats: false,
         }))
         .await
         .unwrap();

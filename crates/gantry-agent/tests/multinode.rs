@@ -211,6 +211,7 @@ impl Node {
             subnet: None,
             transfer_events: false,
             probe_results: false,
+            ping_heartbeats: false,
         })
         .await;
         self.send(&ServerMessage::Desired { attempts: desired })

@@ -1286,6 +1286,7 @@ async fn welcome(
             subnet: Some(subnet.to_owned()),
             transfer_events: false,
             probe_results: false,
+            ping_heartbeats: false,
         },
     )
     .await;

@@ -150,6 +150,10 @@ pub enum ServerMessage {
         /// The server records `ProbeFailed` messages (older servers do not send this).
         #[serde(default)]
         probe_results: bool,
+        /// The server counts any frame, a WebSocket ping included, as a sign of life: the
+        /// agent's heartbeat is then its ping alone (older servers need `Heartbeat` too).
+        #[serde(default)]
+        ping_heartbeats: bool,
     },
     /// The complete set of attempts this node should run. Anything else the agent runs is
     /// stopped; anything listed that the agent does not know is started (or reported lost if it

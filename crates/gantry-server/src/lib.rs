@@ -12,6 +12,7 @@ mod control;
 pub mod endpoints;
 pub mod error;
 pub mod examples;
+mod group;
 mod holds;
 mod http;
 mod link;

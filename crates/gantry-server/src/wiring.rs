@@ -71,6 +71,7 @@ pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
         ends: parts.ends.clone(),
         holds: parts.holds.clone(),
         seen,
+        running: agents::running_reports(parts.store.clone()),
         secret_key: parts.secret_key.clone(),
         subnet_base: base,
         config: parts.config.clone(),
@@ -108,13 +109,13 @@ impl Parts {
         let news = Arc::new(News::default());
         Parts {
             holds: Arc::new(Holds::new(store.clone(), wake.clone())),
-            ends: Arc::new(agents::Ends {
-                store: store.clone(),
-                cache: cache.clone(),
-                news: news.clone(),
-                data_dir: config.data_dir.clone(),
-                wake: wake.clone(),
-            }),
+            ends: Arc::new(agents::Ends::new(
+                store.clone(),
+                cache.clone(),
+                news.clone(),
+                config.data_dir.clone(),
+                wake.clone(),
+            )),
             gateway: Arc::new(Gateway::new(store.clone())),
             secret_key: Arc::new(secret_key),
             store,
@@ -137,6 +138,8 @@ impl Parts {
             secret_key: self.secret_key.clone(),
             config: self.config.clone(),
             liveness_at: Default::default(),
+            fleet: Default::default(),
+            window: Default::default(),
         })
     }
 

@@ -62,9 +62,6 @@ pub struct Args {
     pub connect_concurrency: usize,
     #[arg(long, default_value_t = 5)]
     pub report_secs: u64,
-    /// How often each connection measures its round trip with a ping.
-    #[arg(long, default_value_t = 10)]
-    pub ping_secs: u64,
     /// Stop after this long (default: run until SIGINT/SIGTERM).
     #[arg(long)]
     pub duration_secs: Option<u64>,
@@ -190,6 +187,7 @@ async fn session(
         .read_buffer_size(8 << 10)
         .write_buffer_size(0);
     let heartbeat_ms;
+    let ping_heartbeats;
     let mut ws = {
         let _permit = gate.acquire().await?;
         let (mut ws, _) = tokio_tungstenite::connect_async_with_config(req, Some(config), true)
@@ -222,9 +220,11 @@ async fn session(
                 Message::Text(t) => match serde_json::from_str::<ServerMessage>(t.as_str())? {
                     ServerMessage::Welcome {
                         heartbeat_interval_ms,
+                        ping_heartbeats: ping,
                         ..
                     } => {
                         heartbeat_ms = heartbeat_interval_ms.max(100);
+                        ping_heartbeats = ping;
                         break;
                     }
                     other => anyhow::bail!("expected the welcome, got {other:?}"),
@@ -247,7 +247,15 @@ async fn session(
                     .compare_exchange(0, ms, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
-    let result = serve(&mut ws, args, stats, heartbeat_ms, attempts).await;
+    let result = serve(
+        &mut ws,
+        args,
+        stats,
+        heartbeat_ms,
+        ping_heartbeats,
+        attempts,
+    )
+    .await;
     stats.connected.fetch_sub(1, Ordering::Relaxed);
     result
 }
@@ -259,18 +267,18 @@ async fn serve(
     args: &Args,
     stats: &Stats,
     heartbeat_ms: u64,
+    ping_heartbeats: bool,
     attempts: &mut Attempts,
 ) -> anyhow::Result<()> {
     // Ends not yet acknowledged are reported again on a new connection, as an agent does.
     for (id, phase) in attempts.ended.clone() {
         send(ws, &status(id, phase)).await?;
     }
-    let mut heartbeat = tokio::time::interval(Duration::from_millis(heartbeat_ms));
-    heartbeat.tick().await;
-    // Spread the pings over their period so the fleet does not ping in step.
-    let period = Duration::from_secs(args.ping_secs.max(1));
-    let offset = Duration::from_millis(rand_below(period.as_millis() as u64));
-    let mut ping = tokio::time::interval_at(Instant::now() + offset, period);
+    // The fleet's heartbeats are spread over their period, as agents started at different
+    // times are.
+    let period = Duration::from_millis(heartbeat_ms);
+    let offset = Duration::from_millis(rand_below(heartbeat_ms));
+    let mut heartbeat = tokio::time::interval_at(Instant::now() + offset, period);
     let mut pinged: Option<Instant> = None;
     loop {
         // A node runs a few attempts at once (its cores): the earliest end is a short scan.
@@ -302,12 +310,16 @@ async fn serve(
                     _ => {}
                 }
             }
-            _ = heartbeat.tick() => send(ws, &AgentMessage::Heartbeat).await?,
-            _ = ping.tick() => {
+            // As `gantry agent`: a ping with every heartbeat, and the heartbeat message too
+            // unless the server counts the ping.
+            _ = heartbeat.tick() => {
+                if !ping_heartbeats {
+                    send(ws, &AgentMessage::Heartbeat).await?;
+                }
                 if pinged.is_none() {
                     pinged = Some(Instant::now());
-                    ws.send(Message::Ping(Vec::new().into())).await?;
                 }
+                ws.send(Message::Ping(Vec::new().into())).await?;
             }
             _ = tokio::time::sleep_until(next_end) => {
                 let now = Instant::now();

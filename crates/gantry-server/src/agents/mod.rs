@@ -15,7 +15,7 @@ use gantry_api::agent::{
     TransferOutcome,
 };
 use gantry_api::EndCause;
-use gantry_store::{NodeRegistration, Store};
+use gantry_store::{Millis, NodeRegistration, Store};
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -28,8 +28,24 @@ pub use hub::Hub;
 pub use reports::Ends;
 pub use seen::{spawn_writer as spawn_seen_writer, Seen};
 
+/// Messages read from one agent and not yet handled; beyond this its reading waits (an agent
+/// sends a few per attempt, so only a flood of its own fills it).
+const HANDLING_QUEUE: usize = 1024;
+
+/// At most this many "running" reports share one transaction.
+const RUNNING_PER_COMMIT: usize = 256;
+
+/// The group that commits the agents' "running" reports (see [`Group`]).
+pub fn running_reports(store: Arc<dyn Store>) -> Group<(Uuid, Millis), bool> {
+    Group::new(RUNNING_PER_COMMIT, move |batch: Vec<(Uuid, Millis)>| {
+        let store = store.clone();
+        async move { Ok(store.attempts_running(&batch).await?) }
+    })
+}
+
 use crate::auth::AgentCaller;
 use crate::clock::now_ms;
+use crate::group::Group;
 use crate::holds::Holds;
 use crate::link::AgentLink;
 use crate::news::News;
@@ -48,6 +64,8 @@ pub struct Ctx {
     pub holds: Arc<Holds>,
     /// When each node was last heard from, until the next flush to the store.
     pub seen: Arc<Seen>,
+    /// The agents' "running" reports, committed as a group.
+    pub running: Group<(Uuid, Millis), bool>,
     pub secret_key: Arc<[u8; 32]>,
     /// The second octet of this cluster's container subnets.
     pub subnet_base: u8,
@@ -141,6 +159,7 @@ async fn session(cx: &Ctx, mut socket: WebSocket) -> anyhow::Result<()> {
         subnet: Some(subnet_of(cx.subnet_base, node.seq)),
         transfer_events: true,
         probe_results: true,
+        ping_heartbeats: true,
     })?;
     tx.send(ServerMessage::Desired { attempts: desired })?;
     for stop in stops {
@@ -187,24 +206,54 @@ async fn session(cx: &Ctx, mut socket: WebSocket) -> anyhow::Result<()> {
         let _ = sink.close().await;
     });
 
-    let result: anyhow::Result<()> = async {
+    // Reading and handling are apart: the reader notes every frame and answers pings as they
+    // arrive, while the messages are handled in order behind it. A report waits for its
+    // commit (behind a long placement, say) without holding up the connection's pings and
+    // heartbeats, which once waited seconds behind it.
+    // The queue holds the frames' text, parsed by the handler: a slot is a pointer's size
+    // (tokio allocates a queue's slots 32 at a time; 32 parsed messages were 10 KB a node).
+    let (work, mut queued) = mpsc::channel::<axum::extract::ws::Utf8Bytes>(HANDLING_QUEUE);
+    let reading = async {
         loop {
             let msg = tokio::select! {
                 m = stream.next() => m,
                 _ = &mut writer => break,
             };
             let Some(msg) = msg else { break };
-            let text = match msg? {
+            let msg = msg?;
+            // Any frame is a sign of life, the agent's heartbeat ping included (its pong is
+            // written by the WebSocket layer as it reads the ping, behind nothing we queue).
+            cx.seen.note(&name, now_ms());
+            let text = match msg {
                 Message::Text(t) => t,
                 Message::Close(_) => break,
                 _ => continue,
             };
+            if work.send(text).await.is_err() {
+                break;
+            }
+        }
+        // What was read is still handled: the queue drains, then the handler ends.
+        drop(work);
+        anyhow::Ok(())
+    };
+    let handling = async {
+        while let Some(text) = queued.recv().await {
             let msg: AgentMessage = serde_json::from_str(text.as_str())?;
             handle(cx, &name, msg).await?;
         }
-        Ok(())
-    }
-    .await;
+        anyhow::Ok(())
+    };
+    let result = {
+        tokio::pin!(reading, handling);
+        tokio::select! {
+            r = &mut handling => r,
+            r = &mut reading => match r {
+                Ok(()) => handling.await,
+                Err(e) => Err(e),
+            },
+        }
+    };
     writer.abort();
     if cx.hub.remove(&name, conn_id) {
         cx.store.node_disconnected(&name, now_ms()).await?;
@@ -272,10 +321,9 @@ pub async fn outfit(
 }
 
 async fn handle(cx: &Ctx, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
-    cx.seen.note(node, now_ms());
     match msg {
         AgentMessage::Hello { .. } => anyhow::bail!("hello sent twice"),
-        // Noted with every message, above.
+        // Noted with every frame, as it was read.
         AgentMessage::Heartbeat => {}
         AgentMessage::Status(report) => status(cx, node, report).await?,
         AgentMessage::Log(chunk) => {
@@ -415,7 +463,7 @@ async fn status(cx: &Ctx, node: &str, report: AttemptReport) -> anyhow::Result<(
             // routes, a takeover. A job's start changes none (its timeout is served by the
             // controller's timer), so it costs no tick: the next end report's tick sees it.
             // A networked container's address is news for its workflow's other nodes' firewalls.
-            if cx.store.attempt_running(id, now_ms()).await?
+            if cx.running.write((id, now_ms())).await?
                 && (networked || is_service(&attempt.assignment))
             {
                 cx.wake.notify_one();

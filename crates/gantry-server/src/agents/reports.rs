@@ -8,26 +8,54 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use gantry_api::{EndCause, TaskStatus};
-use gantry_store::{AttemptEnd, Store, TaskNext};
+use gantry_store::{AttemptEnd, EndOutcome, Millis, Store, TaskNext};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::cache::Cache;
 use crate::clock::now_ms;
+use crate::group::Group;
 use crate::news::News;
 
-/// The applier and what it may use: the store, the plan cache (what an end means depends on
-/// the job), the agents' news (an ended attempt's is over), the data directory (a failed
-/// build's last line of output) and the controller's wake notifier.
+/// The applier and what it may use: the store (its ends committed as a group: the ends that
+/// arrive together share a transaction), the plan cache (what an end means depends on the
+/// job), the agents' news (an ended attempt's is over), the data directory (a failed build's
+/// last line of output) and the controller's wake notifier.
 pub struct Ends {
     pub(crate) store: Arc<dyn Store>,
+    commits: Group<(AttemptEnd, Millis), EndOutcome>,
     pub(crate) cache: Arc<Cache>,
     pub(crate) news: Arc<News>,
     pub(crate) data_dir: PathBuf,
     pub(crate) wake: Arc<Notify>,
 }
 
+/// At most this many ends share one transaction (a long one would hold the writer).
+const ENDS_PER_COMMIT: usize = 256;
+
 impl Ends {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        cache: Arc<Cache>,
+        news: Arc<News>,
+        data_dir: PathBuf,
+        wake: Arc<Notify>,
+    ) -> Self {
+        let writer = store.clone();
+        let commits = Group::new(ENDS_PER_COMMIT, move |batch: Vec<(AttemptEnd, Millis)>| {
+            let store = writer.clone();
+            async move { Ok(store.end_attempts(&batch).await?) }
+        });
+        Ends {
+            store,
+            commits,
+            cache,
+            news,
+            data_dir,
+            wake,
+        }
+    }
+
     /// Ends an attempt and moves its task on, as core decides from the attempt's cause.
     pub async fn end(
         &self,
@@ -124,20 +152,15 @@ pub(super) async fn end_read_attempt(
         EndCause::Stopped => TaskStatus::Stopped,
         _ => TaskStatus::Failed,
     };
-    let outcome = ends
-        .store
-        .end_attempt(
-            &AttemptEnd {
-                attempt_id,
-                status,
-                cause,
-                exit_code,
-                reason,
-                task: next,
-            },
-            now,
-        )
-        .await?;
+    let end = AttemptEnd {
+        attempt_id,
+        status,
+        cause,
+        exit_code,
+        reason,
+        task: next,
+    };
+    let outcome = ends.commits.write((end, now)).await?;
     if !outcome.is_ended() {
         // A repeated or stale report: the store changed nothing, and the agent is not told.
         tracing::debug!("end of attempt {attempt_id} not applied: {outcome:?}");
