@@ -6,6 +6,8 @@
 //! `testkit` (feature `testkit`) is the contract every backend passes, the guards of
 //! [`Store::apply`] and [`Store::end_attempt`] included.
 
+mod rows;
+mod shared;
 mod sqlite;
 #[cfg(feature = "testkit")]
 pub mod testkit;
