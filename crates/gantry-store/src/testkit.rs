@@ -16,24 +16,141 @@ use uuid::Uuid;
 
 use crate::*;
 
+/// Calls `$each!(name, name, ...)` with the name of every contract: the one list, so that a
+/// backend's tests (one test per contract, see `tests/contract.rs`) and [`run_all`] cannot
+/// miss one.
+#[macro_export]
+macro_rules! every_contract {
+    ($each:ident) => {
+        $each!(
+            snapshot_sees_whole_plans,
+            events_are_read_in_commit_order,
+            a_placement_of_a_task_not_waiting_is_refused,
+            a_placement_on_a_node_not_ready_is_refused,
+            a_placement_that_overfills_its_node_is_refused,
+            exclusive_attempts_are_alone_on_their_node,
+            stale_attempt_ends_are_refused,
+            node_sequence_numbers_are_unique_under_concurrent_registration,
+            last_seen_only_moves_forward,
+            node_usage_sums_the_live_attempts,
+            silent_nodes_are_those_not_heard_from_since,
+            a_submit_is_stored_whole_or_not_at_all,
+        );
+    };
+}
+
 /// Runs every contract, each on a store of its own from `fresh`.
 pub async fn run_all<F, Fut>(fresh: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Arc<dyn Store>>,
 {
-    snapshot_sees_whole_plans(fresh().await).await;
-    events_are_read_in_commit_order(fresh().await).await;
-    a_placement_of_a_task_not_waiting_is_refused(fresh().await).await;
-    a_placement_on_a_node_not_ready_is_refused(fresh().await).await;
-    a_placement_that_overfills_its_node_is_refused(fresh().await).await;
-    exclusive_attempts_are_alone_on_their_node(fresh().await).await;
-    stale_attempt_ends_are_refused(fresh().await).await;
-    node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
-    last_seen_only_moves_forward(fresh().await).await;
-    node_usage_sums_the_live_attempts(fresh().await).await;
-    silent_nodes_are_those_not_heard_from_since(fresh().await).await;
-    a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
+    macro_rules! run {
+        ($($name:ident),+ $(,)?) => { $( $name(fresh().await).await; )+ };
+    }
+    every_contract!(run);
+}
+
+/// A value from the env file `scripts/test-images.sh` writes for the tests (the PostgreSQL
+/// server's admin URL is `GANTRY_TEST_PG`). The script runs once per test binary, and
+/// starts what is down; a test that needs a service fails when the script does.
+pub fn test_env(key: &str) -> &'static str {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    static ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    let all = ENV.get_or_init(|| {
+        let dir = std::env::var("GANTRY_TEST_DIR").unwrap_or_else(|_| "/tmp/gantry-test".into());
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-images.sh");
+        let status = Command::new(&script)
+            .stdout(Stdio::null())
+            .status()
+            .expect("running scripts/test-images.sh");
+        assert!(status.success(), "scripts/test-images.sh failed");
+        let env = std::fs::read_to_string(Path::new(&dir).join("env")).expect("test env file");
+        env.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    });
+    all.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("{key} is not in the test env file"))
+}
+
+/// A database of its own on a PostgreSQL server, for one test: made empty through the
+/// server's admin URL, and dropped with it (connections still open to it included), also
+/// when the test panics.
+pub struct ScratchDb {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl ScratchDb {
+    /// A new database on the server of `admin_url` (a URL whose user may create databases).
+    pub async fn create(admin_url: &str) -> ScratchDb {
+        use sqlx::Connection;
+        let name = format!("gantry_test_{}", Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {admin_url}: {e}"));
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("creating database {name}: {e}"));
+        let _ = admin.close().await;
+        // The same server and user, another database: the path is the database's name.
+        let (base, query) = match admin_url.split_once('?') {
+            Some((b, q)) => (b, format!("?{q}")),
+            None => (admin_url, String::new()),
+        };
+        let server = match base.split_once("://") {
+            Some((scheme, rest)) => {
+                format!(
+                    "{scheme}://{}",
+                    rest.split_once('/').map_or(rest, |(s, _)| s)
+                )
+            }
+            None => panic!("{admin_url} is not a postgres:// URL"),
+        };
+        ScratchDb {
+            admin_url: admin_url.to_string(),
+            url: format!("{server}/{name}{query}"),
+            name,
+        }
+    }
+
+    /// Its URL, for [`PgStore::connect`] or a server's `--store`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        // Drop cannot wait on the test's runtime (it may be the one dropping us): a thread
+        // of its own with a runtime of its own.
+        let dropped = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(async {
+                    use sqlx::Connection;
+                    let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+                    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await?;
+                    admin.close().await
+                })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("dropping test database {}: {e}", self.name);
+        }
+    }
 }
 
 // --- helpers ------------------------------------------------------------------------------

@@ -1,0 +1,226 @@
+//! The store on PostgreSQL, on the server `scripts/test-images.sh` starts: the
+//! backend-neutral cases (`cases/store.rs`, which `store_sqlite.rs` runs on SQLite), and that
+//! the two schemas say the same.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gantry_store::testkit::{test_env, ScratchDb};
+use gantry_store::*;
+use sqlx::Connection;
+
+#[path = "cases/store.rs"]
+mod cases;
+
+/// A database of its own on the test server.
+pub struct Db {
+    db: ScratchDb,
+}
+
+impl Db {
+    pub async fn fresh() -> Db {
+        Db {
+            db: ScratchDb::create(test_env("GANTRY_TEST_PG")).await,
+        }
+    }
+
+    pub async fn open(&self) -> Arc<dyn Store> {
+        Arc::new(PgStore::connect(self.db.url()).await.unwrap())
+    }
+
+    /// Runs `sql` beside the store, as an older version of it could have written rows.
+    pub async fn exec(&self, sql: &str) {
+        let mut c = sqlx::PgConnection::connect(self.db.url()).await.unwrap();
+        sqlx::query(sql).execute(&mut c).await.unwrap();
+        c.close().await.unwrap();
+    }
+}
+
+/// A table as both backends can describe it: its columns (name: type class, NOT NULL, part of
+/// the primary key), its indexes (name: unique, partial, columns), the columns of its UNIQUE
+/// constraints.
+#[derive(Debug, PartialEq, Default)]
+struct Table {
+    columns: BTreeMap<String, (&'static str, bool, bool)>,
+    indexes: BTreeMap<String, (bool, bool, Vec<String>)>,
+    unique: Vec<Vec<String>>,
+}
+
+/// SQLite's INTEGER is PostgreSQL's BIGINT, or BOOLEAN for a flag SQLite keeps as 0 or 1.
+fn class(sql_type: &str) -> &'static str {
+    match sql_type.to_ascii_lowercase().as_str() {
+        "integer" | "bigint" | "boolean" => "integer",
+        "text" => "text",
+        other => panic!("a column of type {other}: say what it is in the other backend"),
+    }
+}
+
+async fn sqlite_schema() -> BTreeMap<String, Table> {
+    use sqlx::Row;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gantry.db");
+    drop(SqliteStore::open(&path).await.unwrap());
+    let pool =
+        sqlx::SqlitePool::connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+    let mut out = BTreeMap::new();
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table'
+         AND name NOT LIKE 'sqlite_%' AND name != '_sqlx_migrations'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    for t in tables {
+        let mut table = Table::default();
+        for c in sqlx::query("SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)")
+            .bind(&t)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        {
+            let pk = c.get::<i64, _>("pk") > 0;
+            // A primary key's columns are NOT NULL in PostgreSQL whatever they say.
+            let not_null = c.get::<i64, _>("notnull") != 0 || pk;
+            table
+                .columns
+                .insert(c.get("name"), (class(c.get("type")), not_null, pk));
+        }
+        for i in sqlx::query("SELECT name, \"unique\", origin, partial FROM pragma_index_list(?)")
+            .bind(&t)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+        {
+            let name: String = i.get("name");
+            let cols: Vec<String> =
+                sqlx::query_scalar("SELECT name FROM pragma_index_info(?) ORDER BY seqno")
+                    .bind(&name)
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap();
+            match i.get::<String, _>("origin").as_str() {
+                "pk" => {}
+                "u" => table.unique.push(cols),
+                _ => {
+                    let flags = (
+                        i.get::<i64, _>("unique") != 0,
+                        i.get::<i64, _>("partial") != 0,
+                    );
+                    table.indexes.insert(name, (flags.0, flags.1, cols));
+                }
+            }
+        }
+        table.unique.sort();
+        out.insert(t, table);
+    }
+    out
+}
+
+async fn pg_schema(url: &str) -> BTreeMap<String, Table> {
+    use sqlx::Row;
+    let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+    let mut out: BTreeMap<String, Table> = BTreeMap::new();
+    for r in sqlx::query(
+        "SELECT c.table_name::text AS t, c.column_name::text AS name, c.data_type::text AS type,
+                c.is_nullable = 'NO' AS not_null,
+                EXISTS (SELECT 1 FROM information_schema.table_constraints k
+                        JOIN information_schema.key_column_usage u
+                          ON u.constraint_name = k.constraint_name AND u.table_name = k.table_name
+                        WHERE k.table_name = c.table_name AND k.constraint_type = 'PRIMARY KEY'
+                          AND u.column_name = c.column_name) AS pk
+         FROM information_schema.columns c
+         WHERE c.table_schema = 'public' AND c.table_name != '_sqlx_migrations'",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap()
+    {
+        out.entry(r.get("t")).or_default().columns.insert(
+            r.get("name"),
+            (class(r.get("type")), r.get("not_null"), r.get("pk")),
+        );
+    }
+    for r in sqlx::query(
+        "SELECT t.relname::text AS t, i.relname::text AS name, x.indisunique AS uniq,
+                x.indisprimary AS pk, con.conname IS NOT NULL AS constraint,
+                x.indpred IS NOT NULL AS partial,
+                ARRAY(SELECT a.attname::text FROM unnest(x.indkey) WITH ORDINALITY k(n, o)
+                      JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.n
+                      ORDER BY k.o) AS cols
+         FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+         JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace
+         LEFT JOIN pg_constraint con ON con.conindid = x.indexrelid
+         WHERE n.nspname = 'public' AND t.relname != '_sqlx_migrations'",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap()
+    {
+        let table = out.entry(r.get("t")).or_default();
+        let cols: Vec<String> = r.get("cols");
+        if r.get("pk") {
+            continue;
+        }
+        // A UNIQUE in a table's definition is a constraint; a CREATE UNIQUE INDEX is an index
+        // in both backends.
+        if r.get("constraint") {
+            table.unique.push(cols);
+        } else {
+            table
+                .indexes
+                .insert(r.get("name"), (r.get("uniq"), r.get("partial"), cols));
+        }
+    }
+    for t in out.values_mut() {
+        t.unique.sort();
+    }
+    out
+}
+
+/// `migrations/` and `migrations-pg/` make the same tables, columns, keys and indexes: a
+/// schema change made to one backend only fails here.
+#[tokio::test]
+async fn both_backends_have_the_same_schema() {
+    let db = ScratchDb::create(test_env("GANTRY_TEST_PG")).await;
+    drop(PgStore::connect(db.url()).await.unwrap());
+    let (lite, pg) = (sqlite_schema().await, pg_schema(db.url()).await);
+    assert_eq!(
+        lite.keys().collect::<Vec<_>>(),
+        pg.keys().collect::<Vec<_>>(),
+        "the same tables"
+    );
+    for (name, table) in &lite {
+        assert_eq!(table, &pg[name], "table {name}: SQLite, then PostgreSQL");
+    }
+}
+
+/// The counts the controller reads come from triggers, in both backends.
+#[tokio::test]
+async fn both_backends_count_tasks_with_the_same_triggers() {
+    let db = ScratchDb::create(test_env("GANTRY_TEST_PG")).await;
+    drop(PgStore::connect(db.url()).await.unwrap());
+    let mut c = sqlx::PgConnection::connect(db.url()).await.unwrap();
+    let mut pg: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT trigger_name::text FROM information_schema.triggers
+         WHERE trigger_schema = 'public'",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap();
+    pg.sort();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gantry.db");
+    drop(SqliteStore::open(&path).await.unwrap());
+    let pool =
+        sqlx::SqlitePool::connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&path))
+            .await
+            .unwrap();
+    let lite: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(lite, pg);
+}
