@@ -224,3 +224,32 @@ async fn both_backends_count_tasks_with_the_same_triggers() {
             .unwrap();
     assert_eq!(lite, pg);
 }
+
+/// PostgreSQL's text holds no NUL character: free text that has one (an agent's error, an
+/// alert's summary) is stored with U+FFFD in its place rather than failing the write.
+#[tokio::test]
+async fn free_text_with_a_nul_is_stored_with_a_replacement_character() {
+    let db = Db::fresh().await;
+    let s = db.open().await;
+    s.record_event(
+        &NewEvent {
+            workflow_id: None,
+            node: Some("n1".into()),
+            task: None,
+            kind: "test".into(),
+            message: "before\0after".into(),
+        },
+        1,
+    )
+    .await
+    .unwrap();
+    let events = s
+        .events(&EventQuery {
+            node: Some("n1".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(events[0].message, "before\u{FFFD}after");
+}

@@ -59,7 +59,7 @@ pub(super) async fn end_task(
     }
     sqlx::query("UPDATE tasks SET status = $1, reason = $2, ended_at = $3 WHERE id = $4")
         .bind(status.as_str())
-        .bind(cap_text(reason))
+        .bind(pg_text(reason))
         .bind(now)
         .bind(task_id.to_string())
         .execute(&mut **tx)
@@ -237,7 +237,7 @@ impl PgStore {
                          ORDER BY idx",
                     )
                     .bind(now)
-                    .bind(cap_text(&format!("{status}: {reason}")).into_owned())
+                    .bind(pg_text(&format!("{status}: {reason}")).into_owned())
                     .bind(workflow_id.to_string())
                     .bind(job)
                     .execute(&mut *tx)
@@ -247,7 +247,7 @@ impl PgStore {
                          WHERE workflow_id = $4 AND job = $5 AND status = 'PENDING'",
                     )
                     .bind(status.as_str())
-                    .bind(cap_text(reason))
+                    .bind(pg_text(reason))
                     .bind(now)
                     .bind(workflow_id.to_string())
                     .bind(job)
@@ -258,7 +258,7 @@ impl PgStore {
                     sqlx::query(
                         "UPDATE tasks SET reason = $1 WHERE id = $2 AND status = 'PENDING'",
                     )
-                    .bind(cap_opt(reason))
+                    .bind(pg_opt(reason))
                     .bind(task_id.to_string())
                     .execute(&mut *tx)
                     .await?;
@@ -274,7 +274,7 @@ impl PgStore {
                          WHERE id = $4 AND status IN ('PENDING', 'RUNNING') AND status != $5",
                     )
                     .bind(status.as_str())
-                    .bind(cap_opt(reason))
+                    .bind(pg_opt(reason))
                     .bind(ended)
                     .bind(workflow_id.to_string())
                     .bind(status.as_str())
@@ -403,7 +403,7 @@ impl PgStore {
         .bind(end.status.as_str())
         .bind(end.cause.as_str())
         .bind(end.exit_code.map(i64::from))
-        .bind(cap_opt(&end.reason))
+        .bind(pg_opt(&end.reason))
         .bind(now)
         .bind(end.attempt_id.to_string())
         .fetch_optional(&mut *tx)
@@ -431,7 +431,7 @@ impl PgStore {
              not_before = $5 WHERE id = $6 AND live_attempt = $7",
         )
         .bind(status.as_str())
-        .bind(cap_opt(&reason))
+        .bind(pg_opt(&reason))
         .bind(end.exit_code.map(i64::from))
         .bind(ended)
         .bind(not_before)

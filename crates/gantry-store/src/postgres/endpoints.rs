@@ -298,7 +298,7 @@ pub(super) async fn apply_endpoint_changes(
                      WHERE id = $6 AND ended_at IS NULL AND phase != $7 RETURNING endpoint, to_workflow",
                 )
                 .bind(phase.as_str())
-                .bind(cap_opt(reason))
+                .bind(pg_opt(reason))
                 .bind(now)
                 .bind(end)
                 .bind(now)

@@ -19,16 +19,16 @@
 //! Reads that must be one consistent snapshot ([`Store::active`]) run in a REPEATABLE READ
 //! READ ONLY transaction; single-statement reads go straight to the pool.
 
+use std::borrow::Cow;
 use std::str::FromStr;
 
 use async_trait::async_trait;
 use gantry_api::TaskStatus;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{Connection, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::shared::*;
-use crate::text::cap_opt;
 use crate::*;
 
 mod attempts;
@@ -52,7 +52,11 @@ const WRITE_LOCK: i64 = 0x6761_6e74_7279;
 
 #[derive(Clone)]
 pub struct PgStore {
+    /// Readers: never queued behind writers waiting for the write lock.
     pool: PgPool,
+    /// Every write. A few connections, so that the next writer's transaction is open and
+    /// waiting on the lock when the last one commits; more would only wait there too.
+    writer: PgPool,
 }
 
 impl PgStore {
@@ -61,12 +65,22 @@ impl PgStore {
     /// at once are safe: sqlx migrates under an advisory lock of its own.
     pub async fn connect(url: &str) -> Result<Self> {
         let opts = PgConnectOptions::from_str(url)?.application_name("gantry");
+        // One connection first, for its error: a pool retries a refused connection until its
+        // timeout and then says only that it timed out.
+        sqlx::PgConnection::connect_with(&opts)
+            .await?
+            .close()
+            .await?;
+        let writer = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts.clone())
+            .await?;
+        MIGRATOR.run(&writer).await?;
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(12)
             .connect_with(opts)
             .await?;
-        MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self { pool, writer })
     }
 
     /// A transaction for a writing call, holding the store's write lock (see the module's
@@ -74,7 +88,7 @@ impl PgStore {
     /// lasts until commit or rollback. Writers must stay at READ COMMITTED: at REPEATABLE
     /// READ the snapshot would be taken before the lock was granted.
     async fn write_tx(&self) -> Result<Transaction<'static, Postgres>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(WRITE_LOCK)
             .execute(&mut *tx)
@@ -91,6 +105,22 @@ impl PgStore {
     }
 }
 
+/// Free text as stored here: capped as in every backend ([`cap_text`]), and with each NUL
+/// character, which PostgreSQL's text cannot hold (SQLite's can), made U+FFFD: an agent's or
+/// an alert's words must not fail the write they belong to.
+fn pg_text(text: &str) -> Cow<'_, str> {
+    if text.contains('\0') {
+        Cow::Owned(cap_text(&text.replace('\0', "\u{FFFD}")).into_owned())
+    } else {
+        cap_text(text)
+    }
+}
+
+/// [`pg_text`] for an optional field.
+fn pg_opt(text: &Option<String>) -> Option<Cow<'_, str>> {
+    text.as_deref().map(pg_text)
+}
+
 async fn event(tx: &mut Transaction<'_, Postgres>, ev: &NewEvent, now: Millis) -> Result<()> {
     sqlx::query(
         "INSERT INTO events (time, workflow_id, node, task, kind, message)
@@ -101,7 +131,7 @@ async fn event(tx: &mut Transaction<'_, Postgres>, ev: &NewEvent, now: Millis) -
     .bind(&ev.node)
     .bind(&ev.task)
     .bind(&ev.kind)
-    .bind(cap_text(&ev.message))
+    .bind(pg_text(&ev.message))
     .execute(&mut **tx)
     .await?;
     Ok(())

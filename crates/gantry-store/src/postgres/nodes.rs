@@ -277,7 +277,7 @@ impl PgStore {
         let mut tx = self.write_tx().await?;
         let r = sqlx::query("UPDATE chores SET done_at = $1, error = $2 WHERE id = $3 AND done_at IS NULL RETURNING sent_to, kind")
             .bind(now)
-            .bind(error)
+            .bind(error.map(pg_text))
             .bind(id.to_string())
             .fetch_optional(&mut *tx)
             .await?;
