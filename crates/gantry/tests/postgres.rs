@@ -89,3 +89,63 @@ fn a_store_that_is_not_postgres_is_refused_naming_the_flag() {
         );
     }
 }
+
+/// Many agents at once on a PostgreSQL store: simulated nodes (the real agent protocol,
+/// containers simulated) register together and stay READY, and a task array runs with every
+/// task placed exactly once.
+#[test]
+fn a_simulated_fleet_registers_and_runs_each_task_once_on_postgres() {
+    use clap::Parser;
+    const NODES: usize = 40;
+    const TASKS: u64 = 120;
+    let db = scratch_db();
+    let s = Split::server_only_with("30s", &["--store", db.url()]);
+    let c = &s.cluster;
+    let token = c.ok(&["admin", "user", "create", "fleet", "--agent"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _in_rt = rt.enter();
+    let (fleet, _) = gantry_simagent::spawn(gantry_simagent::Args::parse_from([
+        "gantry-simagent",
+        "--server",
+        &format!("http://127.0.0.1:{}", c.port),
+        "--token",
+        token.trim(),
+        "--nodes",
+        &NODES.to_string(),
+        "--cores",
+        "2",
+        "--prefix",
+        "fleet",
+    ]));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let ready = || {
+        c.json(&["node", "list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["state"] == "READY" && n["connected"] == true)
+            .count()
+    };
+    while fleet.connected() < NODES || ready() < NODES {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fleet did not come up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let file = c.write(
+        "array.yaml",
+        &format!(
+            "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sleep, \"0.1\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
+        ),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "the array to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(d["status"], "FINISHED", "{:#}", d["counts"]);
+    for t in d["tasks"].as_array().unwrap() {
+        assert_eq!(t["attempts"].as_array().unwrap().len(), 1, "{t:#}");
+    }
+    assert_eq!(fleet.assigned(), (TASKS, 0));
+}
