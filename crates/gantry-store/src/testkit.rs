@@ -1,7 +1,10 @@
 //! The contract every [`Store`] backend keeps, as tests written over the trait alone: what the
 //! controller, the agents' reports and the event stream rely on, whatever the database. A
 //! backend runs the suite with a fresh store per contract (see `tests/contract.rs` for
-//! SQLite): [`run_all`] with a factory, or each contract on its own.
+//! SQLite, `tests/contract_pg.rs` for PostgreSQL): [`run_all`] with a factory, or each
+//! contract on its own, named by [`every_contract!`](crate::every_contract). Also here, for
+//! backends' and the server's tests: [`test_env`] (the services `scripts/test-images.sh`
+//! starts) and [`ScratchDb`] (a PostgreSQL database per test).
 //!
 //! Each contract panics with what it saw when the store breaks it. Stores are given as
 //! `Arc<dyn Store>` so that contracts can write from several tasks at once; those that race
