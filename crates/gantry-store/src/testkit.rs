@@ -31,6 +31,7 @@ macro_rules! every_contract {
             a_placement_of_a_task_not_waiting_is_refused,
             a_placement_on_a_node_not_ready_is_refused,
             a_placement_that_overfills_its_node_is_refused,
+            concurrent_plans_neither_place_twice_nor_overfill,
             exclusive_attempts_are_alone_on_their_node,
             stale_attempt_ends_are_refused,
             node_sequence_numbers_are_unique_under_concurrent_registration,
@@ -651,6 +652,53 @@ pub async fn a_placement_that_overfills_its_node_is_refused(s: Arc<dyn Store>) {
     s.apply(&[place(&w, 2, "n1", need(1500, 600, &[]))], 5)
         .await
         .expect("an ended attempt holds nothing");
+}
+
+/// Plans applied at once are checked as if one after the other: of plans placing the same
+/// task, one is applied; of plans that each fit a node alone but not together, one is.
+pub async fn concurrent_plans_neither_place_twice_nor_overfill(s: Arc<dyn Store>) {
+    const TASKS: usize = 12;
+    node(s.as_ref(), "big", 64, 1 << 30, &[]).await;
+    node(s.as_ref(), "small", 1, 1 << 30, &[]).await;
+    let race = |plans: Vec<Vec<Change>>| {
+        let s = s.clone();
+        async move {
+            let tasks: Vec<_> = plans
+                .into_iter()
+                .map(|plan| {
+                    let s = s.clone();
+                    tokio::spawn(async move {
+                        match s.apply(&plan, 2).await {
+                            Ok(()) => true,
+                            Err(StoreError::Refused(_)) => false,
+                            Err(e) => panic!("apply: {e}"),
+                        }
+                    })
+                })
+                .collect();
+            let mut applied = 0;
+            for t in tasks {
+                applied += usize::from(t.await.expect("apply"));
+            }
+            applied
+        }
+    };
+    let w = submit(s.as_ref(), TASKS).await;
+    let twice = (0..TASKS)
+        .flat_map(|i| [0, 1].map(|_| vec![place(&w, i, "big", need(0, 0, &[]))]))
+        .collect();
+    assert_eq!(race(twice).await, TASKS, "each task placed once");
+    assert_eq!(s.attempts(w.id).await.expect("attempts").len(), TASKS);
+    // A workflow each: tasks of one job share rows (their counts) that a backend may lock,
+    // which would order the plans without any check of the node's fit.
+    let mut one_core = vec![];
+    for _ in 0..TASKS {
+        let w = submit(s.as_ref(), 1).await;
+        one_core.push(vec![place(&w, 0, "small", need(1000, 0, &[]))]);
+    }
+    assert_eq!(race(one_core).await, 1, "one core, one attempt");
+    let usage = s.node_usage(Some("small")).await.expect("node_usage");
+    assert_eq!(usage[0].attempts, 1);
 }
 
 /// An exclusive attempt needs a node with nothing live, and nothing is placed beside it.

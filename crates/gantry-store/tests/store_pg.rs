@@ -253,3 +253,118 @@ async fn free_text_with_a_nul_is_stored_with_a_replacement_character() {
         .unwrap();
     assert_eq!(events[0].message, "before\u{FFFD}after");
 }
+
+/// Two stores on one database, as two server processes would hold it: their writers queue on
+/// the same lock, so concurrent registrations still get distinct sequence numbers, of two
+/// plans placing the same task, one through each store, exactly one is applied, and plans
+/// racing for the last core of a node do not overfill it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_database_keep_the_guards() {
+    const NODES: usize = 16;
+    const TASKS: usize = 12;
+    let db = Db::fresh().await;
+    let (a, b) = (db.open().await, db.open().await);
+    let regs: Vec<_> = (0..NODES)
+        .map(|i| {
+            let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                s.register_node(
+                    &NodeRegistration {
+                        name: format!("n{i}"),
+                        pool: "default".into(),
+                        capacity: r#"{"cpus":64,"memory_bytes":1099511627776}"#.into(),
+                        version: "0".into(),
+                        ..Default::default()
+                    },
+                    1,
+                )
+                .await
+                .unwrap()
+                .seq
+            })
+        })
+        .collect();
+    let mut seqs = vec![];
+    for r in regs {
+        seqs.push(r.await.unwrap());
+    }
+    seqs.sort();
+    assert_eq!(seqs, (1..=NODES as i64).collect::<Vec<_>>());
+
+    let w = cases::workflow("ada", "physics", TASKS);
+    a.create_workflow(&w, 1).await.unwrap();
+    let races: Vec<_> = w
+        .tasks
+        .iter()
+        .flat_map(|t| [(a.clone(), t.id), (b.clone(), t.id)])
+        .map(|(s, task_id)| {
+            let wf = w.id;
+            tokio::spawn(async move {
+                let plan = [Change::CreateAttempt {
+                    attempt_id: uuid::Uuid::new_v4(),
+                    task_id,
+                    workflow_id: wf,
+                    node: "n0".into(),
+                    assignment: "{}".into(),
+                    need: AttemptNeed::default(),
+                }];
+                s.apply(&plan, 2).await
+            })
+        })
+        .collect();
+    let mut applied = 0;
+    for r in races {
+        match r.await.unwrap() {
+            Ok(()) => applied += 1,
+            Err(StoreError::Refused(_)) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(applied, TASKS, "each task placed once");
+    let attempts = b.attempts(w.id).await.unwrap();
+    assert_eq!(attempts.len(), TASKS);
+    assert!(attempts.iter().all(|a| a.number == 1));
+
+    // One core, and every task wants it: each plan alone fits, so only the lock keeps the
+    // second from reading the node as empty.
+    a.register_node(
+        &NodeRegistration {
+            name: "small".into(),
+            pool: "default".into(),
+            capacity: r#"{"cpus":1,"memory_bytes":1073741824}"#.into(),
+            version: "0".into(),
+            ..Default::default()
+        },
+        3,
+    )
+    .await
+    .unwrap();
+    let w = cases::workflow("ada", "physics", TASKS);
+    a.create_workflow(&w, 3).await.unwrap();
+    let races: Vec<_> = w
+        .tasks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let s = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let plan = [Change::CreateAttempt {
+                attempt_id: uuid::Uuid::new_v4(),
+                task_id: t.id,
+                workflow_id: w.id,
+                node: "small".into(),
+                assignment: "{}".into(),
+                need: AttemptNeed {
+                    millicpus: 1000,
+                    ..Default::default()
+                },
+            }];
+            tokio::spawn(async move { s.apply(&plan, 4).await.is_ok() })
+        })
+        .collect();
+    let mut applied = 0;
+    for r in races {
+        applied += usize::from(r.await.unwrap());
+    }
+    assert_eq!(applied, 1, "one core, one attempt");
+    assert_eq!(a.node_usage(Some("small")).await.unwrap()[0].attempts, 1);
+}
