@@ -34,20 +34,27 @@ impl PgStore {
                 ));
             }
         }
-        for t in &wf.tasks {
-            sqlx::query(
-                "INSERT INTO tasks (id, workflow_id, job, idx, ord, status, created_at)
-                 VALUES ($1, $2, $3, $4, $5, 'PENDING', $6)",
-            )
-            .bind(t.id.to_string())
-            .bind(wf.id.to_string())
-            .bind(&t.job)
-            .bind(t.index.map(i64::from))
-            .bind(t.ord as i64)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        }
+        // One statement for all the tasks: a task array of thousands would otherwise be as
+        // many round trips, all while holding the write lock.
+        let ids: Vec<String> = wf.tasks.iter().map(|t| t.id.to_string()).collect();
+        let jobs: Vec<&str> = wf.tasks.iter().map(|t| t.job.as_str()).collect();
+        let idxs: Vec<Option<i64>> = wf.tasks.iter().map(|t| t.index.map(i64::from)).collect();
+        let ords: Vec<i64> = wf.tasks.iter().map(|t| t.ord as i64).collect();
+        sqlx::query(
+            "INSERT INTO tasks (id, workflow_id, job, idx, ord, status, created_at)
+             SELECT t.id, $1, t.job, t.idx, t.ord, 'PENDING', $2
+             FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[])
+                  WITH ORDINALITY AS t(id, job, idx, ord, n)
+             ORDER BY t.n",
+        )
+        .bind(wf.id.to_string())
+        .bind(now)
+        .bind(&ids)
+        .bind(&jobs)
+        .bind(&idxs)
+        .bind(&ords)
+        .execute(&mut *tx)
+        .await?;
         event(
             &mut tx,
             &ev(
