@@ -220,32 +220,23 @@ impl PgStore {
         )
         .fetch_all(&mut *tx)
         .await?;
-        // Every task in play, and each job's first PENDING_WINDOW waiting ones: all of them
-        // when there are no more (a single task has no index), else those up to the window's
-        // last index. The status lists match the partial indexes' (`tasks_live`,
-        // `tasks_pending`) for the planner to use them, walking from the active workflows to
-        // their counts to the first waiting tasks, never over all waiting tasks.
+        // Every task in play, and each job's first PENDING_WINDOW waiting ones (all of them
+        // when there are no more; a single task has no index). The status lists match the
+        // partial indexes' (`tasks_live`, `tasks_pending`). The window is a LATERAL subquery
+        // with a LIMIT, which PostgreSQL runs once per job with waiting tasks, reading only
+        // the window's rows of `tasks_pending`: written as a join, the planner walks every
+        // waiting task of the job first (300 ms a tick for an array of 10,000).
         let tasks = sqlx::query(
             "SELECT t.* FROM workflows w JOIN tasks t ON t.workflow_id = w.id
              WHERE w.status IN ('PENDING', 'RUNNING') AND t.status IN ('STARTED', 'RUNNING')
              UNION ALL
              SELECT t.* FROM workflows w
-               CROSS JOIN task_counts c
-               CROSS JOIN tasks t
+               JOIN task_counts c ON c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > 0
+               CROSS JOIN LATERAL (
+                 SELECT * FROM tasks p
+                 WHERE p.workflow_id = c.workflow_id AND p.job = c.job AND p.status = 'PENDING'
+                 ORDER BY p.idx LIMIT $1) t
              WHERE w.status IN ('PENDING', 'RUNNING')
-               AND c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > 0 AND c.n <= $1
-               AND t.workflow_id = c.workflow_id AND t.job = c.job AND t.status = 'PENDING'
-             UNION ALL
-             SELECT t.* FROM workflows w
-               CROSS JOIN task_counts c
-               CROSS JOIN tasks t
-             WHERE w.status IN ('PENDING', 'RUNNING')
-               AND c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > $1
-               AND t.workflow_id = c.workflow_id AND t.job = c.job AND t.status = 'PENDING'
-               AND t.idx <= (SELECT p.idx FROM tasks p
-                             WHERE p.workflow_id = c.workflow_id AND p.job = c.job
-                               AND p.status = 'PENDING'
-                             ORDER BY p.idx LIMIT 1 OFFSET $1 - 1)
              ORDER BY ord, idx NULLS FIRST",
         )
         .bind(PENDING_WINDOW as i64)
