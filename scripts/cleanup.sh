@@ -1,7 +1,8 @@
 #!/bin/sh
 # cleanup.sh - remove what killed test runs leave behind: containers of test clusters, overlay
 # mounts under their temporary data dirs, and empty cgroup directories under gantry/.
-# Only touches Gantry's own test locations, never a real cluster's /var/lib/gantry.
+# Only touches Gantry's own test locations, never a real cluster's /var/lib/gantry. Also drops
+# the scratch databases (gantry_test_*) killed test runs left on the test PostgreSQL.
 set -u
 tmp=${TMPDIR:-/tmp}
 for root in "$tmp"/gantry-e2e-*/agents/*/runc "$tmp"/gantry-run-*/agents/*/runc "$tmp"/gantry-bench-*/agents/*/runc; do
@@ -28,6 +29,14 @@ done
 if command -v nft >/dev/null 2>&1; then
   nft list tables 2>/dev/null | awk '$3 ~ /^gtr/ {print $2, $3}' | while read -r family name; do
     [ -e "/sys/class/net/$name" ] || nft delete table "$family" "$name" 2>/dev/null
+  done
+fi
+# The store's tests drop their databases even when they fail; a killed run cannot.
+pg_url=postgres://postgres@127.0.0.1:${GANTRY_TEST_PG_PORT:-5057}/postgres
+if command -v psql >/dev/null 2>&1; then
+  for db in $(PGCONNECT_TIMEOUT=3 psql "$pg_url" -Atqc \
+      "SELECT datname FROM pg_database WHERE datname LIKE 'gantry\_test\_%'" 2>/dev/null); do
+    psql "$pg_url" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1
   done
 fi
 exit 0

@@ -1,16 +1,17 @@
 #!/bin/sh
 # test-images.sh - offline test images and local registries for Gantry's tests (Debian 12, root).
 #
-#   scripts/test-images.sh         build what is missing, start the registries if they are down,
-#                                  push the images, write $GANTRY_TEST_DIR/env
-#   scripts/test-images.sh stop    stop the registries this script started (by pid)
+#   scripts/test-images.sh         build what is missing, start the registries and PostgreSQL if
+#                                  they are down, push the images, write $GANTRY_TEST_DIR/env
+#   scripts/test-images.sh stop    stop the registries and PostgreSQL this script started (by pid)
 #
 # Idempotent and safe to run concurrently (it holds a lock). Nothing here needs a public
 # registry: images are made from busybox-static, reproducibly (fixed mtimes, gzip -n), so their
 # digests are the same on every machine.
 #
 # Environment: GANTRY_TEST_DIR (default /tmp/gantry-test), GANTRY_TEST_REGISTRY_PORT (5055),
-# GANTRY_TEST_AUTH_REGISTRY_PORT (5056, a registry with htpasswd basic auth).
+# GANTRY_TEST_AUTH_REGISTRY_PORT (5056, a registry with htpasswd basic auth),
+# GANTRY_TEST_PG_PORT (5057, PostgreSQL for the store's second backend: trust on loopback).
 #
 # Produces, under $GANTRY_TEST_DIR:
 #   images/busybox        OCI layout, one gzip layer, ref name "1"
@@ -19,6 +20,7 @@
 #                         (.wh.gone) and empties a directory (.wh..wh..opq), ref name "1"
 #   images/multi          an image index: linux/arm64 (listed first) and busybox as linux/amd64
 #   registry/, registry-auth/   config, data, pid and log of each registry
+#   pg/                   PostgreSQL's data directory, pid and log (owned by user postgres)
 #   env                   KEY=VALUE lines for the tests (see the end of this file)
 # Pushed: 127.0.0.1:$PORT/library/busybox:1, library/busybox:1-zstd, library/whiteout:1,
 #         library/multi:1;
@@ -30,6 +32,9 @@ PORT=${GANTRY_TEST_REGISTRY_PORT:-5055}
 AUTH_PORT=${GANTRY_TEST_AUTH_REGISTRY_PORT:-5056}
 AUTH_USER=gantry
 AUTH_PASSWORD=gantry-test-password
+PG_PORT=${GANTRY_TEST_PG_PORT:-5057}
+# Debian's server binaries, not on PATH: the newest installed major version.
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 IMAGES_VERSION=2 # bump when the images below change, so old builds are redone
 export SOURCE_DATE_EPOCH=1700000000
 mkdir -p "$DIR"
@@ -44,9 +49,23 @@ stop_one() { # NAME
   rm -f "$pidfile"
 }
 
+stop_pg() {
+  pidfile=$DIR/pg/postgres.pid
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "postgres.*$DIR/pg/data"; then
+    # A fast shutdown (clients are disconnected, nothing is lost); pg_ctl returns once the
+    # server is down, so a start right after this one starts a new server.
+    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$DIR/pg/data" -m fast -w -t 60 stop > /dev/null &&
+      echo "stopped pg (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
 if [ "${1:-}" = stop ]; then
   stop_one registry
   stop_one registry-auth
+  stop_pg
   exit 0
 fi
 
@@ -60,6 +79,7 @@ need() { command -v "$1" >/dev/null 2>&1 || MISSING="$MISSING $2"; }
 need skopeo skopeo; need docker-registry docker-registry; need jq jq; need busybox busybox-static
 need zstd zstd; need htpasswd apache2-utils; need curl curl; need runc runc; need flock util-linux
 [ -x /usr/bin/tini-static ] || MISSING="$MISSING tini"
+[ -n "$PG_BIN" ] && [ -x "$PG_BIN/initdb" ] || MISSING="$MISSING postgresql"
 if [ -n "$MISSING" ]; then
   echo "installing:$MISSING"
   # shellcheck disable=SC2086
@@ -220,6 +240,43 @@ start_registry registry "$PORT" 200
 start_registry registry-auth "$AUTH_PORT" 401 "auth:
   htpasswd: {realm: gantry-test, path: $HT}"
 
+# --- PostgreSQL (Debian's server, no systemd): the store's second backend ----------------------
+# initdb and the server refuse to run as root, so both run as Debian's `postgres` user, which
+# owns $DIR/pg; $DIR must be traversable by it. Trust authentication, on loopback only.
+[ -n "$PG_BIN" ] || PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+PG_URL=postgres://postgres@127.0.0.1:$PG_PORT/postgres
+pg_ok() { "$PG_BIN/psql" "$PG_URL" -Atqc 'SELECT 1' >/dev/null 2>&1; }
+start_pg() {
+  P=$DIR/pg
+  if pg_ok; then return 0; fi
+  if "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT"; then
+    echo "port $PG_PORT answers, but not as a PostgreSQL of ours: set GANTRY_TEST_PG_PORT" >&2
+    exit 1
+  fi
+  mkdir -p "$P"; chown postgres: "$P"; chmod 700 "$P"
+  if ! runuser -u postgres -- test -x "$P"; then
+    echo "user postgres cannot reach $P: set GANTRY_TEST_DIR to a directory it can traverse" >&2
+    exit 1
+  fi
+  if [ ! -f "$P/data/PG_VERSION" ]; then
+    rm -rf "$P/data"
+    runuser -u postgres -- "$PG_BIN/initdb" -D "$P/data" -U postgres -E UTF8 --locale=C.UTF-8 \
+      --auth-local=trust --auth-host=trust > "$P/initdb.log" 2>&1 ||
+      { echo "initdb failed; see $P/initdb.log" >&2; exit 1; }
+  fi
+  # Own session and stdio, and the lock's fd closed, as for the registries: the server outlives
+  # this script. fsync off: a test database need not survive a power loss, and every test
+  # commits often on a small machine.
+  setsid runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$P/data" -l "$P/postgres.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -c port=$PG_PORT -c unix_socket_directories=$P -c fsync=off -c max_connections=200" \
+    start > /dev/null 2>&1 < /dev/null 9>&- ||
+    { echo "PostgreSQL did not start; see $P/postgres.log" >&2; exit 1; }
+  head -n 1 "$P/data/postmaster.pid" > "$P/postgres.pid"
+  pg_ok || { echo "PostgreSQL started but refuses $PG_URL; see $P/postgres.log" >&2; exit 1; }
+  echo "pg started on 127.0.0.1:$PG_PORT (pid $(cat "$P/postgres.pid"))"
+}
+start_pg
+
 # Pushes unless the registry already has exactly this manifest under that tag.
 push() { # LAYOUT DEST_REGISTRY REPO:TAG [CREDS]
   want=$(manifest_digest "$1"); repo=${3%:*}; tag=${3##*:}; creds=${4:-}
@@ -250,6 +307,7 @@ GANTRY_TEST_OCI_WHITEOUT=$IMG/whiteout
 GANTRY_TEST_OCI_MULTI=$IMG/multi
 GANTRY_TEST_BUSYBOX_DIGEST=$(manifest_digest "$IMG/busybox")
 GANTRY_TEST_INIT=/usr/bin/tini-static
+GANTRY_TEST_PG=$PG_URL
 ENV
 mv "$DIR/env.tmp" "$DIR/env"
 echo "test environment ready: $DIR/env"

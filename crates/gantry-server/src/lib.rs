@@ -58,10 +58,47 @@ impl Controller {
     }
 }
 
+/// Where the store lives: SQLite's file in the data directory (the default), or a PostgreSQL
+/// database. Logs, the object cache and the secrets key stay in the data directory either way.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum StoreLocation {
+    #[default]
+    DataDir,
+    /// A `postgres://` or `postgresql://` URL.
+    Postgres(String),
+}
+
+impl std::str::FromStr for StoreLocation {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Ok(StoreLocation::Postgres(s.to_string()))
+        } else {
+            Err(
+                "not a postgres:// or postgresql:// URL (without it the store is SQLite's \
+                 file in the data directory)"
+                    .into(),
+            )
+        }
+    }
+}
+
+// A URL may carry a password: it is never printed.
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::DataDir => f.write_str("DataDir"),
+            StoreLocation::Postgres(_) => f.write_str("Postgres(..)"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    pub store: StoreLocation,
     /// An agent whose heartbeats stop for this long is lost; its attempts end NODE_LOST.
     pub heartbeat_timeout: Duration,
     pub heartbeat_interval: Duration,
@@ -88,6 +125,7 @@ impl ServerConfig {
         Self {
             listen,
             data_dir,
+            store: StoreLocation::DataDir,
             heartbeat_timeout: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(5),
             stop_grace: Duration::from_secs(10),
@@ -177,5 +215,30 @@ impl Server {
 
     pub async fn wait(self) {
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreLocation;
+
+    #[test]
+    fn a_store_is_a_postgres_url_and_its_password_is_never_printed() {
+        for url in [
+            "postgres://u:secret@db/gantry",
+            "postgresql://db/gantry?sslmode=require",
+        ] {
+            let at: StoreLocation = url.parse().unwrap();
+            assert_eq!(at, StoreLocation::Postgres(url.into()));
+            assert!(!format!("{at:?}").contains("secret"));
+        }
+        for bad in [
+            "",
+            "sqlite:///var/lib/gantry.db",
+            "mysql://db/gantry",
+            "/var/lib/gantry.db",
+        ] {
+            assert!(bad.parse::<StoreLocation>().is_err(), "{bad}");
+        }
     }
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use gantry_store::{SqliteStore, Store};
+use gantry_store::{PgStore, SqliteStore, Store};
 
 use tokio::sync::Notify;
 
@@ -16,7 +16,7 @@ use crate::link::AgentLink;
 use crate::news::News;
 use crate::routes::Gateway;
 use crate::state::AppState;
-use crate::{agents, control, http, private, registry, secrets, ServerConfig};
+use crate::{agents, control, http, private, registry, secrets, ServerConfig, StoreLocation};
 
 /// What [`wire`] built: the state the server hands out, its routes, and the socket they are
 /// served on (bound, so port 0 has become a real port).
@@ -31,11 +31,18 @@ pub(crate) struct Wired {
 pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
     private::dir(&config.data_dir)
         .with_context(|| format!("creating {}", config.data_dir.display()))?;
-    let store: Arc<dyn Store> = Arc::new(
-        SqliteStore::open(&config.data_dir.join("gantry.db"))
-            .await
-            .context("opening the store")?,
-    );
+    let store: Arc<dyn Store> = match &config.store {
+        StoreLocation::DataDir => Arc::new(
+            SqliteStore::open(&config.data_dir.join("gantry.db"))
+                .await
+                .context("opening the store")?,
+        ),
+        StoreLocation::Postgres(url) => Arc::new(
+            PgStore::connect(url)
+                .await
+                .context("opening the store on PostgreSQL")?,
+        ),
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;

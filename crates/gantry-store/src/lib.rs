@@ -1,17 +1,24 @@
-//! Gantry's persistence: one trait, [`Store`], and its SQLite implementation (the embedded
-//! default). Invariants: this is the only code that writes the database; every state change is
-//! one transaction that also writes an event row; a call returns only after its transaction is
-//! durable (WAL with `synchronous = FULL`). The trait's types are backend-neutral (no sqlx
-//! type in [`StoreError`], states as enums); SQL lives in `sqlite/` and `migrations/` only.
+//! Gantry's persistence: one trait, [`Store`], and its two implementations: SQLite
+//! ([`SqliteStore`], the embedded default) and PostgreSQL ([`PgStore`], a database several
+//! servers may share). Invariants: this is the only code that writes the database; every state
+//! change is one transaction that also writes an event row; a call returns only after its
+//! transaction is durable (SQLite: WAL with `synchronous = FULL`; PostgreSQL: a synchronous
+//! commit). The trait's types are backend-neutral (no sqlx type in [`StoreError`], states as
+//! enums); SQL lives in `sqlite/` and `migrations/`, `postgres/` and `migrations-pg/` only,
+//! and what the backends share is in `rows.rs` (row decoding) and `shared.rs`.
 //! `testkit` (feature `testkit`) is the contract every backend passes, the guards of
 //! [`Store::apply`] and [`Store::end_attempt`] included.
 
+mod postgres;
+mod rows;
+mod shared;
 mod sqlite;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod text;
 mod types;
 
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use text::{cap_text, MAX_TEXT_BYTES};
 pub use types::*;
@@ -42,8 +49,8 @@ pub enum StoreError {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// Everything the control plane persists. Written so that a PostgreSQL backend can follow:
-/// no SQLite types leak out, and every multi-row change is one call. The object cache's rows
+/// Everything the control plane persists, whichever backend holds it: no backend's types leak
+/// out, and every multi-row change is one call. The object cache's rows
 /// are its supertrait [`ImageIndex`], which is all the registry is handed.
 #[async_trait]
 pub trait Store: ImageIndex + Send + Sync + 'static {

@@ -1,7 +1,10 @@
 //! The contract every [`Store`] backend keeps, as tests written over the trait alone: what the
 //! controller, the agents' reports and the event stream rely on, whatever the database. A
 //! backend runs the suite with a fresh store per contract (see `tests/contract.rs` for
-//! SQLite): [`run_all`] with a factory, or each contract on its own.
+//! SQLite, `tests/contract_pg.rs` for PostgreSQL): [`run_all`] with a factory, or each
+//! contract on its own, named by [`every_contract!`](crate::every_contract). Also here, for
+//! backends' and the server's tests: [`test_env`] (the services `scripts/test-images.sh`
+//! starts) and [`ScratchDb`] (a PostgreSQL database per test).
 //!
 //! Each contract panics with what it saw when the store breaks it. Stores are given as
 //! `Arc<dyn Store>` so that contracts can write from several tasks at once; those that race
@@ -16,26 +19,144 @@ use uuid::Uuid;
 
 use crate::*;
 
+/// Calls `$each!(name, name, ...)` with the name of every contract: the one list, so that a
+/// backend's tests (one test per contract, see `tests/contract.rs`) and [`run_all`] cannot
+/// miss one.
+#[macro_export]
+macro_rules! every_contract {
+    ($each:ident) => {
+        $each!(
+            snapshot_sees_whole_plans,
+            events_are_read_in_commit_order,
+            a_placement_of_a_task_not_waiting_is_refused,
+            a_placement_on_a_node_not_ready_is_refused,
+            a_placement_that_overfills_its_node_is_refused,
+            concurrent_plans_neither_place_twice_nor_overfill,
+            exclusive_attempts_are_alone_on_their_node,
+            stale_attempt_ends_are_refused,
+            batched_reports_apply_each_as_alone,
+            node_sequence_numbers_are_unique_under_concurrent_registration,
+            last_seen_only_moves_forward,
+            nodes_version_moves_with_each_node_change_but_sightings,
+            node_usage_sums_the_live_attempts,
+            silent_nodes_are_those_not_heard_from_since,
+            a_submit_is_stored_whole_or_not_at_all,
+        );
+    };
+}
+
 /// Runs every contract, each on a store of its own from `fresh`.
 pub async fn run_all<F, Fut>(fresh: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Arc<dyn Store>>,
 {
-    snapshot_sees_whole_plans(fresh().await).await;
-    events_are_read_in_commit_order(fresh().await).await;
-    a_placement_of_a_task_not_waiting_is_refused(fresh().await).await;
-    a_placement_on_a_node_not_ready_is_refused(fresh().await).await;
-    a_placement_that_overfills_its_node_is_refused(fresh().await).await;
-    exclusive_attempts_are_alone_on_their_node(fresh().await).await;
-    stale_attempt_ends_are_refused(fresh().await).await;
-    batched_reports_apply_each_as_alone(fresh().await).await;
-    node_sequence_numbers_are_unique_under_concurrent_registration(fresh().await).await;
-    last_seen_only_moves_forward(fresh().await).await;
-    nodes_version_moves_with_each_node_change_but_sightings(fresh().await).await;
-    node_usage_sums_the_live_attempts(fresh().await).await;
-    silent_nodes_are_those_not_heard_from_since(fresh().await).await;
-    a_submit_is_stored_whole_or_not_at_all(fresh().await).await;
+    macro_rules! run {
+        ($($name:ident),+ $(,)?) => { $( $name(fresh().await).await; )+ };
+    }
+    every_contract!(run);
+}
+
+/// A value from the env file `scripts/test-images.sh` writes for the tests (the PostgreSQL
+/// server's admin URL is `GANTRY_TEST_PG`). The script runs once per test binary, and
+/// starts what is down; a test that needs a service fails when the script does.
+pub fn test_env(key: &str) -> &'static str {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    static ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    let all = ENV.get_or_init(|| {
+        let dir = std::env::var("GANTRY_TEST_DIR").unwrap_or_else(|_| "/tmp/gantry-test".into());
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-images.sh");
+        let status = Command::new(&script)
+            .stdout(Stdio::null())
+            .status()
+            .expect("running scripts/test-images.sh");
+        assert!(status.success(), "scripts/test-images.sh failed");
+        let env = std::fs::read_to_string(Path::new(&dir).join("env")).expect("test env file");
+        env.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    });
+    all.iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("{key} is not in the test env file"))
+}
+
+/// A database of its own on a PostgreSQL server, for one test: made empty through the
+/// server's admin URL, and dropped with it (connections still open to it included), also
+/// when the test panics.
+pub struct ScratchDb {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl ScratchDb {
+    /// A new database on the server of `admin_url` (a URL whose user may create databases).
+    pub async fn create(admin_url: &str) -> ScratchDb {
+        use sqlx::Connection;
+        let name = format!("gantry_test_{}", Uuid::new_v4().simple());
+        let mut admin = sqlx::PgConnection::connect(admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {admin_url}: {e}"));
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("creating database {name}: {e}"));
+        let _ = admin.close().await;
+        // The same server and user, another database: the path is the database's name.
+        let (base, query) = match admin_url.split_once('?') {
+            Some((b, q)) => (b, format!("?{q}")),
+            None => (admin_url, String::new()),
+        };
+        let server = match base.split_once("://") {
+            Some((scheme, rest)) => {
+                format!(
+                    "{scheme}://{}",
+                    rest.split_once('/').map_or(rest, |(s, _)| s)
+                )
+            }
+            None => panic!("{admin_url} is not a postgres:// URL"),
+        };
+        ScratchDb {
+            admin_url: admin_url.to_string(),
+            url: format!("{server}/{name}{query}"),
+            name,
+        }
+    }
+
+    /// Its URL, for [`PgStore::connect`] or a server's `--store`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for ScratchDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        // Drop cannot wait on the test's runtime (it may be the one dropping us): a thread
+        // of its own with a runtime of its own.
+        let dropped = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime")
+                .block_on(async {
+                    use sqlx::Connection;
+                    let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+                    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await?;
+                    admin.close().await
+                })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("dropping test database {}: {e}", self.name);
+        }
+    }
 }
 
 // --- helpers ------------------------------------------------------------------------------
@@ -533,6 +654,53 @@ pub async fn a_placement_that_overfills_its_node_is_refused(s: Arc<dyn Store>) {
     s.apply(&[place(&w, 2, "n1", need(1500, 600, &[]))], 5)
         .await
         .expect("an ended attempt holds nothing");
+}
+
+/// Plans applied at once are checked as if one after the other: of plans placing the same
+/// task, one is applied; of plans that each fit a node alone but not together, one is.
+pub async fn concurrent_plans_neither_place_twice_nor_overfill(s: Arc<dyn Store>) {
+    const TASKS: usize = 12;
+    node(s.as_ref(), "big", 64, 1 << 30, &[]).await;
+    node(s.as_ref(), "small", 1, 1 << 30, &[]).await;
+    let race = |plans: Vec<Vec<Change>>| {
+        let s = s.clone();
+        async move {
+            let tasks: Vec<_> = plans
+                .into_iter()
+                .map(|plan| {
+                    let s = s.clone();
+                    tokio::spawn(async move {
+                        match s.apply(&plan, 2).await {
+                            Ok(()) => true,
+                            Err(StoreError::Refused(_)) => false,
+                            Err(e) => panic!("apply: {e}"),
+                        }
+                    })
+                })
+                .collect();
+            let mut applied = 0;
+            for t in tasks {
+                applied += usize::from(t.await.expect("apply"));
+            }
+            applied
+        }
+    };
+    let w = submit(s.as_ref(), TASKS).await;
+    let twice = (0..TASKS)
+        .flat_map(|i| [0, 1].map(|_| vec![place(&w, i, "big", need(0, 0, &[]))]))
+        .collect();
+    assert_eq!(race(twice).await, TASKS, "each task placed once");
+    assert_eq!(s.attempts(w.id).await.expect("attempts").len(), TASKS);
+    // A workflow each: tasks of one job share rows (their counts) that a backend may lock,
+    // which would order the plans without any check of the node's fit.
+    let mut one_core = vec![];
+    for _ in 0..TASKS {
+        let w = submit(s.as_ref(), 1).await;
+        one_core.push(vec![place(&w, 0, "small", need(1000, 0, &[]))]);
+    }
+    assert_eq!(race(one_core).await, 1, "one core, one attempt");
+    let usage = s.node_usage(Some("small")).await.expect("node_usage");
+    assert_eq!(usage[0].attempts, 1);
 }
 
 /// An exclusive attempt needs a node with nothing live, and nothing is placed beside it.

@@ -79,94 +79,26 @@ pub(super) async fn end_task(
     Ok(())
 }
 
-/// A node as the applier re-checks placements on it: its state and capacity, and what its
-/// live attempts hold, those this plan adds included.
-struct NodeFit {
-    state: String,
-    millicpus: u64,
-    memory_bytes: u64,
-    devices: std::collections::BTreeMap<String, u32>,
-    /// What its live attempts hold (`need.exclusive`: one of them is exclusive).
-    live: NodeUsage,
-}
-
-/// What an attempt row holds, from its resource columns.
-fn need_of(a: &sqlx::sqlite::SqliteRow) -> Result<AttemptNeed> {
-    Ok(AttemptNeed {
-        millicpus: a.get::<i64, _>("millicpus") as u64,
-        memory_bytes: a.get::<i64, _>("memory_bytes") as u64,
-        devices: serde_json::from_str(a.get("devices"))
-            .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?,
-        exclusive: a.get("exclusive"),
-    })
-}
-
-impl NodeFit {
-    /// Read in the plan's transaction, so the check and the commit see the same rows.
-    async fn read(tx: &mut Transaction<'_, Sqlite>, node: &str) -> Result<Self> {
-        let r = sqlx::query("SELECT state, capacity FROM nodes WHERE name = ?")
-            .bind(node)
-            .fetch_optional(&mut **tx)
-            .await?
-            .ok_or_else(|| StoreError::Refused(format!("node {node} is not registered")))?;
-        // As the controller reads it: a capacity it cannot read is none at all.
-        let cap: gantry_api::agent::Capacity =
-            serde_json::from_str(r.get("capacity")).unwrap_or_default();
-        let mut fit = NodeFit {
-            state: r.get("state"),
-            millicpus: u64::from(cap.cpus) * 1000,
-            memory_bytes: cap.memory_bytes,
-            devices: cap.devices,
-            live: NodeUsage::default(),
-        };
-        let live = sqlx::query(
-            "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts
-             WHERE node = ? AND ended_at IS NULL",
-        )
+/// The node a placement names, as the applier re-checks it ([`NodeFit`]), read in the plan's
+/// transaction.
+async fn node_fit(tx: &mut Transaction<'_, Sqlite>, node: &str) -> Result<NodeFit> {
+    let r = sqlx::query("SELECT state, capacity FROM nodes WHERE name = ?")
         .bind(node)
-        .fetch_all(&mut **tx)
-        .await?;
-        for a in &live {
-            fit.live.add(&need_of(a)?);
-        }
-        Ok(fit)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| StoreError::Refused(format!("node {node} is not registered")))?;
+    let mut fit = NodeFit::new(r.get("state"), r.get("capacity"));
+    let live = sqlx::query(
+        "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts
+         WHERE node = ? AND ended_at IS NULL",
+    )
+    .bind(node)
+    .fetch_all(&mut **tx)
+    .await?;
+    for a in &live {
+        fit.live.add(&need_of(a)?);
     }
-
-    /// Why `need` does not fit here now, as the scheduler decides fit; `None` when it fits.
-    fn refusal(&self, need: &AttemptNeed) -> Option<String> {
-        if self.state != "READY" {
-            return Some(format!("it is {}", self.state));
-        }
-        if self.live.need.exclusive {
-            return Some("an exclusive attempt runs there".into());
-        }
-        if need.exclusive && self.live.attempts > 0 {
-            return Some(format!(
-                "it is exclusive and {} attempts run there",
-                self.live.attempts
-            ));
-        }
-        if self.live.need.millicpus + need.millicpus > self.millicpus {
-            return Some(format!(
-                "{} of {} millicores are taken, it needs {}",
-                self.live.need.millicpus, self.millicpus, need.millicpus
-            ));
-        }
-        if self.live.need.memory_bytes + need.memory_bytes > self.memory_bytes {
-            return Some(format!(
-                "{} of {} bytes of memory are taken, it needs {}",
-                self.live.need.memory_bytes, self.memory_bytes, need.memory_bytes
-            ));
-        }
-        for (d, n) in &need.devices {
-            let used = self.live.need.devices.get(d).copied().unwrap_or(0);
-            let total = self.devices.get(d).copied().unwrap_or(0);
-            if used + n > total {
-                return Some(format!("{used} of {total} {d} are taken, it needs {n}"));
-            }
-        }
-        None
-    }
+    Ok(fit)
 }
 
 /// Why the guarded placement moved no row: the task is gone, is past PENDING, or has a live
@@ -187,12 +119,7 @@ async fn placement_refusal(
     .await?
     .ok_or(StoreError::NotFound)?;
     let label = task_label(t.get("job"), t.get("idx"));
-    let status: TaskStatus = parse(t.get("status"))?;
-    Ok(StoreError::Refused(if status != TaskStatus::Pending {
-        format!("task {label} is {status}, not PENDING: not placed on {node}")
-    } else {
-        format!("task {label} has a live attempt already: not placed on {node}")
-    }))
+    Ok(not_placed(&label, parse(t.get("status"))?, node))
 }
 
 impl SqliteStore {
@@ -240,7 +167,7 @@ impl SqliteStore {
                     let fit = match fits.entry(node.as_str()) {
                         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
                         std::collections::hash_map::Entry::Vacant(e) => {
-                            e.insert(NodeFit::read(&mut tx, node).await?)
+                            e.insert(node_fit(&mut tx, node).await?)
                         }
                     };
                     if let Some(why) = fit.refusal(need) {
@@ -382,10 +309,7 @@ impl SqliteStore {
                             Some(&node),
                             Some(label),
                             "task.stopping",
-                            format!(
-                                "stopping on {node}: {}",
-                                cause.as_str().to_lowercase().replace('_', " ")
-                            ),
+                            stopping(&node, *cause),
                         ),
                         now,
                     )
@@ -552,19 +476,6 @@ async fn end_one(
     };
     let task_id = uuid(r.get("task_id"))?;
     let (wf, node, label, number) = attempt_ident(&r)?;
-    let what = match (end.cause, end.exit_code) {
-        (EndCause::Exit, Some(c)) => format!("exited with code {c}"),
-        (cause, Some(c)) => format!(
-            "{} (exit code {c})",
-            cause.as_str().to_lowercase().replace('_', " ")
-        ),
-        (cause, None) => cause.as_str().to_lowercase().replace('_', " "),
-    };
-    let detail = end
-        .reason
-        .as_deref()
-        .map(|r| format!(": {r}"))
-        .unwrap_or_default();
     event(
         tx,
         &ev(
@@ -572,20 +483,12 @@ async fn end_one(
             Some(&node),
             Some(label.clone()),
             "attempt.ended",
-            format!("attempt {number} on {node} {what}{detail}"),
+            attempt_ended(end, number, &node),
         ),
         now,
     )
     .await?;
-    let (status, reason, ended, not_before) = match &end.task {
-        TaskNext::Retry { reason, not_before } => (
-            TaskStatus::Pending,
-            Some(reason.clone()),
-            None,
-            Some(*not_before),
-        ),
-        TaskNext::Final { status, reason } => (*status, reason.clone(), Some(now), None),
-    };
+    let (status, reason, ended, not_before) = task_next(&end.task, now);
     let moved = sqlx::query(
         "UPDATE tasks SET status = ?, reason = ?, live_attempt = NULL, exit_code = ?, ended_at = ?,
              not_before = ? WHERE id = ? AND live_attempt = ?",
@@ -601,11 +504,7 @@ async fn end_one(
     .await?
     .rows_affected();
     if moved > 0 {
-        let msg = match (&end.task, reason) {
-            (TaskNext::Retry { .. }, Some(r)) => format!("PENDING: {r}"),
-            (_, Some(r)) => format!("{status}: {r}"),
-            (_, None) => status.to_string(),
-        };
+        let msg = task_moved(&end.task, status, reason);
         event(
             tx,
             &ev(Some(wf), Some(&node), Some(label), "task.status", msg),

@@ -260,19 +260,7 @@ pub(super) async fn insert_takeover(
     .bind(now)
     .execute(&mut **tx)
     .await?;
-    let msg = match t.from_workflow {
-        Some(from) => format!(
-            "takeover of endpoint {} by {} requested by {} (from workflow {})",
-            t.endpoint,
-            t.to_service,
-            t.requested_by,
-            &from.to_string()[..8]
-        ),
-        None => format!(
-            "{} attaches to endpoint {} (requested by {})",
-            t.to_service, t.endpoint, t.requested_by
-        ),
-    };
+    let msg = takeover_requested(t);
     event(
         tx,
         &ev(

@@ -244,12 +244,7 @@ impl SqliteStore {
             .bind(digest)
             .fetch_optional(&self.pool)
             .await?
-            .map(|r| ManifestRow {
-                digest: r.get("digest"),
-                media_type: r.get("media_type"),
-                size: r.get("size"),
-                created_at: r.get("created_at"),
-            }))
+            .map(|r| manifest_row(&r)))
     }
 
     pub(super) async fn manifest_refs(

@@ -1,17 +1,17 @@
 //! The SQLite backend: the embedded default for `gantry up` and small clusters.
 
 use std::path::Path;
-use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use gantry_api::{EndCause, TaskStatus};
+use gantry_api::TaskStatus;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
+use crate::shared::*;
 use crate::text::cap_opt;
 use crate::*;
 
@@ -28,20 +28,6 @@ mod volumes;
 mod workflows;
 
 use rows::*;
-
-// sqlx's errors become the trait's backend-neutral one here, so that `?` works on queries
-// throughout `sqlite/` while no sqlx type appears in `StoreError`.
-impl From<sqlx::Error> for StoreError {
-    fn from(e: sqlx::Error) -> Self {
-        StoreError::Backend(Box::new(e))
-    }
-}
-
-impl From<sqlx::migrate::MigrateError> for StoreError {
-    fn from(e: sqlx::migrate::MigrateError) -> Self {
-        StoreError::Backend(Box::new(e))
-    }
-}
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
@@ -134,38 +120,6 @@ async fn plain_event(
     now: Millis,
 ) -> Result<()> {
     event(tx, &ev(None, None, None, kind, message), now).await
-}
-
-fn ev(
-    workflow_id: Option<Uuid>,
-    node: Option<&str>,
-    task: Option<String>,
-    kind: &str,
-    message: String,
-) -> NewEvent {
-    NewEvent {
-        workflow_id,
-        node: node.map(str::to_string),
-        task,
-        kind: kind.into(),
-        message,
-    }
-}
-
-/// `res`, with a unique-key violation turned into [`StoreError::Conflict`] with `what` (the
-/// name is taken).
-fn conflict_if_taken<T>(res: Result<T>, what: impl FnOnce() -> String) -> Result<T> {
-    match res {
-        Err(StoreError::Backend(e))
-            if matches!(
-                e.downcast_ref::<sqlx::Error>(),
-                Some(sqlx::Error::Database(d)) if d.is_unique_violation()
-            ) =>
-        {
-            Err(StoreError::Conflict(what()))
-        }
-        other => other,
-    }
 }
 
 // Each method lives in the file of its area (`workflows.rs`, `attempts.rs`, ...) as an

@@ -247,16 +247,7 @@ impl SqliteStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(|r| {
-                Ok(ChoreRow {
-                    id: uuid(r.get("id"))?,
-                    pool: r.get("pool"),
-                    kind: serde_json::from_str(r.get("kind"))
-                        .map_err(|e| StoreError::Corrupt(format!("chore kind: {e}")))?,
-                    created_at: r.get("created_at"),
-                    sent_to: r.get("sent_to"),
-                })
-            })
+            .map(chore_row)
             .collect()
     }
 

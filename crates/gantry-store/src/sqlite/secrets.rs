@@ -67,14 +67,7 @@ impl SqliteStore {
             .await?;
         let mut out = Vec::new();
         for r in &rows {
-            let s = SecretRow {
-                scope: parse(r.get("scope"))?,
-                owner: r.get("owner"),
-                name: r.get("name"),
-                kind: parse(r.get("kind"))?,
-                updated_by: r.get("updated_by"),
-                updated_at: r.get("updated_at"),
-            };
+            let s = secret_row(r)?;
             if owners
                 .iter()
                 .any(|(scope, owner)| *scope == s.scope && *owner == s.owner)

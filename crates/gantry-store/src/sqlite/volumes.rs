@@ -83,23 +83,7 @@ impl SqliteStore {
         let rows = sqlx::query("SELECT * FROM storages ORDER BY name")
             .fetch_all(&self.pool)
             .await?;
-        rows.iter()
-            .map(|r| {
-                let groups: Option<String> = r.get("groups");
-                Ok(StorageRow {
-                    name: r.get("name"),
-                    driver: parse(r.get("driver"))?,
-                    path: r.get("path"),
-                    pool: r.get("pool"),
-                    groups: groups
-                        .map(|g| serde_json::from_str(&g))
-                        .transpose()
-                        .map_err(|e| StoreError::Corrupt(format!("storage groups: {e}")))?,
-                    created_by: r.get("created_by"),
-                    created_at: r.get("created_at"),
-                })
-            })
-            .collect()
+        rows.iter().map(storage_row).collect()
     }
 
     pub(super) async fn delete_storage(&self, name: &str, by: &str, now: Millis) -> Result<()> {

@@ -9,7 +9,6 @@ pub mod s3;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub const GANTRY: &str = env!("CARGO_BIN_EXE_gantry");
@@ -23,26 +22,10 @@ pub fn registry() -> &'static str {
     test_env("GANTRY_TEST_REGISTRY")
 }
 
-/// A value from the env file `scripts/test-images.sh` writes (registries, credentials).
+/// A value from the env file `scripts/test-images.sh` writes (registries, credentials, the
+/// test PostgreSQL), running the script once.
 pub fn test_env(key: &str) -> &'static str {
-    static ENV: OnceLock<Vec<(String, String)>> = OnceLock::new();
-    let all = ENV.get_or_init(|| {
-        let dir = std::env::var("GANTRY_TEST_DIR").unwrap_or_else(|_| "/tmp/gantry-test".into());
-        let status = Command::new(repo_root().join("scripts/test-images.sh"))
-            .stdout(Stdio::null())
-            .status()
-            .expect("running scripts/test-images.sh");
-        assert!(status.success(), "scripts/test-images.sh failed");
-        let env = std::fs::read_to_string(Path::new(&dir).join("env")).expect("test env file");
-        env.lines()
-            .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect()
-    });
-    all.iter()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_else(|| panic!("{key} is not in the test env file"))
+    gantry_store::testkit::test_env(key)
 }
 
 /// A free port that nothing else takes before the test uses it: one below the kernel's
@@ -446,6 +429,9 @@ pub struct Split {
     pub agent_name: String,
     /// More agents ([`Split::start_extra_agent`]), by name.
     extra: Vec<(String, Child)>,
+    heartbeat_timeout: String,
+    /// More flags for `gantry server`.
+    server_args: Vec<String>,
 }
 
 impl Split {
@@ -457,6 +443,11 @@ impl Split {
 
     /// A `gantry server` with no agent yet.
     pub fn server_only(heartbeat_timeout: &str) -> Split {
+        Split::server_only_with(heartbeat_timeout, &[])
+    }
+
+    /// A `gantry server` with more flags (e.g. `--store URL`) and no agent yet.
+    pub fn server_only_with(heartbeat_timeout: &str, extra: &[&str]) -> Split {
         let dir = tempfile::Builder::new()
             .prefix("gantry-e2e-")
             .tempdir()
@@ -469,28 +460,16 @@ impl Split {
             extra: vec![],
             listen_ip: "127.0.0.1".into(),
         };
-        let log = cluster.log_file();
-        let server = Command::new(GANTRY)
-            .args(["server", "--listen", &format!("127.0.0.1:{}", cluster.port)])
-            .arg("--data-dir")
-            .arg(cluster.data_dir())
-            .args([
-                "--heartbeat-timeout",
-                heartbeat_timeout,
-                "--stop-grace",
-                "2s",
-            ])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting gantry server");
-        let s = Split {
+        let mut s = Split {
             cluster,
-            server: Some(server),
+            server: None,
             agent: None,
             agent_name: format!("split-{}", std::process::id()),
             extra: vec![],
+            heartbeat_timeout: heartbeat_timeout.to_string(),
+            server_args: extra.iter().map(|a| a.to_string()).collect(),
         };
+        s.start_server();
         let ctx = s.cluster.data_dir().join("context.toml");
         let deadline = Instant::now() + Duration::from_secs(30);
         while !ctx.exists() {
@@ -502,6 +481,46 @@ impl Split {
             std::thread::sleep(Duration::from_millis(100));
         }
         s
+    }
+
+    fn start_server(&mut self) {
+        let c = &self.cluster;
+        let log = c.log_file();
+        let server = Command::new(GANTRY)
+            .args(["server", "--listen", &format!("127.0.0.1:{}", c.port)])
+            .arg("--data-dir")
+            .arg(c.data_dir())
+            .args([
+                "--heartbeat-timeout",
+                &self.heartbeat_timeout,
+                "--stop-grace",
+                "2s",
+            ])
+            .args(&self.server_args)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting gantry server");
+        self.server = Some(server);
+    }
+
+    /// Kills the server and starts it again on the same data directory and flags; returns
+    /// once it answers.
+    pub fn restart_server(&mut self) {
+        if let Some(mut s) = self.server.take() {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        self.start_server();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.cluster.gantry(&["workflow", "list"]).status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "server did not start again: {}",
+                self.cluster.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     pub fn start_agent(&mut self) {

@@ -1,10 +1,18 @@
-//! The SQLite store against a real database file.
+//! The store against a real database, through the `Store` trait: each backend's test file
+//! (`store_sqlite.rs`, `store_pg.rs`) includes these cases with its own `Db`, a fresh database
+//! per test.
+
+use std::sync::Arc;
 
 use gantry_api::{EndCause, TaskStatus, WorkflowStatus};
 use gantry_store::*;
 use uuid::Uuid;
 
-async fn set_status(s: &SqliteStore, id: Uuid, status: WorkflowStatus, now: Millis) {
+use crate::Db;
+
+type S = Arc<dyn Store>;
+
+async fn set_status(s: &S, id: Uuid, status: WorkflowStatus, now: Millis) {
     s.apply(
         &[Change::SetWorkflow {
             workflow_id: id,
@@ -17,13 +25,12 @@ async fn set_status(s: &SqliteStore, id: Uuid, status: WorkflowStatus, now: Mill
     .unwrap();
 }
 
-async fn open(dir: &tempfile::TempDir) -> SqliteStore {
-    SqliteStore::open(&dir.path().join("gantry.db"))
-        .await
-        .unwrap()
+/// The store on `db`, opened (again, when it was before) as a server opens it.
+pub(crate) async fn open(db: &Db) -> S {
+    db.open().await
 }
 
-fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
+pub(crate) fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
     NewWorkflow {
         id: Uuid::new_v4(),
         name: "wf".into(),
@@ -65,7 +72,7 @@ fn array_then(job: &str, n: u32, then: &str, then_ord: u32) -> Vec<NewTask> {
 }
 
 /// A store with one workflow of one task (returned with it) and nodes to place it on.
-async fn one_task(dir: &tempfile::TempDir) -> (SqliteStore, NewWorkflow, Uuid) {
+async fn one_task(dir: &Db) -> (S, NewWorkflow, Uuid) {
     let s = open(dir).await;
     let w = workflow("ada", "physics", 1);
     let task = w.tasks[0].id;
@@ -88,7 +95,7 @@ fn place(workflow_id: Uuid, attempt_id: Uuid, task_id: Uuid) -> Change {
 
 /// Registers nodes n1 and n2, READY, for attempts to be placed on: the store refuses
 /// placements on nodes it does not know.
-async fn ready_nodes(s: &SqliteStore) {
+async fn ready_nodes(s: &S) {
     for name in ["n1", "n2"] {
         s.register_node(
             &NodeRegistration {
@@ -107,7 +114,7 @@ async fn ready_nodes(s: &SqliteStore) {
 
 #[tokio::test]
 async fn users_and_tokens() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let u = User {
         id: Uuid::new_v4(),
@@ -136,7 +143,7 @@ fn person(name: &str, role: &str) -> User {
 
 #[tokio::test]
 async fn tokens_expire_are_listed_revoked_and_rotated() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let ada = person("ada", "user");
     s.create_user(&ada, "h-login", Some(100), 0).await.unwrap();
@@ -193,7 +200,7 @@ async fn tokens_expire_are_listed_revoked_and_rotated() {
 
 #[tokio::test]
 async fn users_are_disabled_and_deleted_but_never_the_last_admin() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let root = person("root", "admin");
     let ada = person("ada", "user");
@@ -260,7 +267,7 @@ async fn users_are_disabled_and_deleted_but_never_the_last_admin() {
 
 #[tokio::test]
 async fn endpoint_tokens_are_listed_and_revoked_by_id() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     s.add_endpoint_token("chat", "e1", "ada", None, 1)
         .await
@@ -295,7 +302,7 @@ async fn endpoint_tokens_are_listed_and_revoked_by_id() {
 
 #[tokio::test]
 async fn workflow_visibility_and_prefix() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let a = workflow("ada", "physics", 1);
     let b = workflow("bob", "chem", 1);
@@ -328,7 +335,7 @@ async fn workflow_visibility_and_prefix() {
 /// leaving out workflows the caller may not see.
 #[tokio::test]
 async fn shared_prefixes_and_a_node_s_named_events() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let mut a = workflow("ada", "physics", 1);
     let mut b = workflow("bob", "chem", 1);
@@ -392,7 +399,7 @@ async fn shared_prefixes_and_a_node_s_named_events() {
 /// and back (a retry), and forgets a workflow once it ends.
 #[tokio::test]
 async fn active_lists_open_tasks_and_counts_ended_ones() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let mut w = workflow("ada", "physics", 0);
     w.tasks = array_then("member", 5, "prepare", 0);
@@ -489,7 +496,7 @@ async fn active_lists_open_tasks_and_counts_ended_ones() {
 
 #[tokio::test]
 async fn active_lists_a_window_of_waiting_tasks_and_ends_the_rest_by_job() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let n = PENDING_WINDOW as u32 * 2 + 10;
     let mut w = workflow("ada", "physics", 0);
@@ -577,7 +584,7 @@ async fn active_lists_a_window_of_waiting_tasks_and_ends_the_rest_by_job() {
 
 #[tokio::test]
 async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let (s, w, task) = one_task(&dir).await;
     let a1 = Uuid::new_v4();
     s.apply(&[place(w.id, a1, task)], 2).await.unwrap();
@@ -686,7 +693,7 @@ async fn attempt_lifecycle_is_idempotent_and_ignores_stale_attempts() {
 
 #[tokio::test]
 async fn everything_survives_reopening() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let w = workflow("ada", "physics", 2);
     {
         let s = open(&dir).await;
@@ -720,7 +727,7 @@ async fn everything_survives_reopening() {
 
 #[tokio::test]
 async fn an_unknown_node_alert_is_recorded_once_per_episode_and_status() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let alert = |fp: &str, starts: &str, status: &str| UnknownNodeAlert {
         fingerprint: fp.into(),
@@ -769,7 +776,7 @@ async fn an_unknown_node_alert_is_recorded_once_per_episode_and_status() {
 
 #[tokio::test]
 async fn free_text_is_stored_capped_with_a_marker() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let summary = "ü".repeat(750_000); // a 1.5 MB alert summary
     let hold = HoldRow {
@@ -880,17 +887,17 @@ fn tag(repo: Repository<'_>, tag: &str, digest: &str) -> ImageRow {
     }
 }
 
-fn set(digests: &[&str]) -> std::collections::HashSet<String> {
+pub(crate) fn set(digests: &[&str]) -> std::collections::HashSet<String> {
     digests.iter().map(|d| d.to_string()).collect()
 }
 
-fn strings(digests: &[&str]) -> Vec<String> {
+pub(crate) fn strings(digests: &[&str]) -> Vec<String> {
     digests.iter().map(|d| d.to_string()).collect()
 }
 
 #[tokio::test]
 async fn blobs_belong_to_the_repositories_that_link_them() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let alice: Repository = ("user", "alice", "tool");
     let bob: Repository = ("user", "bob", "tool");
@@ -1002,69 +1009,9 @@ async fn blobs_belong_to_the_repositories_that_link_them() {
     assert_eq!(s.linked_blobs(bob, &many).await.unwrap().len(), 1200);
 }
 
-/// A database from before links: what each repository's tags reach becomes linked there, and
-/// nothing else.
-#[tokio::test]
-async fn links_are_made_for_images_cached_before_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let old = tempfile::tempdir().unwrap();
-    let migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    for e in std::fs::read_dir(&migrations).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name().to_string_lossy().to_string();
-        if name.as_str() < "0011" {
-            std::fs::copy(e.path(), old.path().join(&name)).unwrap();
-        }
-    }
-    let path = dir.path().join("gantry.db");
-    {
-        let opts = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true);
-        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
-        sqlx::migrate::Migrator::new(old.path())
-            .await
-            .unwrap()
-            .run(&pool)
-            .await
-            .unwrap();
-        for sql in [
-            "INSERT INTO blobs VALUES ('c', 1, 1, 1), ('l', 1, 1, 1), ('m', 1, 1, 1),
-             ('idx', 1, 1, 1), ('lonely', 1, 1, 1)",
-            "INSERT INTO manifests VALUES ('m', 't', 1, 1), ('idx', 't', 1, 1)",
-            "INSERT INTO manifest_refs VALUES ('m', 'c'), ('m', 'l'), ('idx', 'm'),
-             ('idx', 'missing')",
-            "INSERT INTO images VALUES ('group', 'physics', 'multi', '1', 'idx', 't', 1, 1, 1,
-             NULL), ('user', 'alice', 'one', '1', 'm', 't', 1, 1, 1, NULL)",
-        ] {
-            sqlx::query(sql).execute(&pool).await.unwrap();
-        }
-        pool.close().await;
-    }
-    let s = open(&dir).await;
-    let everything = strings(&["c", "l", "m", "idx", "lonely", "missing"]);
-    assert_eq!(
-        s.linked_blobs(("group", "physics", "multi"), &everything)
-            .await
-            .unwrap(),
-        set(&["c", "l", "m", "idx"])
-    );
-    assert_eq!(
-        s.linked_blobs(("user", "alice", "one"), &everything)
-            .await
-            .unwrap(),
-        set(&["c", "l", "m"])
-    );
-    assert!(s
-        .linked_blobs(("user", "bob", "one"), &everything)
-        .await
-        .unwrap()
-        .is_empty());
-}
-
 #[tokio::test]
 async fn a_volume_is_not_removed_while_a_live_workflow_mounts_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let vol = |name: &str| VolumeRow {
         id: Uuid::new_v4(),
@@ -1117,7 +1064,7 @@ async fn a_volume_is_not_removed_while_a_live_workflow_mounts_it() {
 
 #[tokio::test]
 async fn a_node_keeps_the_address_exec_service_and_labels_of_its_last_hello() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let hello = |address: &str, labels: &[(&str, &str)]| NodeRegistration {
         name: "gpu1".into(),
@@ -1159,111 +1106,9 @@ async fn a_node_keeps_the_address_exec_service_and_labels_of_its_last_hello() {
     assert_eq!(listed[0].labels.len(), 1);
 }
 
-/// A database from before attempts carried what they hold (0017): live attempts get it from
-/// their assignments, so the applier's fit check counts them after the upgrade; ended ones
-/// hold nothing.
-#[tokio::test]
-async fn live_attempts_from_before_0017_hold_what_their_assignment_says() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir).await;
-    s.register_node(
-        &NodeRegistration {
-            name: "n1".into(),
-            pool: "default".into(),
-            capacity: r#"{"cpus":4,"memory_bytes":1000,"devices":{"nvidia.com/gpu":2}}"#.into(),
-            version: "0".into(),
-            ..Default::default()
-        },
-        1,
-    )
-    .await
-    .unwrap();
-    let w = workflow("ada", "physics", 3);
-    s.create_workflow(&w, 1).await.unwrap();
-    let asg = |cpus: f64, exclusive: bool| {
-        let mut devices = serde_json::json!({"nvidia.com/gpu": 1});
-        if exclusive {
-            devices["gantry.io/exclusive"] = 1.into();
-        }
-        serde_json::json!({"resources": {"cpus": cpus, "memory_bytes": 100, "devices": devices}})
-            .to_string()
-    };
-    let (ended, live) = (Uuid::new_v4(), Uuid::new_v4());
-    let at = |a: Uuid, t: usize, assignment: String| Change::CreateAttempt {
-        attempt_id: a,
-        task_id: w.tasks[t].id,
-        workflow_id: w.id,
-        node: "n1".into(),
-        assignment,
-        need: AttemptNeed::default(),
-    };
-    s.apply(&[at(ended, 0, asg(4.0, false))], 2).await.unwrap();
-    let fin = AttemptEnd {
-        attempt_id: ended,
-        status: TaskStatus::Finished,
-        cause: EndCause::Exit,
-        exit_code: Some(0),
-        reason: None,
-        task: TaskNext::Final {
-            status: TaskStatus::Finished,
-            reason: None,
-        },
-    };
-    assert_eq!(s.end_attempt(&fin, 3).await.unwrap(), EndOutcome::Ended);
-    s.apply(&[at(live, 1, asg(2.0, true))], 4).await.unwrap();
-    drop(s);
-    // Back to the schema before 0017, rows kept.
-    let path = dir.path().join("gantry.db");
-    {
-        let pool = sqlx::SqlitePool::connect_with(
-            sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
-        )
-        .await
-        .unwrap();
-        for sql in [
-            "DELETE FROM _sqlx_migrations WHERE version = 17",
-            "ALTER TABLE attempts DROP COLUMN millicpus",
-            "ALTER TABLE attempts DROP COLUMN memory_bytes",
-            "ALTER TABLE attempts DROP COLUMN devices",
-            "ALTER TABLE attempts DROP COLUMN exclusive",
-        ] {
-            sqlx::query(sql).execute(&pool).await.unwrap();
-        }
-        pool.close().await;
-    }
-    let s = open(&dir).await;
-    let pool =
-        sqlx::SqlitePool::connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&path))
-            .await
-            .unwrap();
-    let held = |a: Uuid| {
-        let pool = pool.clone();
-        async move {
-            let r: (i64, i64, String, bool) = sqlx::query_as(
-                "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts WHERE id = ?",
-            )
-            .bind(a.to_string())
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-            r
-        }
-    };
-    assert_eq!(
-        held(live).await,
-        (2000, 100, r#"{"nvidia.com/gpu":1}"#.to_string(), true)
-    );
-    assert_eq!(held(ended).await, (0, 0, "{}".to_string(), false));
-    // The upgraded live attempt is exclusive: nothing goes beside it.
-    match s.apply(&[at(Uuid::new_v4(), 2, "{}".into())], 5).await {
-        Err(StoreError::Refused(why)) => assert!(why.contains("exclusive"), "{why}"),
-        other => panic!("want Refused, got {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn a_chore_keeps_its_kind_until_done() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let s = open(&dir).await;
     let kind = gantry_api::agent::ChoreKind::RemoveVolume {
         path: "default/ephemeral/x".into(),
@@ -1293,26 +1138,17 @@ async fn a_chore_keeps_its_kind_until_done() {
 /// count on its node for ever) and says `NotCurrent`, and its task is left to the current one.
 #[tokio::test]
 async fn a_live_attempt_that_is_not_current_ends_without_moving_its_task() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Db::fresh().await;
     let (s, w, task) = one_task(&dir).await;
     let current = Uuid::new_v4();
     s.apply(&[place(w.id, current, task)], 2).await.unwrap();
     let orphan = Uuid::new_v4();
-    {
-        let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(dir.path().join("gantry.db"));
-        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
-        sqlx::query(
-            "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
-             VALUES (?, ?, ?, 0, 'n2', 'STARTED', '{}', 1)",
-        )
-        .bind(orphan.to_string())
-        .bind(task.to_string())
-        .bind(w.id.to_string())
-        .execute(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
-    }
+    dir.exec(&format!(
+        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at)
+         VALUES ('{orphan}', '{task}', '{}', 0, 'n2', 'STARTED', '{{}}', 1)",
+        w.id
+    ))
+    .await;
     let before = s.task(task).await.unwrap();
     let end = AttemptEnd {
         attempt_id: orphan,

@@ -1,0 +1,209 @@
+//! Holds on nodes (cordon, evict) and the alerts behind them.
+
+use super::nodes::refresh_node_state;
+use super::*;
+
+impl PgStore {
+    pub(super) async fn holds(
+        &self,
+        node: Option<&str>,
+        include_released: bool,
+    ) -> Result<Vec<HoldRow>> {
+        let rows = sqlx::query(
+            "SELECT * FROM holds WHERE ($1 IS NULL OR node = $1) AND ($2 OR state != 'RELEASED')
+             ORDER BY created_at, id",
+        )
+        .bind(node)
+        .bind(include_released)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(hold_row).collect()
+    }
+
+    pub(super) async fn hold(&self, id: Uuid) -> Result<HoldRow> {
+        let r = sqlx::query("SELECT * FROM holds WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        hold_row(&r)
+    }
+
+    pub(super) async fn ended_episodes(
+        &self,
+        fingerprints: &[String],
+    ) -> Result<std::collections::HashSet<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT fingerprint, episode FROM alert_episodes WHERE fingerprint = ANY($1)",
+        )
+        .bind(fingerprints)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get("fingerprint"), r.get("episode")))
+            .collect())
+    }
+
+    pub(super) async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write_tx().await?;
+        let mut touched: Vec<String> = vec![];
+        for c in changes {
+            match c {
+                HoldChange::Place(h) => {
+                    sqlx::query(
+                        "INSERT INTO holds (id, node, pool, kind, source, state, alertname, fingerprint, episode,
+                         release_rule, reason, created_by, created_at, activated_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                    )
+                    .bind(h.id.to_string())
+                    .bind(&h.node)
+                    .bind(&h.pool)
+                    .bind(h.kind.as_str())
+                    .bind(h.source.as_str())
+                    .bind(h.state.as_str())
+                    .bind(pg_opt(&h.alertname))
+                    .bind(&h.fingerprint)
+                    .bind(&h.episode)
+                    .bind(h.release_rule.as_str())
+                    .bind(pg_text(&h.reason))
+                    .bind(&h.created_by)
+                    .bind(now)
+                    .bind((h.state == HoldStatus::Active).then_some(now))
+                    .execute(&mut *tx)
+                    .await?;
+                    let what = if h.state == HoldStatus::Deferred {
+                        "deferred (pool cap reached)"
+                    } else {
+                        "placed"
+                    };
+                    event(
+                        &mut tx,
+                        &ev(
+                            None,
+                            Some(&h.node),
+                            None,
+                            "hold.placed",
+                            format!(
+                                "{} hold {} {what} by {}: {}",
+                                h.kind,
+                                short(h.id),
+                                h.created_by,
+                                h.reason
+                            ),
+                        ),
+                        now,
+                    )
+                    .await?;
+                    touched.push(h.node.clone());
+                }
+                HoldChange::Activate { id } => {
+                    let r = sqlx::query(
+                        "UPDATE holds SET state = 'ACTIVE', activated_at = $1 WHERE id = $2 AND state = 'DEFERRED' RETURNING node, kind, reason",
+                    )
+                    .bind(now)
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(r) = r {
+                        let node: String = r.get("node");
+                        event(
+                            &mut tx,
+                            &ev(
+                                None,
+                                Some(&node),
+                                None,
+                                "hold.activated",
+                                format!(
+                                    "deferred {} hold {} applied: room freed in the pool",
+                                    r.get::<String, _>("kind"),
+                                    short(*id)
+                                ),
+                            ),
+                            now,
+                        )
+                        .await?;
+                        touched.push(node);
+                    }
+                }
+                HoldChange::Release { id, by, reason } => {
+                    let r = sqlx::query(
+                        "UPDATE holds SET state = 'RELEASED', released_by = $1, released_at = $2, release_reason = $3
+                         WHERE id = $4 AND state != 'RELEASED' RETURNING node, kind",
+                    )
+                    .bind(by)
+                    .bind(now)
+                    .bind(pg_text(reason))
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(r) = r {
+                        let node: String = r.get("node");
+                        event(
+                            &mut tx,
+                            &ev(
+                                None,
+                                Some(&node),
+                                None,
+                                "hold.released",
+                                format!(
+                                    "{} hold {} released by {by}: {reason}",
+                                    r.get::<String, _>("kind"),
+                                    short(*id)
+                                ),
+                            ),
+                            now,
+                        )
+                        .await?;
+                        touched.push(node);
+                    }
+                }
+                HoldChange::AlertResolved { id } => {
+                    let r = sqlx::query(
+                        "UPDATE holds SET alert_resolved_at = $1 WHERE id = $2 AND alert_resolved_at IS NULL RETURNING node",
+                    )
+                    .bind(now)
+                    .bind(id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if let Some(r) = r {
+                        let node: String = r.get("node");
+                        event(
+                            &mut tx,
+                            &ev(None, Some(&node), None, "hold.awaiting_admin", format!("the alert of hold {} resolved; an administrator must release it", short(*id))),
+                            now,
+                        )
+                        .await?;
+                    }
+                }
+                HoldChange::EndEpisode {
+                    fingerprint,
+                    episode,
+                    by,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO alert_episodes (fingerprint, episode, ended_at, ended_by) VALUES ($1, $2, $3, $4)
+                         ON CONFLICT (fingerprint, episode) DO NOTHING",
+                    )
+                    .bind(fingerprint)
+                    .bind(episode)
+                    .bind(now)
+                    .bind(by)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                HoldChange::Event(e) => event(&mut tx, e, now).await?,
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        for node in touched {
+            refresh_node_state(&mut tx, &node, now).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,300 @@
+//! Workflows and their tasks: submit, listings, stop requests, the controller's snapshot.
+
+use super::*;
+
+impl PgStore {
+    pub(super) async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query(
+            "INSERT INTO workflows (id, name, owner, grp, spec, plan, status, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, 'PENDING', $7)",
+        )
+        .bind(wf.id.to_string())
+        .bind(&wf.name)
+        .bind(&wf.owner)
+        .bind(&wf.group)
+        .bind(&wf.spec)
+        .bind(&wf.plan)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for v in &wf.volumes {
+            let n = sqlx::query(
+                "INSERT INTO volume_uses (volume_id, workflow_id)
+                 SELECT id, $1 FROM volumes WHERE id = $2",
+            )
+            .bind(wf.id.to_string())
+            .bind(v.to_string())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 0 {
+                return Err(StoreError::Conflict(
+                    "a persistent volume the workflow mounts was removed meanwhile".into(),
+                ));
+            }
+        }
+        // One statement for all the tasks: a task array of thousands would otherwise be as
+        // many round trips, all while holding the write lock.
+        let ids: Vec<String> = wf.tasks.iter().map(|t| t.id.to_string()).collect();
+        let jobs: Vec<&str> = wf.tasks.iter().map(|t| t.job.as_str()).collect();
+        let idxs: Vec<Option<i64>> = wf.tasks.iter().map(|t| t.index.map(i64::from)).collect();
+        let ords: Vec<i64> = wf.tasks.iter().map(|t| t.ord as i64).collect();
+        sqlx::query(
+            "INSERT INTO tasks (id, workflow_id, job, idx, ord, status, created_at)
+             SELECT t.id, $1, t.job, t.idx, t.ord, 'PENDING', $2
+             FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[])
+                  WITH ORDINALITY AS t(id, job, idx, ord, n)
+             ORDER BY t.n",
+        )
+        .bind(wf.id.to_string())
+        .bind(now)
+        .bind(&ids)
+        .bind(&jobs)
+        .bind(&idxs)
+        .bind(&ords)
+        .execute(&mut *tx)
+        .await?;
+        event(
+            &mut tx,
+            &ev(
+                Some(wf.id),
+                None,
+                None,
+                "workflow.submitted",
+                format!("submitted by {} with {} task(s)", wf.owner, wf.tasks.len()),
+            ),
+            now,
+        )
+        .await?;
+        // What else a submit writes goes in the same transaction: a submit is stored whole
+        // or not at all.
+        for t in &wf.takeovers {
+            super::endpoints::insert_takeover(&mut tx, t, now).await?;
+        }
+        super::endpoints::apply_endpoint_changes(&mut tx, &wf.takeover_changes, now).await?;
+        for e in &wf.ended {
+            if !wf.tasks.iter().any(|t| t.id == e.task_id) {
+                return Err(StoreError::Conflict(format!(
+                    "task {} to end is not one of the workflow's",
+                    e.task_id
+                )));
+            }
+            super::attempts::end_task(&mut tx, e.task_id, e.status, &e.reason, now).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn list_workflows(&self, filter: &Visibility) -> Result<Vec<WorkflowRow>> {
+        let rows =
+            match filter {
+                Visibility::All => {
+                    sqlx::query("SELECT * FROM workflows ORDER BY created_at DESC")
+                        .fetch_all(&self.pool)
+                        .await?
+                }
+                Visibility::UserOrGroup { user, group } => sqlx::query(
+                    "SELECT * FROM workflows WHERE owner = $1 OR grp = $2 ORDER BY created_at DESC",
+                )
+                .bind(user)
+                .bind(group)
+                .fetch_all(&self.pool)
+                .await?,
+            };
+        rows.iter().map(workflow_row).collect()
+    }
+
+    pub(super) async fn resolve_workflow(&self, id_or_prefix: &str) -> Result<WorkflowRow> {
+        let p = id_or_prefix.to_ascii_lowercase();
+        if p.len() < 8 || !p.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(StoreError::NotFound);
+        }
+        let rows = sqlx::query("SELECT * FROM workflows WHERE id >= $1 AND id < $2 LIMIT 2")
+            .bind(&p)
+            .bind(format!("{p}\u{7f}"))
+            .fetch_all(&self.pool)
+            .await?;
+        match rows.len() {
+            0 => Err(StoreError::NotFound),
+            1 => workflow_row(&rows[0]),
+            _ => Err(StoreError::Ambiguous(id_or_prefix.to_string())),
+        }
+    }
+
+    pub(super) async fn workflows_by_prefix(
+        &self,
+        prefix: &str,
+        limit: u32,
+    ) -> Result<Vec<WorkflowRow>> {
+        sqlx::query("SELECT * FROM workflows WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3")
+            .bind(prefix)
+            .bind(format!("{prefix}\u{7f}"))
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(workflow_row)
+            .collect()
+    }
+
+    pub(super) async fn workflow(&self, id: Uuid) -> Result<WorkflowRow> {
+        let r = sqlx::query("SELECT * FROM workflows WHERE id = $1")
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        workflow_row(&r)
+    }
+
+    pub(super) async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>> {
+        sqlx::query("SELECT * FROM tasks WHERE workflow_id = $1 ORDER BY ord, idx NULLS FIRST")
+            .bind(workflow_id.to_string())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(task_row)
+            .collect()
+    }
+
+    pub(super) async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
+        sqlx::query("SELECT * FROM tasks WHERE workflow_id = $1 AND job = $2 ORDER BY idx NULLS FIRST LIMIT 1")
+            .bind(workflow_id.to_string())
+            .bind(job)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(task_row)
+            .transpose()
+    }
+
+    pub(super) async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
+        sqlx::query("SELECT * FROM attempts WHERE workflow_id = $1 ORDER BY created_at, number")
+            .bind(workflow_id.to_string())
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(attempt_row)
+            .collect()
+    }
+
+    pub(super) async fn request_stop(
+        &self,
+        workflow_id: Uuid,
+        by: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let n = sqlx::query(
+            "UPDATE workflows SET stop_requested = TRUE
+             WHERE id = $1 AND NOT stop_requested AND status IN ('PENDING', 'RUNNING')",
+        )
+        .bind(workflow_id.to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if n > 0 {
+            event(
+                &mut tx,
+                &ev(
+                    Some(workflow_id),
+                    None,
+                    None,
+                    "workflow.stop",
+                    format!("stop requested by {by}"),
+                ),
+                now,
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    pub(super) async fn active_with(&self, window: usize) -> Result<Vec<ActiveWorkflow>> {
+        let window = window.max(PENDING_WINDOW);
+        // One snapshot: the open tasks, the counts and the live attempts are of the same
+        // moment (a task ending between two reads would be in neither or in both).
+        let mut tx = self.snapshot().await?;
+        let wfs = sqlx::query(
+            "SELECT * FROM workflows WHERE status IN ('PENDING', 'RUNNING') ORDER BY created_at",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        // Every task in play, and each job's first `window` waiting ones (all of them
+        // when there are no more; a single task has no index). The status lists match the
+        // partial indexes' (`tasks_live`, `tasks_pending`). The window is a LATERAL subquery
+        // with a LIMIT, which PostgreSQL runs once per job with waiting tasks, reading only
+        // the window's rows of `tasks_pending`: written as a join, the planner walks every
+        // waiting task of the job first (300 ms a tick for an array of 10,000).
+        let tasks = sqlx::query(
+            "SELECT t.* FROM workflows w JOIN tasks t ON t.workflow_id = w.id
+             WHERE w.status IN ('PENDING', 'RUNNING') AND t.status IN ('STARTED', 'RUNNING')
+             UNION ALL
+             SELECT t.* FROM workflows w
+               JOIN task_counts c ON c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > 0
+               CROSS JOIN LATERAL (
+                 SELECT * FROM tasks p
+                 WHERE p.workflow_id = c.workflow_id AND p.job = c.job AND p.status = 'PENDING'
+                 ORDER BY p.idx LIMIT $1) t
+             WHERE w.status IN ('PENDING', 'RUNNING')
+             ORDER BY ord, idx NULLS FIRST",
+        )
+        .bind(window as i64)
+        .fetch_all(&mut *tx)
+        .await?;
+        let counts = sqlx::query(
+            "SELECT c.workflow_id, c.job, c.status, c.n FROM workflows w
+             JOIN task_counts c ON c.workflow_id = w.id
+             WHERE w.status IN ('PENDING', 'RUNNING')
+               AND c.status IN ('PENDING', 'FINISHED', 'FAILED', 'STOPPED') AND c.n > 0
+             ORDER BY c.job, c.status",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let live = sqlx::query("SELECT * FROM attempts WHERE ended_at IS NULL")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut out: Vec<ActiveWorkflow> = Vec::with_capacity(wfs.len());
+        let mut index = std::collections::HashMap::new();
+        for r in &wfs {
+            let w = workflow_row(r)?;
+            index.insert(w.id, out.len());
+            out.push(ActiveWorkflow {
+                workflow: w,
+                tasks: vec![],
+                ended: vec![],
+                pending: vec![],
+                live: vec![],
+            });
+        }
+        for r in &tasks {
+            let t = task_row(r)?;
+            if let Some(&i) = index.get(&t.workflow_id) {
+                out[i].tasks.push(t);
+            }
+        }
+        for r in &counts {
+            if let Some(&i) = index.get(&uuid(r.get("workflow_id"))?) {
+                let c = TaskCount {
+                    job: r.get("job"),
+                    status: parse(r.get("status"))?,
+                    count: r.get::<i64, _>("n") as u32,
+                };
+                let aw = &mut out[i];
+                match c.status {
+                    TaskStatus::Pending => aw.pending.push(c),
+                    _ => aw.ended.push(c),
+                }
+            }
+        }
+        for r in &live {
+            let a = attempt_row(r)?;
+            if let Some(&i) = index.get(&a.workflow_id) {
+                out[i].live.push(a);
+            }
+        }
+        Ok(out)
+    }
+}
