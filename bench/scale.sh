@@ -17,7 +17,9 @@
 # Environment: NODES ("100 1000 10000"), TASKS (20000), RUN_S (1), NODE_CORES (8), IDLE_S (30),
 # REGISTER_TIMEOUT (900 s), RUN_TIMEOUT (900 s), PROFILE=1 (perf on the server during the
 # array's run: its hottest symbols, self and with children, in $WORK/perf-N-*.txt and
-# printed), and those of bench/lib.sh (GANTRY_BIN,
+# printed), STORE (sqlite, the default, or postgres: a PostgreSQL 15 as `make test` starts it,
+# scripts/test-images.sh, a fresh database per fleet; its processes' CPU is shown beside the
+# server's), and those of bench/lib.sh (GANTRY_BIN,
 # BENCH_KEEP, GANTRY_LOG). SIMAGENT_BIN: the simulated agents (default
 # target/release/gantry-simagent, built if missing).
 set -euo pipefail
@@ -32,6 +34,8 @@ IDLE_S=${IDLE_S:-30}
 REGISTER_TIMEOUT=${REGISTER_TIMEOUT:-900}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 SIM=${SIMAGENT_BIN:-$REPO/target/release/gantry-simagent}
+STORE=${STORE:-sqlite}
+case $STORE in sqlite | postgres) ;; *) die "STORE is sqlite or postgres, not $STORE" ;; esac
 
 PKGS=(jq curl)
 [ "${PROFILE:-0}" = 1 ] && PKGS+=(linux-perf)
@@ -50,6 +54,30 @@ ulimit -n "$(ulimit -Hn)"
 proc_cpu_ms() { printf '%.0f' "$(cpu_ms "$1/self")"; }
 proc_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 
+# PostgreSQL's CPU (its postmaster and every backend, all the postgres user's processes), ms;
+# 0 on SQLite, whose work is inside the server's process.
+pg_cpu_ms() {
+  [ "$STORE" = postgres ] || { echo 0; return; }
+  local p t=0
+  for p in $(pgrep -u postgres); do t=$(awk -v a="$t" -v b="$(cpu_ms "$p")" 'BEGIN { print a + b }'); done
+  printf '%.0f' "$t"
+}
+if [ "$STORE" = postgres ]; then
+  bench_install postgresql-15 postgresql-client-15
+  GANTRY_TEST_DIR=${GANTRY_TEST_DIR:-/tmp/gantry-test} "$REPO/scripts/test-images.sh" > /dev/null ||
+    die "scripts/test-images.sh could not start PostgreSQL"
+  PG_ADMIN=$(sed -n 's/^GANTRY_TEST_PG=//p' "${GANTRY_TEST_DIR:-/tmp/gantry-test}/env")
+  [ -n "$PG_ADMIN" ] || die "no GANTRY_TEST_PG in the test env file"
+fi
+# The --store argument for a fleet of N: a fresh database on PostgreSQL.
+store_args() {
+  [ "$STORE" = postgres ] || return 0
+  local db=gantry_scale_$1_$$
+  psql -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >&2 || die "creating $db"
+  BENCH_CLEANUPS+=("psql -q '$PG_ADMIN' -c 'DROP DATABASE IF EXISTS $db WITH (FORCE)' >/dev/null 2>&1")
+  echo "--store ${PG_ADMIN%/*}/$db"
+}
+
 # node list as JSON.
 node_list() {
   GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" node list -o json
@@ -58,7 +86,8 @@ node_list() {
 rows=()
 for n in $NODES; do
   log "=== $n nodes"
-  gantry_server_start "gantry-$n"
+  # shellcheck disable=SC2046 # store_args is one flag and its value, or nothing
+  gantry_server_start "gantry-$n" $(store_args "$n")
   spid=$GSERVER_PID
   # The simulated agents: one JSON report a second.
   simlog=$WORK/sim-$n.jsonl
@@ -68,6 +97,7 @@ for n in $NODES; do
   BENCH_CLEANUPS+=("bench_stop_pid $sim_pid gantry-simagent")
   t0=$(now_ms)
   cpu0=$(proc_cpu_ms "$spid")
+  pg0=$(pg_cpu_ms)
 
   # --- registration: every node READY and connected
   reg_ms=timeout
@@ -83,13 +113,16 @@ for n in $NODES; do
     sleep 2
   done
   reg_cpu=$(($(proc_cpu_ms "$spid") - cpu0))
+  reg_pg=$(($(pg_cpu_ms) - pg0))
   log "all $n registered in ${reg_ms} ms (server CPU ${reg_cpu} ms)"
 
   # --- idle: heartbeats only
   sleep 5
   c0=$(proc_cpu_ms "$spid")
+  p0=$(pg_cpu_ms)
   sleep "$IDLE_S"
   idle_pct=$(awk -v c=$(($(proc_cpu_ms "$spid") - c0)) -v s="$IDLE_S" 'BEGIN { printf "%.1f", c / (s * 10) }')
+  idle_pg=$(awk -v c=$(($(pg_cpu_ms) - p0)) -v s="$IDLE_S" 'BEGIN { printf "%.1f", c / (s * 10) }')
   idle_rss=$(($(proc_kib "$spid" VmRSS) / 1024))
   log "idle: ${idle_pct} % of a core, ${idle_rss} MiB"
 
@@ -115,6 +148,7 @@ jobs:
       end: $TASKS
 EOF
   r0=$(proc_cpu_ms "$spid")
+  rp0=$(pg_cpu_ms)
   id=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" workflow start "$wf" -o json | jq -r .id)
   log "workflow $id: $TASKS tasks"
   rt0=$(now_ms)
@@ -133,6 +167,7 @@ EOF
     sleep 5
   done
   run_cpu=$(($(proc_cpu_ms "$spid") - r0))
+  run_pg=$(($(pg_cpu_ms) - rp0))
   if [ -n "$prof_pid" ]; then
     kill -INT "$prof_pid"; wait "$prof_pid" 2>/dev/null || true
     perf report -i "$WORK/perf-$n.data" --no-children --percent-limit 1 --stdio -g none 2>/dev/null |
@@ -162,6 +197,7 @@ EOF
   assigned=$(jq -r .assigned <<< "$last")
   twice=$(jq -r .assigned_twice <<< "$last")
   cpu_task=$(awk -v c="$run_cpu" -v t="$TASKS" 'BEGIN { printf "%.2f", c / t }')
+  pg_task=$(awk -v c="$run_pg" -v t="$TASKS" 'BEGIN { printf "%.2f", c / t }')
 
   figure "scale.$n.register_ms" "$reg_ms"
   figure "scale.$n.register_cpu_ms" "$reg_cpu"
@@ -174,14 +210,20 @@ EOF
   figure "scale.$n.rtt_p99_ms" "$rtt99"
   figure "scale.$n.live_nodes_down" "$down"
   figure "scale.$n.placed_more_than_once" "$((assigned - TASKS))"
-  rows+=("$(printf '| %s | %s ms (%s ms CPU) | %s %% | %s MiB | %s (%s of %s %s) | %s ms/task | %s MiB | %s ms | %s / %s ms | %s | %s | %s / %s |' \
-    "$n" "$reg_ms" "$reg_cpu" "$idle_pct" "$idle_rss" "$tps" "$finished" "$TASKS" "$status" \
-    "$cpu_task" "$peak_rss" "$list_ms" "$rtt50" "$rtt99" "$down" "$reconnects" "$assigned" "$twice")")
+  pg_note() { [ "$STORE" = postgres ] && printf ' (+ %s PostgreSQL)' "$1"; }
+  if [ "$STORE" = postgres ]; then
+    figure "scale.$n.idle_pg_cpu_pct" "$idle_pg"
+    figure "scale.$n.run_pg_cpu_ms_per_task" "$pg_task"
+  fi
+  rows+=("$(printf '| %s | %s ms (%s ms CPU%s) | %s %%%s | %s MiB | %s (%s of %s %s) | %s ms/task%s | %s MiB | %s ms | %s / %s ms | %s | %s | %s / %s |' \
+    "$n" "$reg_ms" "$reg_cpu" "$(pg_note "$reg_pg ms")" "$idle_pct" "$(pg_note "$idle_pg %")" "$idle_rss" \
+    "$tps" "$finished" "$TASKS" "$status" "$cpu_task" "$(pg_note "$pg_task ms")" "$peak_rss" "$list_ms" \
+    "$rtt50" "$rtt99" "$down" "$reconnects" "$assigned" "$twice")")
   bench_stop_pid "$spid" "gantry server"
 done
 
 echo
-echo "Scale: $TASKS one-core tasks of ${RUN_S} s on N simulated nodes of $NODE_CORES cores (SQLite)"
+echo "Scale: $TASKS one-core tasks of ${RUN_S} s on N simulated nodes of $NODE_CORES cores ($STORE)"
 echo
 echo "| nodes | all registered | idle server CPU | idle RSS | tasks/s end to end | server CPU in the run | peak RSS | node list | ping p50 / p99 | live nodes DOWN | reconnects | assigned / twice |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
