@@ -156,6 +156,36 @@ pub fn check_retries(wf: &Workflow, cap: u32) -> Result<(), String> {
     ))
 }
 
+/// The largest task array the cluster's setting allows ([`MAX_ARRAY_SIZE_KEY`]); the file
+/// format's own maximum ([`gantry_spec::MAX_TASKS`]) when unset or not a number in range.
+pub fn array_cap(setting: Option<&str>) -> u64 {
+    setting
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|n| (1..=gantry_spec::MAX_TASKS).contains(n))
+        .unwrap_or(gantry_spec::MAX_TASKS)
+}
+
+/// Refuses a workflow with a task array of more than `cap` tasks (see [`array_cap`]), naming
+/// each with its position, as Slurm refuses an array past its `MaxArraySize`.
+pub fn check_arrays(wf: &Workflow, cap: u64) -> Result<(), String> {
+    let over: Vec<String> = wf
+        .jobs
+        .iter()
+        .filter_map(|(n, j)| {
+            let len = j.task_array.as_ref()?.len();
+            (len > cap).then(|| format!("jobs.{n}.task-array (job at {}): {len} tasks", j.pos))
+        })
+        .collect();
+    if over.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "this cluster runs task arrays of at most {cap} tasks (an administrator set \
+         {MAX_ARRAY_SIZE_KEY}={cap}); split the array into smaller ones:\n  {}",
+        over.join("\n  ")
+    ))
+}
+
 /// `GET /workflows?status=` (and MCP's `list_workflows`).
 pub fn status_filter(status: Option<&str>) -> Result<Option<WorkflowStatus>, String> {
     status
@@ -234,6 +264,9 @@ pub const EGRESS_KEY: &str = "network.egress";
 /// A site's cap on `policy.retry.attempts`, at most the file format's own.
 pub const RETRY_MAX_ATTEMPTS_KEY: &str = "retry.max_attempts";
 
+/// The most tasks one task array may have on this cluster (Slurm's `MaxArraySize`).
+pub const MAX_ARRAY_SIZE_KEY: &str = "workflows.max_array_size";
+
 /// Which `resource.annotations` keys constrain placement (a node must carry the label with
 /// that value); the others are only recorded.
 pub const CONSTRAINT_ANNOTATIONS_KEY: &str = "scheduler.constraint_annotations";
@@ -282,6 +315,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         RETRY_MAX_ATTEMPTS_KEY,
         "100",
         "the most starts of one step a workflow may ask for (policy.retry.attempts), 1-100",
+    ),
+    (
+        MAX_ARRAY_SIZE_KEY,
+        "1000000",
+        "the most tasks one task array may have (jobs.NAME.task-array), 1-1000000",
     ),
     (
         CACHE_BYTES_KEY,
@@ -415,6 +453,18 @@ pub fn check_setting(def: &SettingDef, key: &str, body: &Setting) -> Result<(), 
         {
             return Err(format!("{key}: pool {pool:?}: {e}"));
         }
+    }
+    let most = gantry_spec::MAX_TASKS;
+    if k == MAX_ARRAY_SIZE_KEY
+        && !body
+            .value
+            .parse::<u64>()
+            .is_ok_and(|n| (1..=most).contains(&n))
+    {
+        return Err(format!(
+            "{key} must be a whole number from 1 to {most} ({help}), not {:?}",
+            body.value
+        ));
     }
     let max = gantry_spec::MAX_RETRY_ATTEMPTS;
     if k == RETRY_MAX_ATTEMPTS_KEY
@@ -1075,6 +1125,17 @@ mod tests {
         for bad in ["0", "101", "4294967295", "-1", "", "3.5"] {
             assert!(check_setting(retry, key, &set(key, bad)).is_err(), "{bad}");
         }
+        let arrays = setting_def(MAX_ARRAY_SIZE_KEY).unwrap();
+        let key = MAX_ARRAY_SIZE_KEY;
+        for good in ["1", "10000", "1000000"] {
+            assert!(
+                check_setting(arrays, key, &set(key, good)).is_ok(),
+                "{good}"
+            );
+        }
+        for bad in ["0", "1000001", "-5", "", "1e6", "ten"] {
+            assert!(check_setting(arrays, key, &set(key, bad)).is_err(), "{bad}");
+        }
         let prom = setting_def(PROMETHEUS_URL_KEY).unwrap();
         let key = PROMETHEUS_URL_KEY;
         for good in ["", "http://127.0.0.1:9090", "https://prom.example.org"] {
@@ -1197,6 +1258,29 @@ mod tests {
         assert!(why.contains("at most 3 times"), "{why}");
         assert!(why.contains("jobs.many.policy.retry.attempts: 4"), "{why}");
         assert!(!why.contains("jobs.few"), "{why}");
+    }
+
+    #[test]
+    fn a_cluster_may_allow_smaller_task_arrays_than_the_format() {
+        assert_eq!(array_cap(None), gantry_spec::MAX_TASKS);
+        assert_eq!(array_cap(Some("1000")), 1000);
+        assert_eq!(array_cap(Some("0")), gantry_spec::MAX_TASKS);
+        let wf = gantry_spec::parse(
+            "version: v4\njobs:\n  small:\n    image: {uri: docker://alpine}\n    task-array: {start: 1, end: 1000}\n  big:\n    image: {uri: docker://alpine}\n    task-array: {start: 0, end: 1000}\n  one:\n    image: {uri: docker://alpine}\n",
+        )
+        .unwrap();
+        assert!(check_arrays(&wf, 1001).is_ok());
+        let why = check_arrays(&wf, 1000).unwrap_err();
+        assert!(why.contains("at most 1000 tasks"), "{why}");
+        assert!(why.contains("workflows.max_array_size=1000"), "{why}");
+        assert!(
+            why.contains("jobs.big.task-array (job at 6:3): 1001 tasks"),
+            "{why}"
+        );
+        assert!(
+            !why.contains("jobs.small") && !why.contains("jobs.one"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -207,3 +207,37 @@ fn a_silent_node_is_disconnected_and_is_ready_again_when_it_reconnects() {
     ready_tx.send(()).unwrap();
     agent.join().unwrap();
 }
+
+/// An administrator caps task arrays (`workflows.max_array_size`, as Slurm's `MaxArraySize`):
+/// a bigger one is refused at submit with the job's position and the setting named, and
+/// nothing of it is stored; one within the cap is accepted.
+#[test]
+fn an_administrator_caps_the_size_of_task_arrays() {
+    let s = Split::server_only("30s");
+    let c = &s.cluster;
+    let array = |n: u32| {
+        format!(
+            "version: v4\njobs:\n  work:\n    image:\n      uri: docker://busybox:1\n    command: [true]\n    task-array:\n      start: 1\n      end: {n}\n"
+        )
+    };
+    let bad = c.gantry(&["admin", "settings", "set", "workflows.max_array_size=0"]);
+    assert!(!bad.status.success(), "a cap of 0 is refused");
+    c.ok(&["admin", "settings", "set", "workflows.max_array_size=100"]);
+    let over = c.write("over.yaml", &array(101));
+    let out = c.gantry(&["workflow", "start", over.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "101 tasks over a cap of 100");
+    assert!(
+        err.contains("at most 100 tasks")
+            && err.contains("jobs.work.task-array (job at 3:3): 101 tasks"),
+        "{err}"
+    );
+    assert_eq!(
+        c.json(&["workflow", "list"]).as_array().unwrap().len(),
+        0,
+        "nothing stored"
+    );
+    let within = c.write("within.yaml", &array(100));
+    c.start_workflow(&within);
+    assert_eq!(c.json(&["workflow", "list"]).as_array().unwrap().len(), 1);
+}

@@ -110,6 +110,13 @@ pub async fn prepare(
             .as_deref(),
     );
     requests::check_retries(&wf, cap).map_err(ApiError::BadRequest)?;
+    let arrays = requests::array_cap(
+        st.store
+            .setting(requests::MAX_ARRAY_SIZE_KEY)
+            .await?
+            .as_deref(),
+    );
+    requests::check_arrays(&wf, arrays).map_err(ApiError::BadRequest)?;
     check_layouts(st, &wf)?;
     if !wf.images.is_empty() {
         let enabled = st.store.setting("builds.enabled").await?;
