@@ -189,7 +189,15 @@ pub struct WorkflowSummary {
 pub struct WorkflowDetail {
     #[serde(flatten)]
     pub summary: WorkflowSummary,
+    /// One page of the tasks (`?limit=`, default 1,000; `?status=` only those statuses), in
+    /// the workflow's order.
     pub tasks: Vec<TaskInfo>,
+    /// How many tasks match the request's `status` (every task when none asked).
+    #[serde(default)]
+    pub tasks_total: u64,
+    /// The page's last task when more follow: the next page is `?after=<it>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use gantry_api::v1::{
     ReleaseHolds, Role, S3Secret, Setting, SubmitWorkflow,
 };
 use gantry_api::{EndpointScope, StorageDriver, TakeoverMode, VolumeScope};
-use gantry_api::{NodeState, WorkflowStatus};
+use gantry_api::{NodeState, TaskStatus, WorkflowStatus};
 use gantry_core::holds::HoldType;
 use gantry_core::plan::{self, WorkflowPlan};
 use gantry_spec::Workflow;
@@ -184,6 +184,37 @@ pub fn check_arrays(wf: &Workflow, cap: u64) -> Result<(), String> {
          {MAX_ARRAY_SIZE_KEY}={cap}); split the array into smaller ones:\n  {}",
         over.join("\n  ")
     ))
+}
+
+/// The tasks a page of `describe` holds unless asked (`?limit=`), and the most it may.
+pub const TASK_PAGE_DEFAULT: u32 = 1000;
+pub const TASK_PAGE_MAX: u32 = 10_000;
+
+/// `GET /workflows/{id}?limit=&status=`: the page size (0: the counts alone) and the task
+/// statuses, comma-separated, in any case.
+pub fn task_page(
+    limit: Option<u32>,
+    status: Option<&str>,
+) -> Result<(u32, Vec<TaskStatus>), String> {
+    let limit = limit.unwrap_or(TASK_PAGE_DEFAULT);
+    if limit > TASK_PAGE_MAX {
+        return Err(format!(
+            "limit is at most {TASK_PAGE_MAX} tasks a page, not {limit}: page on with `after`"
+        ));
+    }
+    let statuses = status
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<TaskStatus>().map_err(|_| {
+                let all: Vec<&str> = TaskStatus::ALL.iter().map(|t| t.as_str()).collect();
+                format!("unknown task status {s:?}: use {}", all.join(", "))
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((limit, statuses))
 }
 
 /// `GET /workflows?status=` (and MCP's `list_workflows`).

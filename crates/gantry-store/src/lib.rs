@@ -24,6 +24,7 @@ pub use text::{cap_text, MAX_TEXT_BYTES};
 pub use types::*;
 
 use async_trait::async_trait;
+use gantry_api::TaskStatus;
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +117,17 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn workflows_by_prefix(&self, prefix: &str, limit: u32) -> Result<Vec<WorkflowRow>>;
     async fn workflow(&self, id: Uuid) -> Result<WorkflowRow>;
     async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>>;
+    /// A page of a workflow's tasks ([`TaskPage`]): what `describe` shows of an array of a
+    /// million, an index range read rather than the whole.
+    async fn tasks_page(&self, workflow_id: Uuid, page: &TaskPage) -> Result<Vec<TaskRow>>;
+    /// How many tasks of each workflow are in each status (counts above zero), from the
+    /// counts the store keeps: `workflow list` reads no task.
+    async fn task_counts(
+        &self,
+        workflow_ids: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>>;
+    /// The attempts of these tasks, each task's in order.
+    async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>>;
     /// The first task of one job (a service has exactly one), without reading the others.
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>>;
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>>;

@@ -41,6 +41,7 @@ macro_rules! every_contract {
             node_usage_sums_the_live_attempts,
             silent_nodes_are_those_not_heard_from_since,
             a_submit_is_stored_whole_or_not_at_all,
+            tasks_are_paged_and_counted_in_workflow_order,
         );
     };
 }
@@ -1119,5 +1120,104 @@ pub async fn a_submit_is_stored_whole_or_not_at_all(s: Arc<dyn Store>) {
         all_events(s).await.len(),
         events,
         "no event of it was written"
+    );
+}
+
+/// `tasks_page` walks a workflow's tasks in its order (a job's one unindexed task before the
+/// next job's members), page by page from the previous page's last, filtered by status;
+/// `task_counts` counts them by status; `attempts_of` reads only the tasks asked for.
+pub async fn tasks_are_paged_and_counted_in_workflow_order(s: Arc<dyn Store>) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    let mut w = new_workflow(5);
+    // A second job, first in the workflow's order, of one task without an index.
+    w.tasks.push(NewTask {
+        id: Uuid::new_v4(),
+        job: "first".into(),
+        index: None,
+        ord: 0,
+    });
+    for t in &mut w.tasks[..5] {
+        t.ord = 1;
+    }
+    s.create_workflow(&w, 1).await.expect("create_workflow");
+    let other = submit(s, 3).await;
+    let want: Vec<Uuid> = std::iter::once(w.tasks[5].id)
+        .chain(w.tasks[..5].iter().map(|t| t.id))
+        .collect();
+    let mut got = vec![];
+    let mut after = None;
+    loop {
+        let page = s
+            .tasks_page(
+                w.id,
+                &TaskPage {
+                    after,
+                    statuses: vec![],
+                    limit: 2,
+                },
+            )
+            .await
+            .expect("tasks_page");
+        assert!(page.len() <= 2);
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|t| t.id);
+        got.extend(page.iter().map(|t| t.id));
+    }
+    assert_eq!(got, want, "every task once, in the workflow's order");
+
+    let plan = [
+        place(&w, 1, "n1", need(0, 0, &[])),
+        place(&w, 3, "n1", need(0, 0, &[])),
+    ];
+    let attempts: Vec<Uuid> = plan.iter().map(attempt_of).collect();
+    s.apply(&plan, 2).await.expect("placed");
+    assert_eq!(
+        s.end_attempt(&end(attempts[1], finished()), 3)
+            .await
+            .expect("end"),
+        EndOutcome::Ended
+    );
+    let started = s
+        .tasks_page(
+            w.id,
+            &TaskPage {
+                after: None,
+                statuses: vec![TaskStatus::Started, TaskStatus::Finished],
+                limit: 10,
+            },
+        )
+        .await
+        .expect("tasks_page by status");
+    let ids: Vec<Uuid> = started.iter().map(|t| t.id).collect();
+    assert_eq!(ids, vec![w.tasks[1].id, w.tasks[3].id]);
+
+    let counts = s
+        .task_counts(&[w.id, other.id, Uuid::new_v4()])
+        .await
+        .expect("task_counts");
+    assert_eq!(
+        counts[&w.id],
+        BTreeMap::from([
+            (TaskStatus::Pending, 4),
+            (TaskStatus::Started, 1),
+            (TaskStatus::Finished, 1)
+        ])
+    );
+    assert_eq!(
+        counts[&other.id],
+        BTreeMap::from([(TaskStatus::Pending, 3)])
+    );
+    assert_eq!(counts.len(), 2, "a workflow with no tasks has no counts");
+
+    let of = s
+        .attempts_of(&[w.tasks[3].id, w.tasks[0].id])
+        .await
+        .expect("attempts_of");
+    assert_eq!(
+        of.iter().map(|a| a.id).collect::<Vec<_>>(),
+        vec![attempts[1]]
     );
 }

@@ -661,3 +661,13 @@ pub struct VolumeRow {
     pub created_by: String,
     pub created_at: Millis,
 }
+
+/// One page of a workflow's tasks, in the workflow's order (job by job, members by index).
+#[derive(Debug, Clone, Default)]
+pub struct TaskPage {
+    /// The tasks after this one (the previous page's last); from the first when `None`.
+    pub after: Option<Uuid>,
+    /// Only tasks in these statuses; every status when empty.
+    pub statuses: Vec<TaskStatus>,
+    pub limit: u32,
+}

@@ -142,12 +142,13 @@ async fn pg_schema(url: &str) -> BTreeMap<String, Table> {
             (class(r.get("type")), r.get("not_null"), r.get("pk")),
         );
     }
+    // An expression's place in an index is '' (attnum 0), as SQLite's index_info says it.
     for r in sqlx::query(
         "SELECT t.relname::text AS t, i.relname::text AS name, x.indisunique AS uniq,
                 x.indisprimary AS pk, con.conname IS NOT NULL AS constraint,
                 x.indpred IS NOT NULL AS partial,
-                ARRAY(SELECT a.attname::text FROM unnest(x.indkey) WITH ORDINALITY k(n, o)
-                      JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.n
+                ARRAY(SELECT COALESCE(a.attname::text, '') FROM unnest(x.indkey) WITH ORDINALITY k(n, o)
+                      LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.n AND k.n != 0
                       ORDER BY k.o) AS cols
          FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
          JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace n ON n.oid = t.relnamespace

@@ -241,3 +241,77 @@ fn an_administrator_caps_the_size_of_task_arrays() {
     c.start_workflow(&within);
     assert_eq!(c.json(&["workflow", "list"]).as_array().unwrap().len(), 1);
 }
+
+/// A big array is shown a page at a time: `describe` gives the first 1,000 tasks with the
+/// total and where the next page starts, `--after` walks every task once in order, `status`
+/// and `workflow list` give the counts without the tasks, and a bad page is refused.
+#[test]
+fn describe_pages_a_big_array_and_status_counts_it() {
+    let s = Split::server_only("30s");
+    let c = &s.cluster;
+    let f = c.write(
+        "big.yaml",
+        "version: v4\njobs:\n  work:\n    image:\n      uri: docker://busybox:1\n    command: [true]\n    task-array:\n      start: 1\n      end: 2500\n",
+    );
+    let id = c.start_workflow(&f);
+    let first = c.json(&["workflow", "describe", &id]);
+    assert_eq!(
+        first["tasks"].as_array().unwrap().len(),
+        1000,
+        "the first page"
+    );
+    assert_eq!(first["tasks_total"], 2500);
+    let mut seen: Vec<u64> = vec![];
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["workflow", "describe", id.as_str(), "--limit", "1000"];
+        if let Some(a) = &after {
+            args.extend(["--after", a.as_str()]);
+        }
+        let page = c.json(&args);
+        seen.extend(
+            page["tasks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["index"].as_u64().unwrap()),
+        );
+        match page["next"].as_str() {
+            Some(n) => after = Some(n.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        (1..=2500).collect::<Vec<u64>>(),
+        "every task once, in order"
+    );
+
+    let status = c.json(&["workflow", "status", &id]);
+    assert_eq!(status["counts"]["PENDING"], 2500);
+    let listed = c.json(&["workflow", "list"]);
+    assert_eq!(listed[0]["counts"]["PENDING"], 2500);
+    let none = c.json(&["workflow", "describe", &id, "--status", "failed"]);
+    assert_eq!(none["tasks"].as_array().unwrap().len(), 0);
+    assert_eq!(none["tasks_total"], 0);
+
+    let other = c.start_workflow(&f);
+    let theirs = c.json(&["workflow", "describe", &other, "--limit", "1"])["tasks"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (args, why) in [
+        (
+            vec!["--after", theirs.as_str()],
+            "is not a task of workflow",
+        ),
+        (vec!["--limit", "20000"], "at most 10000"),
+        (vec!["--after", "nope"], "--after takes a task id"),
+    ] {
+        let mut all = vec!["workflow", "describe", id.as_str()];
+        all.extend(args);
+        let out = c.gantry(&all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{all:?}: {err}");
+    }
+}

@@ -264,11 +264,11 @@ pub(crate) async fn call(
             ok(json!({ "workflows": list }))
         }
         Call::GetWorkflow(a) => {
-            let d = api!(svc::detail(st, c, &a.id).await);
+            let d = api!(svc::detail(st, c, &a.id, &svc::TaskQuery::default()).await);
             ok(d)
         }
         Call::WorkflowStatus(a) => {
-            let d = api!(svc::detail(st, c, &a.id).await);
+            let d = api!(svc::detail(st, c, &a.id, &svc::TaskQuery::default()).await);
             let mut v = serde_json::to_value(&d.summary).unwrap_or_default();
             v["done"] = json!(d.summary.status.is_terminal());
             ok(v)

@@ -359,12 +359,16 @@ pub async fn visible_workflow(
 }
 
 async fn summary(st: &AppState, w: WorkflowRow) -> Result<WorkflowSummary, ApiError> {
-    let tasks = st.store.tasks(w.id).await?;
-    let mut counts = std::collections::BTreeMap::new();
-    for t in &tasks {
-        *counts.entry(t.status).or_insert(0) += 1;
-    }
-    Ok(WorkflowSummary {
+    let counts = st.store.task_counts(&[w.id]).await?.remove(&w.id);
+    Ok(summary_with(w, counts.unwrap_or_default()))
+}
+
+/// A workflow's summary with its tasks' counts (from the store's counts: no task is read).
+fn summary_with(
+    w: WorkflowRow,
+    counts: std::collections::BTreeMap<TaskStatus, u64>,
+) -> WorkflowSummary {
+    WorkflowSummary {
         id: w.id,
         name: w.name,
         owner: w.owner,
@@ -373,8 +377,11 @@ async fn summary(st: &AppState, w: WorkflowRow) -> Result<WorkflowSummary, ApiEr
         reason: w.reason,
         created_at: ts(w.created_at),
         ended_at: w.ended_at.map(ts),
-        counts,
-    })
+        counts: counts
+            .into_iter()
+            .map(|(s, n)| (s, u32::try_from(n).unwrap_or(u32::MAX)))
+            .collect(),
+    }
 }
 
 /// The workflows the caller may see, with `status` (a name, case-insensitive) only those.
@@ -384,22 +391,96 @@ pub async fn list(
     status: Option<&str>,
 ) -> Result<Vec<WorkflowSummary>, ApiError> {
     let want = requests::status_filter(status).map_err(ApiError::BadRequest)?;
-    let mut out = vec![];
-    for w in st.store.list_workflows(&c.visibility()).await? {
-        if want.is_some_and(|s| s != w.status) {
-            continue;
-        }
-        out.push(summary(st, w).await?);
-    }
-    Ok(out)
+    let rows: Vec<WorkflowRow> = st
+        .store
+        .list_workflows(&c.visibility())
+        .await?
+        .into_iter()
+        .filter(|w| want.is_none_or(|s| s == w.status))
+        .collect();
+    // One read of the counts for every workflow listed.
+    let ids: Vec<Uuid> = rows.iter().map(|w| w.id).collect();
+    let mut counts = st.store.task_counts(&ids).await?;
+    Ok(rows
+        .into_iter()
+        .map(|w| {
+            let n = counts.remove(&w.id).unwrap_or_default();
+            summary_with(w, n)
+        })
+        .collect())
 }
 
-/// A workflow the caller may see, by id or unique prefix, with its tasks and attempts.
-pub async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetail, ApiError> {
+/// Which of a workflow's tasks `detail` shows: a page of `limit` (0: the counts alone) after
+/// task `after`, of these statuses (all when empty).
+#[derive(Debug, Clone)]
+pub struct TaskQuery {
+    pub after: Option<Uuid>,
+    pub statuses: Vec<TaskStatus>,
+    pub limit: u32,
+}
+
+impl Default for TaskQuery {
+    fn default() -> Self {
+        TaskQuery {
+            after: None,
+            statuses: vec![],
+            limit: requests::TASK_PAGE_DEFAULT,
+        }
+    }
+}
+
+/// A workflow the caller may see, by id or unique prefix, with a page of its tasks and their
+/// attempts (a million-task array is shown a page at a time, never read whole).
+pub async fn detail(
+    st: &AppState,
+    c: &Caller,
+    id: &str,
+    q: &TaskQuery,
+) -> Result<WorkflowDetail, ApiError> {
     let w = visible_workflow(st, c, id).await?;
-    let tasks = st.store.tasks(w.id).await?;
+    if let Some(after) = q.after {
+        match st.store.task(after).await {
+            Ok(t) if t.workflow_id == w.id => {}
+            Ok(_) | Err(gantry_store::StoreError::NotFound) => {
+                return Err(ApiError::BadRequest(format!(
+                    "after: {after} is not a task of workflow {}",
+                    w.id
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let counts = st
+        .store
+        .task_counts(&[w.id])
+        .await?
+        .remove(&w.id)
+        .unwrap_or_default();
+    let tasks_total: u64 = counts
+        .iter()
+        .filter(|(s, _)| q.statuses.is_empty() || q.statuses.contains(s))
+        .map(|(_, n)| n)
+        .sum();
+    // One more than asked: whether a next page exists.
+    let mut tasks = if q.limit == 0 {
+        vec![]
+    } else {
+        let page = gantry_store::TaskPage {
+            after: q.after,
+            statuses: q.statuses.clone(),
+            limit: q.limit + 1,
+        };
+        st.store.tasks_page(w.id, &page).await?
+    };
+    let next = if tasks.len() > q.limit as usize {
+        tasks.truncate(q.limit as usize);
+        tasks.last().map(|t| t.id)
+    } else {
+        None
+    };
+    let ids: Vec<Uuid> = tasks.iter().map(|t| t.id).collect();
     let mut attempts: HashMap<Uuid, Vec<AttemptInfo>> = HashMap::new();
-    for a in st.store.attempts(w.id).await? {
+    for a in st.store.attempts_of(&ids).await? {
         attempts.entry(a.task_id).or_default().push(AttemptInfo {
             id: a.id,
             number: a.number,
@@ -475,8 +556,10 @@ pub async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetai
         })
         .collect();
     Ok(WorkflowDetail {
-        summary: summary(st, w).await?,
+        summary: summary_with(w, counts),
         tasks: infos,
+        tasks_total,
+        next,
     })
 }
 

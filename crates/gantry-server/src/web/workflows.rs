@@ -348,7 +348,7 @@ async fn detail_of(
 
 /// The API's view of a workflow, without its plan.
 async fn detail(st: &AppState, c: &Caller, id: &str) -> Result<WorkflowDetail, WebError> {
-    Ok(svc::detail(st, c, id).await?)
+    Ok(svc::detail(st, c, id, &svc::TaskQuery::default()).await?)
 }
 
 async fn events_after(

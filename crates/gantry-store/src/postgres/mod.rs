@@ -249,6 +249,21 @@ impl Store for PgStore {
         PgStore::tasks(self, workflow_id).await
     }
 
+    async fn tasks_page(&self, workflow_id: Uuid, page: &TaskPage) -> Result<Vec<TaskRow>> {
+        PgStore::tasks_page(self, workflow_id, page).await
+    }
+
+    async fn task_counts(
+        &self,
+        workflow_ids: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>> {
+        PgStore::task_counts(self, workflow_ids).await
+    }
+
+    async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
+        PgStore::attempts_of(self, task_ids).await
+    }
+
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
         PgStore::job_task(self, workflow_id, job).await
     }

@@ -224,6 +224,21 @@ impl Store for SqliteStore {
         SqliteStore::tasks(self, workflow_id).await
     }
 
+    async fn tasks_page(&self, workflow_id: Uuid, page: &TaskPage) -> Result<Vec<TaskRow>> {
+        SqliteStore::tasks_page(self, workflow_id, page).await
+    }
+
+    async fn task_counts(
+        &self,
+        workflow_ids: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>> {
+        SqliteStore::task_counts(self, workflow_ids).await
+    }
+
+    async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
+        SqliteStore::attempts_of(self, task_ids).await
+    }
+
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
         SqliteStore::job_task(self, workflow_id, job).await
     }

@@ -150,6 +150,82 @@ impl SqliteStore {
             .collect()
     }
 
+    pub(super) async fn tasks_page(
+        &self,
+        workflow_id: Uuid,
+        page: &TaskPage,
+    ) -> Result<Vec<TaskRow>> {
+        // A range of the `tasks_page` index: the position is (ord, idx) with a job's one task
+        // (no index) first.
+        let statuses =
+            serde_json::to_string(&page.statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>())
+                .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        sqlx::query(
+            "SELECT * FROM tasks WHERE workflow_id = ?1
+               AND (?2 IS NULL OR (ord, COALESCE(idx, -1)) >
+                    (SELECT ord, COALESCE(idx, -1) FROM tasks WHERE id = ?2 AND workflow_id = ?1))
+               AND (json_array_length(?3) = 0 OR status IN (SELECT value FROM json_each(?3)))
+             ORDER BY ord, COALESCE(idx, -1) LIMIT ?4",
+        )
+        .bind(workflow_id.to_string())
+        .bind(page.after.map(|u| u.to_string()))
+        .bind(statuses)
+        .bind(i64::from(page.limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(task_row)
+        .collect()
+    }
+
+    pub(super) async fn task_counts(
+        &self,
+        workflow_ids: &[Uuid],
+    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>> {
+        let ids = serde_json::to_string(
+            &workflow_ids
+                .iter()
+                .map(|u| u.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let rows = sqlx::query(
+            "SELECT workflow_id, status, SUM(n) AS n FROM task_counts
+             WHERE workflow_id IN (SELECT value FROM json_each(?)) AND n > 0
+             GROUP BY workflow_id, status",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut out: std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>> =
+            Default::default();
+        for r in &rows {
+            let status: TaskStatus = r.get::<&str, _>("status").parse().map_err(|_| {
+                StoreError::Corrupt(format!("task status {}", r.get::<&str, _>("status")))
+            })?;
+            out.entry(uuid(r.get("workflow_id"))?)
+                .or_default()
+                .insert(status, r.get::<i64, _>("n") as u64);
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
+        let ids =
+            serde_json::to_string(&task_ids.iter().map(|u| u.to_string()).collect::<Vec<_>>())
+                .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        sqlx::query(
+            "SELECT * FROM attempts WHERE task_id IN (SELECT value FROM json_each(?))
+             ORDER BY task_id, number",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(attempt_row)
+        .collect()
+    }
+
     pub(super) async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
         sqlx::query("SELECT * FROM tasks WHERE workflow_id = ? AND job = ? ORDER BY idx LIMIT 1")
             .bind(workflow_id.to_string())

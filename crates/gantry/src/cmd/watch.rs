@@ -54,8 +54,9 @@ fn say(bar: &ProgressBar, line: String) {
 }
 
 fn progress_line(d: &WorkflowDetail) -> String {
-    let total = d.tasks.len();
-    let count = |s: TaskStatus| d.tasks.iter().filter(|t| t.status == s).count();
+    // The counts cover every task; `d.tasks` is only the first page of a big array.
+    let total: u64 = d.summary.counts.values().map(|&n| u64::from(n)).sum();
+    let count = |s: TaskStatus| d.summary.counts.get(&s).copied().unwrap_or(0);
     // Running transfers say where they are.
     let moving: String = d
         .tasks
@@ -150,7 +151,7 @@ pub async fn watch(client: &Client, id: &str, stream_logs: bool) -> anyhow::Resu
         say(&bar, event_line(e));
     }
     bar.finish_and_clear();
-    let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+    let d: WorkflowDetail = client.get(&format!("/workflows/{id}?limit=0")).await?;
     eprintln!(
         "workflow {} {}{}",
         d.summary.id,
@@ -266,7 +267,7 @@ pub async fn follow_events(
                 println!("{}", event_line(e));
             }
         }
-        let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+        let d: WorkflowDetail = client.get(&format!("/workflows/{id}?limit=0")).await?;
         if d.summary.status.is_terminal() && evs.is_empty() {
             if format == Format::Json {
                 json(&d.summary)?;

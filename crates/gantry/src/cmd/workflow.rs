@@ -48,6 +48,12 @@ pub enum WorkflowCmd {
         /// any case; repeat or separate with commas).
         #[arg(long, value_delimiter = ',')]
         status: Vec<String>,
+        /// Show at most this many tasks (a page; at most 10000).
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+        /// Show the tasks after this one (the task id the previous page ended with).
+        #[arg(long)]
+        after: Option<String>,
         #[command(flatten)]
         out: OutputArg,
     },
@@ -297,7 +303,8 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
         }
         WorkflowCmd::Status { id, out } => {
             let client = conn.client()?;
-            let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+            // The counts alone: no task is read.
+            let d: WorkflowDetail = client.get(&format!("/workflows/{id}?limit=0")).await?;
             if out.format == Format::Json {
                 json(&d.summary)?;
             } else {
@@ -310,13 +317,27 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        WorkflowCmd::Describe { id, status, out } => {
+        WorkflowCmd::Describe {
+            id,
+            status,
+            limit,
+            after,
+            out,
+        } => {
             let wanted = task_statuses(&status)?;
             let client = conn.client()?;
-            let mut d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+            let mut path = format!("/workflows/{id}?limit={limit}");
             if !wanted.is_empty() {
-                d.tasks.retain(|t| wanted.contains(&t.status));
+                let names: Vec<&str> = wanted.iter().map(|s| s.as_str()).collect();
+                path.push_str(&format!("&status={}", names.join(",")));
             }
+            if let Some(a) = &after {
+                let a: uuid::Uuid = a
+                    .parse()
+                    .map_err(|_| UsageError(format!("--after takes a task id, not {a:?}")))?;
+                path.push_str(&format!("&after={a}"));
+            }
+            let d: WorkflowDetail = client.get(&path).await?;
             if out.format == Format::Json {
                 json(&d)?;
                 return Ok(ExitCode::SUCCESS);
@@ -372,6 +393,17 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                 ],
                 &rows,
             );
+            if let Some(next) = d.next {
+                let mut more = format!("gantry workflow describe {id} --after {next}");
+                if !status.is_empty() {
+                    more.push_str(&format!(" --status {}", status.join(",")));
+                }
+                eprintln!(
+                    "{} of {} tasks shown; the next page: {more}",
+                    d.tasks.len(),
+                    d.tasks_total
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         WorkflowCmd::Events { id, follow, out } => {
@@ -404,7 +436,7 @@ pub async fn run(cmd: WorkflowCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
         WorkflowCmd::Stop { id, yes, out } => {
             let client = conn.client()?;
             if !yes {
-                let d: WorkflowDetail = client.get(&format!("/workflows/{id}")).await?;
+                let d: WorkflowDetail = client.get(&format!("/workflows/{id}?limit=0")).await?;
                 let list: Vec<gantry_api::v1::EndpointInfo> = client.get("/endpoints").await?;
                 let serving: Vec<String> = list
                     .into_iter()

@@ -46,12 +46,27 @@ pub async fn list(
     svc::list(&st, &c, q.status.as_deref()).await.map(Json)
 }
 
+#[derive(Deserialize)]
+pub struct DetailQuery {
+    limit: Option<u32>,
+    after: Option<uuid::Uuid>,
+    status: Option<String>,
+}
+
 pub async fn detail(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
     Path(id): Path<String>,
+    Query(q): Query<DetailQuery>,
 ) -> Result<Json<WorkflowDetail>, ApiError> {
-    svc::detail(&st, &c, &id).await.map(Json)
+    let (limit, statuses) = gantry_intake::requests::task_page(q.limit, q.status.as_deref())
+        .map_err(ApiError::BadRequest)?;
+    let q = svc::TaskQuery {
+        after: q.after,
+        statuses,
+        limit,
+    };
+    svc::detail(&st, &c, &id, &q).await.map(Json)
 }
 
 #[derive(Deserialize)]
