@@ -60,7 +60,8 @@ const MONITOR_BEAT: u64 = 200;
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// `http://host:port` of the server.
+    /// `http://host:port` of the server; several, comma-separated, for replicas without a
+    /// load balancer in front (the agent moves to the next when one refuses or fails).
     pub server: String,
     pub token: String,
     pub pool: String,
@@ -91,6 +92,21 @@ pub struct AgentConfig {
     /// members start processes in each other's containers through it. `None`: no service, and
     /// this node cannot run multinode members.
     pub exec_listen: Option<std::net::SocketAddr>,
+}
+
+impl AgentConfig {
+    /// The server URLs, in the order they are tried.
+    pub fn servers(&self) -> Vec<&str> {
+        servers(&self.server)
+    }
+}
+
+/// A `--server` value's URLs: comma-separated, blanks ignored.
+pub fn servers(list: &str) -> Vec<&str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect()
 }
 
 /// Detects this machine's cores and memory.
@@ -264,9 +280,10 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let runtime = tokio::task::spawn_blocking(move || Runtime::new(rc)).await??;
     // The server's object cache is a registry too: plain HTTP when the server is.
     let mut pull = config.pull.clone();
-    if let Some(host) =
-        server_registry(&config.server).filter(|_| config.server.starts_with("http://"))
-    {
+    for server in config.servers() {
+        let Some(host) = server_registry(server).filter(|_| server.starts_with("http://")) else {
+            continue;
+        };
         if !pull.insecure_hosts.contains(&host) {
             pull.insecure_hosts.push(host);
         }
@@ -274,7 +291,11 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     let images = Arc::new(ImageStore::new(config.state_dir.join("images"), pull)?);
     let mut net_config = NetConfig::for_agent(&config.state_dir, &config.name);
     net_config.host_allow = config.host_allow.clone();
-    net_config.server = server_addrs(&config.server);
+    net_config.server = config
+        .servers()
+        .into_iter()
+        .flat_map(server_addrs)
+        .collect();
     let net = Network::new(net_config).context("container networking")?;
     let metrics = Metrics::new(env!("CARGO_PKG_VERSION"), metrics::gpu::nvml_source());
     let mut metrics_addr = None;
@@ -339,15 +360,37 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
     };
     adopt(&agent);
     let mut backoff = Duration::from_millis(200);
+    let servers: Vec<String> = agent
+        .config
+        .servers()
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // Which server is tried next: the one that last answered, else the next in the list. A
+    // whole round of failures waits before the next round.
+    let mut at = 0usize;
+    let mut failed = 0usize;
     loop {
-        match session(&agent).await {
-            Ok(()) => backoff = Duration::from_millis(200),
-            Err(e) => tracing::warn!("connection to {}: {e:#}", agent.config.server),
+        let server = &servers[at % servers.len().max(1)];
+        match session(&agent, server).await {
+            Ok(()) => {
+                backoff = Duration::from_millis(200);
+                failed = 0;
+            }
+            Err(e) => {
+                tracing::warn!("connection to {server}: {e:#}");
+                at += 1;
+                failed += 1;
+            }
         }
         *lock(&agent.out) = None;
         agent.metrics.set_connected(false);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        if failed > 0 && failed.is_multiple_of(servers.len().max(1)) {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+        } else if failed == 0 {
+            tokio::time::sleep(backoff).await;
+        }
     }
 }
 
@@ -556,8 +599,8 @@ fn ws_url(server: &str) -> String {
     format!("{base}/api/v1/agent/connect")
 }
 
-async fn session(agent: &Agent) -> anyhow::Result<()> {
-    let mut req = ws_url(&agent.config.server).into_client_request()?;
+async fn session(agent: &Agent, server: &str) -> anyhow::Result<()> {
+    let mut req = ws_url(server).into_client_request()?;
     req.headers_mut().insert(
         "Authorization",
         format!("Bearer {}", agent.config.token).parse()?,
@@ -608,7 +651,7 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
         t.wake.notify_one();
     }
     agent.metrics.set_connected(true);
-    tracing::info!(server = %agent.config.server, "connected");
+    tracing::info!(server = %server, "connected");
 
     // Whether this connection's server counts a ping as a heartbeat (its `Welcome` says).
     let ping_heartbeats = Arc::new(AtomicBool::new(false));
@@ -635,9 +678,20 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
     });
     let mut interval = Duration::from_secs(5);
     let mut heartbeat = tokio::time::interval(interval);
+    // A server that stops answering (paused, cut off, a half-open connection) is left for the
+    // next one after three heartbeats without a word, its pongs included: half the server's
+    // heartbeat timeout (six intervals), so that the node is back on a live server before
+    // any server counts it lost.
+    let mut heard = std::time::Instant::now();
     let result = loop {
         tokio::select! {
             _ = heartbeat.tick() => {
+                if heard.elapsed() > interval * 3 {
+                    break Err(anyhow::anyhow!(
+                        "no word from the server for {}s: connecting again",
+                        heard.elapsed().as_secs()
+                    ));
+                }
                 if tx.send(AgentMessage::Heartbeat).is_err() {
                     break Ok(());
                 }
@@ -645,6 +699,7 @@ async fn session(agent: &Agent) -> anyhow::Result<()> {
             msg = stream.next() => {
                 if matches!(msg, Some(Ok(_))) {
                     agent.metrics.heard_from_server();
+                    heard = std::time::Instant::now();
                 }
                 let msg = match msg {
                     None => break Ok(()),
@@ -1129,12 +1184,16 @@ async fn launch(agent: &Agent, asg: &Assignment) -> anyhow::Result<Option<std::n
     // Images from the server's object cache (built ones) are pulled with this agent's token.
     let mut source = asg.image.clone();
     if source.credential.is_none() {
-        if let Some(host) = server_registry(&agent.config.server) {
-            if source.uri.starts_with(&format!("docker://{host}/")) {
-                source.credential = Some(gantry_api::agent::RegistryCredential::Bearer {
-                    token: agent.config.token.clone(),
-                });
-            }
+        let ours = agent
+            .config
+            .servers()
+            .into_iter()
+            .filter_map(server_registry)
+            .find(|host| source.uri.starts_with(&format!("docker://{host}/")));
+        if ours.is_some() {
+            source.credential = Some(gantry_api::agent::RegistryCredential::Bearer {
+                token: agent.config.token.clone(),
+            });
         }
     }
     let image = agent

@@ -70,7 +70,7 @@ const SERVER_LAYERS: &[(&str, &[&str])] = &[
         "leaves",
         &[
             "error", "clock", "caller", "link", "cache", "views", "metrics", "routes", "private",
-            "examples", "news", "group",
+            "examples", "news", "group", "lease",
         ],
     ),
     (

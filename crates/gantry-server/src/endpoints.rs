@@ -406,7 +406,15 @@ pub async fn drive(
     wake: &Notify,
     routes: &dyn crate::routes::Routes,
     in_play: InPlay<'_>,
+    fence: Option<gantry_store::Fence>,
 ) -> anyhow::Result<Vec<EndpointRow>> {
+    // The controller's steps carry its lease's fence (see `lease.rs`).
+    let fenced = |mut changes: Vec<EndpointChange>| {
+        if let Some(f) = fence.clone() {
+            changes.insert(0, EndpointChange::Fence(f));
+        }
+        changes
+    };
     let now = now_ms();
     let mut endpoints = store.endpoints().await?;
     // A takeover belongs to an endpoint: with none, there is nothing to read.
@@ -482,7 +490,7 @@ pub async fn drive(
             }
         }
         if !changes.is_empty() {
-            store.apply_endpoints(&changes, now).await?;
+            store.apply_endpoints(&fenced(changes), now).await?;
             wake.notify_one();
             changed = true;
         }
@@ -497,15 +505,11 @@ pub async fn drive(
         let Some(w) = e.workflow_id else { continue };
         if in_play.ended(store, w).await {
             cleared = true;
-            store
-                .apply_endpoints(
-                    &[EndpointChange::Clear {
-                        endpoint: e.name.clone(),
-                        reason: format!("workflow {w} ended"),
-                    }],
-                    now,
-                )
-                .await?;
+            let clear = EndpointChange::Clear {
+                endpoint: e.name.clone(),
+                reason: format!("workflow {w} ended"),
+            };
+            store.apply_endpoints(&fenced(vec![clear]), now).await?;
         }
     }
     if cleared {

@@ -16,6 +16,9 @@ pub trait AgentLink: Send + Sync {
     fn sync_peers(&self, want: &HashMap<String, HashMap<Uuid, Vec<String>>>);
     /// Forgets a node's connection (it was lost).
     fn drop_node(&self, node: &str);
+    /// Forgets every connection: this server no longer runs the controller, so its agents
+    /// must find the one that does.
+    fn drop_all(&self);
 }
 
 /// A cluster with no agent connected: what a server's decisions see before any agent is
@@ -31,4 +34,5 @@ impl AgentLink for Unlinked {
     }
     fn sync_peers(&self, _: &HashMap<String, HashMap<Uuid, Vec<String>>>) {}
     fn drop_node(&self, _: &str) {}
+    fn drop_all(&self) {}
 }

@@ -29,6 +29,8 @@ pub struct AppState {
     pub(crate) cache: Arc<crate::cache::Cache>,
     /// What agents report of running attempts: transfer progress, failing readiness probes.
     pub(crate) news: Arc<News>,
+    /// This server's side of the controller's lease (whether it runs the controller).
+    pub(crate) lease: Arc<crate::lease::Lease>,
 }
 
 impl AppState {

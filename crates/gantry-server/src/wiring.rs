@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use crate::cache::Cache;
 use crate::holds::Holds;
+use crate::lease::Lease;
 use crate::link::AgentLink;
 use crate::news::News;
 use crate::routes::Gateway;
@@ -82,6 +83,7 @@ pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
         secret_key: parts.secret_key.clone(),
         subnet_base: base,
         config: parts.config.clone(),
+        lease: parts.lease.clone(),
     });
     let state = parts.state();
     let images = registry::new(&state);
@@ -106,6 +108,23 @@ pub(crate) struct Parts {
     news: Arc<News>,
     holds: Arc<Holds>,
     ends: Arc<agents::Ends>,
+    lease: Arc<Lease>,
+}
+
+/// Who this server is to the controller's lease. On SQLite, whose file one server opens, the
+/// data directory: a restarted server takes its lease back at once. On PostgreSQL, where
+/// replicas share the store, this process: its URL and pid, so a restarted replica is a new
+/// holder and never resumes a token a process it replaced may still be using.
+fn holder(config: &ServerConfig) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    match config.store {
+        StoreLocation::DataDir => format!("{host}:{}", config.data_dir.display()),
+        StoreLocation::Postgres(_) => {
+            format!("{} on {host} (pid {})", config.url(), std::process::id())
+        }
+    }
 }
 
 impl Parts {
@@ -115,6 +134,7 @@ impl Parts {
         let cache = Arc::new(Cache::default());
         let news = Arc::new(News::default());
         Parts {
+            lease: Arc::new(Lease::new(holder(&config))),
             holds: Arc::new(Holds::new(store.clone(), wake.clone())),
             ends: Arc::new(agents::Ends::new(
                 store.clone(),
@@ -147,6 +167,7 @@ impl Parts {
             liveness_at: Default::default(),
             fleet: Default::default(),
             window: Default::default(),
+            lease: self.lease.clone(),
         })
     }
 
@@ -162,6 +183,7 @@ impl Parts {
             gateway: self.gateway.clone(),
             cache: self.cache.clone(),
             news: self.news.clone(),
+            lease: self.lease.clone(),
         }
     }
 }

@@ -46,6 +46,10 @@ pub enum StoreError {
     Refused(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A plan's fence names a token the lease no longer has: another process took the lease,
+    /// and nothing of the call was applied. The caller is no longer the holder.
+    #[error("deposed: {0}")]
+    Deposed(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -150,6 +154,22 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     /// attempts and the new ones (cores, memory, each device; an exclusive attempt alone), is
     /// refused with [`StoreError::Refused`] and the whole call rolled back.
     async fn apply(&self, changes: &[Change], now: Millis) -> Result<()>;
+
+    // --- leases ------------------------------------------------------------------------------
+    /// Takes or renews the lease `name` for `holder` until `now + ttl`: the holder's fencing
+    /// token, or None while another holder's lease has not expired. The token stays while one
+    /// holder renews and grows by one when the lease changes hands (each change an event).
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Millis,
+        now: Millis,
+    ) -> Result<Option<i64>>;
+    /// Gives the lease up at once if `holder` has it (a clean shutdown), so that another
+    /// takes it without waiting for it to expire; its token is kept, and fences on.
+    async fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<()>;
+    async fn lease(&self, name: &str) -> Result<Option<LeaseRow>>;
 
     // --- attempts ----------------------------------------------------------------------------
     async fn attempt(&self, id: Uuid) -> Result<AttemptRow>;

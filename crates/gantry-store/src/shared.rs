@@ -193,3 +193,50 @@ pub(crate) fn takeover_requested(t: &TakeoverRow) -> String {
         ),
     }
 }
+
+/// What a call to `acquire_lease` does with the lease as stored (holder, token, expiry).
+pub(crate) enum LeaseStep {
+    /// The caller holds it: the expiry moves on, the token stays.
+    Renew(i64),
+    /// Another holder's lease has not expired.
+    Busy,
+    /// The caller takes it under `token`: a new lease, or one whose holder let it expire.
+    Take { token: i64, event: String },
+}
+
+pub(crate) fn lease_step(
+    name: &str,
+    stored: Option<(String, i64, Millis)>,
+    holder: &str,
+    now: Millis,
+) -> LeaseStep {
+    match stored {
+        None => LeaseStep::Take {
+            token: 1,
+            event: format!("{holder} holds lease {name} (token 1)"),
+        },
+        Some((h, token, _)) if h == holder => LeaseStep::Renew(token),
+        Some((_, _, expires)) if expires > now => LeaseStep::Busy,
+        Some((was, token, expires)) => LeaseStep::Take {
+            token: token + 1,
+            event: format!(
+                "{holder} holds lease {name} (token {}), taken from {was}, whose lease ran out {:.1}s ago",
+                token + 1,
+                (now - expires) as f64 / 1000.0
+            ),
+        },
+    }
+}
+
+/// A fence checked against the lease as stored (holder and token): [`StoreError::Deposed`]
+/// unless the token is still the lease's.
+pub(crate) fn fence_holds(f: &Fence, stored: Option<(String, i64)>) -> Result<()> {
+    match stored {
+        Some((_, token)) if token == f.token => Ok(()),
+        Some((holder, token)) => Err(StoreError::Deposed(format!(
+            "lease {} is held by {holder} under token {token}, not token {}",
+            f.lease, f.token
+        ))),
+        None => Err(StoreError::Deposed(format!("no lease {} is held", f.lease))),
+    }
+}

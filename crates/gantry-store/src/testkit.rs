@@ -42,6 +42,7 @@ macro_rules! every_contract {
             silent_nodes_are_those_not_heard_from_since,
             a_submit_is_stored_whole_or_not_at_all,
             tasks_are_paged_and_counted_in_workflow_order,
+            a_lease_has_one_holder_and_its_token_fences_a_deposed_one,
         );
     };
 }
@@ -1220,4 +1221,151 @@ pub async fn tasks_are_paged_and_counted_in_workflow_order(s: Arc<dyn Store>) {
         of.iter().map(|a| a.id).collect::<Vec<_>>(),
         vec![attempts[1]]
     );
+}
+
+/// A lease has one holder at a time; it changes hands only once it ran out or was given up,
+/// each time under a greater token; and a plan fenced with a token the lease no longer has is
+/// refused whole (placements, endpoint steps), however it was built.
+pub async fn a_lease_has_one_holder_and_its_token_fences_a_deposed_one(s: Arc<dyn Store>) {
+    const L: &str = "controller";
+    let take = |holder: &'static str, now: Millis| {
+        let s = s.clone();
+        async move {
+            s.acquire_lease(L, holder, 1000, now)
+                .await
+                .expect("acquire_lease")
+        }
+    };
+    assert_eq!(take("a", 1000).await, Some(1), "a new lease: token 1");
+    assert_eq!(take("b", 1500).await, None, "a's lease runs until 2000");
+    assert_eq!(
+        take("a", 1800).await,
+        Some(1),
+        "a renews: same token, until 2800"
+    );
+    assert_eq!(take("b", 2700).await, None, "renewed, not run out");
+    assert_eq!(
+        take("b", 2900).await,
+        Some(2),
+        "run out: b takes it, token 2"
+    );
+    assert_eq!(take("a", 3000).await, None, "a is deposed");
+
+    node(s.as_ref(), "n", 8, 1 << 30, &[]).await;
+    let w = submit(s.as_ref(), 2).await;
+    let fence = |token| {
+        Change::Fence(Fence {
+            lease: L.into(),
+            token,
+        })
+    };
+    let late = vec![fence(1), place(&w, 0, "n", need(1000, 0, &[]))];
+    match s.apply(&late, 3000).await {
+        Err(StoreError::Deposed(why)) => assert!(why.contains("token 2"), "{why}"),
+        r => panic!("a deposed holder's plan: {r:?}"),
+    }
+    // A fence anywhere in the plan refuses what came before it too.
+    let late = vec![place(&w, 0, "n", need(1000, 0, &[])), fence(1)];
+    assert!(matches!(
+        s.apply(&late, 3000).await,
+        Err(StoreError::Deposed(_))
+    ));
+    assert!(
+        s.attempts(w.id).await.expect("attempts").is_empty(),
+        "nothing of a refused plan is applied"
+    );
+    let ev = |m: &str| {
+        EndpointChange::Event(NewEvent {
+            workflow_id: None,
+            node: None,
+            task: None,
+            kind: "test.fenced".into(),
+            message: m.into(),
+        })
+    };
+    let late = vec![
+        EndpointChange::Fence(Fence {
+            lease: L.into(),
+            token: 1,
+        }),
+        ev("late"),
+    ];
+    assert!(matches!(
+        s.apply_endpoints(&late, 3000).await,
+        Err(StoreError::Deposed(_))
+    ));
+    let ok = vec![fence(2), place(&w, 1, "n", need(1000, 0, &[]))];
+    s.apply(&ok, 3000).await.expect("the holder's plan");
+    let ok = vec![
+        EndpointChange::Fence(Fence {
+            lease: L.into(),
+            token: 2,
+        }),
+        ev("current"),
+    ];
+    s.apply_endpoints(&ok, 3000)
+        .await
+        .expect("the holder's steps");
+    assert_eq!(s.attempts(w.id).await.expect("attempts").len(), 1);
+    let fenced: Vec<String> = all_events(s.as_ref())
+        .await
+        .into_iter()
+        .filter(|e| e.kind == "test.fenced")
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(
+        fenced,
+        ["current"],
+        "the deposed holder's event is not written"
+    );
+
+    // Given up: another takes it at once, under a greater token; a has no lease to give up.
+    s.release_lease(L, "a", 3100)
+        .await
+        .expect("release by a non-holder");
+    assert_eq!(take("a", 3100).await, None, "b's lease stands");
+    s.release_lease(L, "b", 3100).await.expect("release");
+    assert_eq!(take("a", 3100).await, Some(3));
+    let row = s.lease(L).await.expect("lease").expect("a lease row");
+    assert_eq!(
+        (
+            row.holder.as_str(),
+            row.token,
+            row.acquired_at,
+            row.expires_at
+        ),
+        ("a", 3, 3100, 4100)
+    );
+    let kinds: Vec<String> = all_events(s.as_ref())
+        .await
+        .into_iter()
+        .filter(|e| e.kind.starts_with("lease."))
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "lease.taken",
+            "lease.taken",
+            "lease.released",
+            "lease.taken"
+        ]
+    );
+
+    // Holders racing for a new lease: exactly one takes it.
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.acquire_lease("race", &format!("r{i}"), 1000, 5000)
+                    .await
+                    .expect("acquire_lease")
+            })
+        })
+        .collect();
+    let mut won = vec![];
+    for r in racers {
+        won.extend(r.await.expect("racer"));
+    }
+    assert_eq!(won, [1], "one holder of a new lease");
 }

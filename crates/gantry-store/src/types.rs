@@ -282,6 +282,28 @@ pub enum Change {
     },
     /// An event with no other change.
     Event(NewEvent),
+    /// The plan is the lease holder's: applied only while `token` is still the lease's (first
+    /// in a plan, so that nothing before it is applied either); else the whole call is
+    /// [`StoreError::Deposed`](crate::StoreError::Deposed).
+    Fence(Fence),
+}
+
+/// A lease holder's fencing token, as [`Store::acquire_lease`](crate::Store::acquire_lease)
+/// handed it out: a plan that carries it is refused once another holder took the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub lease: String,
+    pub token: i64,
+}
+
+/// A lease as stored: who holds it, under which token, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub name: String,
+    pub holder: String,
+    pub token: i64,
+    pub acquired_at: Millis,
+    pub expires_at: Millis,
 }
 
 /// What the live attempts on one node hold ([`Store::node_usage`](crate::Store::node_usage)).
@@ -580,6 +602,8 @@ pub enum EndpointChange {
         via: String,
     },
     Event(NewEvent),
+    /// As [`Change::Fence`]: the endpoint controller's steps are the lease holder's.
+    Fence(Fence),
 }
 
 /// A repository of the object cache, `(scope, owner, name)`: `("user", "alice", "tool")` is

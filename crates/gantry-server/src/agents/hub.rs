@@ -98,6 +98,10 @@ impl AgentLink for Hub {
             .unwrap_or_else(|e| e.into_inner())
             .remove(node);
     }
+
+    fn drop_all(&self) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 use gantry_api::agent::{
@@ -70,13 +70,25 @@ pub struct Ctx {
     /// The second octet of this cluster's container subnets.
     pub subnet_base: u8,
     pub config: Arc<ServerConfig>,
+    /// Agents connect to the server that runs the controller (the one holding the lease):
+    /// it alone sends them work.
+    pub lease: Arc<crate::lease::Lease>,
 }
 
 pub async fn connect(
     Extension(cx): Extension<Arc<Ctx>>,
     AgentCaller(_): AgentCaller,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
+    if !cx.lease.held() {
+        // The agent tries its next server URL (or the load balancer's next replica).
+        let why = "this server is a standby replica: another runs the controller";
+        return (axum::http::StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+    }
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(e) => return e.into_response(),
+    };
     // Small buffers: a connection mostly carries heartbeats, and there is one per node (the
     // default 128 KiB read buffer was most of an idle node's cost). Larger messages still
     // arrive whole, up to the limit.

@@ -27,6 +27,7 @@ use uuid::Uuid;
 use crate::agents::Ends;
 use crate::cache::Cache;
 use crate::clock::now_ms;
+use crate::lease::{self, Keep, Lease};
 use crate::link::AgentLink;
 use crate::placement::request_of;
 use crate::plan::{self, WorkflowPlan};
@@ -56,6 +57,9 @@ pub struct Ctx {
     /// free at the last placement, within [`PENDING_WINDOW`, `MAX_WINDOW`]. A big array on
     /// an empty fleet is placed hundreds a tick, not 64; on a full fleet a tick reads 64.
     pub window: std::sync::atomic::AtomicUsize,
+    /// The controller's lease: ticks run while this process holds it, and their plans carry
+    /// its fence.
+    pub lease: Arc<Lease>,
 }
 
 /// The widest snapshot window: a tick places at most this many of a job's tasks (one
@@ -100,8 +104,33 @@ pub fn spawn(cx: Arc<Ctx>) {
         let (mut ticks, mut busy, mut since) = (0u32, Duration::ZERO, std::time::Instant::now());
         loop {
             let t0 = std::time::Instant::now();
+            let led = cx.lease.held();
+            let keep = cx.lease.keep(cx.store.as_ref(), now_ms()).await;
+            if keep == Keep::Standby {
+                if led {
+                    // Its agents reconnect, to the server that runs the controller now.
+                    cx.link.drop_all();
+                }
+                // Another server runs the controller; this one serves the API and the
+                // endpoint proxy, whose routes it keeps in line with the store.
+                if let Err(e) = follow(&cx).await {
+                    tracing::warn!("following the store: {e:#}");
+                }
+                tokio::time::sleep(lease::RENEW).await;
+                continue;
+            }
+            if keep == Keep::Taken {
+                // Whatever was kept as a standby (or before a lease was lost) is stale.
+                *cx.fleet.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
             if let Err(e) = tick(&cx).await {
-                tracing::warn!("controller: {e:#}");
+                match lease::deposed(&e) {
+                    Some(why) => {
+                        cx.lease.deposed(why);
+                        cx.link.drop_all();
+                    }
+                    None => tracing::warn!("controller: {e:#}"),
+                }
             }
             ticks += 1;
             busy += t0.elapsed();
@@ -116,6 +145,29 @@ pub fn spawn(cx: Arc<Ctx>) {
             }
         }
     });
+}
+
+/// A standby's pass: the proxy's routes from the store, as the leader's ticks change it (the
+/// snapshot with no waiting task listed: routes need only what runs).
+async fn follow(cx: &Ctx) -> anyhow::Result<()> {
+    let active = cx.store.active_with(1).await?;
+    cx.cache.retain(&active);
+    let endpoints = cx.store.endpoints().await?;
+    let in_play = crate::endpoints::InPlay {
+        active: &active,
+        ended: &[],
+    };
+    route_sync::sync_from(cx, &endpoints, in_play).await
+}
+
+/// `changes` as this process's plan: fenced with the lease it holds, so that the store
+/// refuses it whole once another server took the lease. An empty plan stays empty (no
+/// transaction); a controller outside a server's loop (the benchmark's) holds no lease.
+fn fenced(cx: &Ctx, mut changes: Vec<Change>) -> Vec<Change> {
+    if let (false, Some(f)) = (changes.is_empty(), cx.lease.fence()) {
+        changes.insert(0, Change::Fence(f));
+    }
+    changes
 }
 
 /// An egress step that will never run (a step before it failed, or the workflow was stopped)
@@ -520,6 +572,7 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
         }
     }
 
+    let mut changes = fenced(cx, changes);
     match cx.store.apply(&changes, now).await {
         // The snapshot this plan was decided on went stale (a task moved on, a node was held
         // or filled): nothing of it was applied. The rest of the plan (ends, stops, workflows'
@@ -571,8 +624,14 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
         active: &active,
         ended: &finished,
     };
-    let endpoints =
-        crate::endpoints::drive(cx.store.as_ref(), &cx.wake, cx.gateway.as_ref(), in_play).await?;
+    let endpoints = crate::endpoints::drive(
+        cx.store.as_ref(),
+        &cx.wake,
+        cx.gateway.as_ref(),
+        in_play,
+        cx.lease.fence(),
+    )
+    .await?;
     route_sync::sync_from(cx, &endpoints, in_play).await?;
     Ok(())
 }

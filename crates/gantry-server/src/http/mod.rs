@@ -106,6 +106,9 @@ pub fn router(
         .layer(axum::middleware::map_response(json_errors));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        // For a load balancer's check of the agents' backend: 200 on the replica that runs the
+        // controller (agents connect there), 503 on a standby. Says nothing else.
+        .route("/healthz/controller", get(controller_health))
         .route("/metrics", get(crate::http::monitoring::metrics))
         .nest("/api/v1", api)
         // The web UI at `/` (its Images page lists the object cache).
@@ -119,4 +122,14 @@ pub fn router(
             state,
             crate::http::proxy::endpoints_first,
         ))
+}
+
+async fn controller_health(
+    axum::extract::State(st): axum::extract::State<AppState>,
+) -> (axum::http::StatusCode, &'static str) {
+    if st.lease.held() {
+        (axum::http::StatusCode::OK, "controller\n")
+    } else {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "standby\n")
+    }
 }

@@ -318,6 +318,7 @@ impl PgStore {
                     .await?;
                 }
                 Change::Event(e) => event(&mut tx, e, now).await?,
+                Change::Fence(f) => leases::check_fence(&mut tx, f).await?,
             }
         }
         tx.commit().await?;

@@ -401,6 +401,7 @@ pub(super) async fn apply_endpoint_changes(
                     .await?;
             }
             EndpointChange::Event(e) => event(tx, e, now).await?,
+            EndpointChange::Fence(f) => leases::check_fence(tx, f).await?,
         }
     }
     Ok(())

@@ -36,6 +36,7 @@ mod endpoints;
 mod events;
 mod holds;
 mod images;
+mod leases;
 mod nodes;
 mod secrets;
 mod users;
@@ -282,6 +283,24 @@ impl Store for PgStore {
 
     async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
         PgStore::apply(self, changes, now).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Millis,
+        now: Millis,
+    ) -> Result<Option<i64>> {
+        PgStore::acquire_lease(self, name, holder, ttl, now).await
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<()> {
+        PgStore::release_lease(self, name, holder, now).await
+    }
+
+    async fn lease(&self, name: &str) -> Result<Option<LeaseRow>> {
+        PgStore::lease(self, name).await
     }
 
     async fn attempt(&self, id: Uuid) -> Result<AttemptRow> {

@@ -316,6 +316,7 @@ impl SqliteStore {
                     .await?;
                 }
                 Change::Event(e) => event(&mut tx, e, now).await?,
+                Change::Fence(f) => leases::check_fence(&mut tx, f).await?,
             }
         }
         tx.commit().await?;

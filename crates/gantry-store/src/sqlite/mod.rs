@@ -20,6 +20,7 @@ mod endpoints;
 mod events;
 mod holds;
 mod images;
+mod leases;
 mod nodes;
 mod rows;
 mod secrets;
@@ -257,6 +258,24 @@ impl Store for SqliteStore {
 
     async fn apply(&self, changes: &[Change], now: Millis) -> Result<()> {
         SqliteStore::apply(self, changes, now).await
+    }
+
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Millis,
+        now: Millis,
+    ) -> Result<Option<i64>> {
+        SqliteStore::acquire_lease(self, name, holder, ttl, now).await
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str, now: Millis) -> Result<()> {
+        SqliteStore::release_lease(self, name, holder, now).await
+    }
+
+    async fn lease(&self, name: &str) -> Result<Option<LeaseRow>> {
+        SqliteStore::lease(self, name).await
     }
 
     async fn attempt(&self, id: Uuid) -> Result<AttemptRow> {

@@ -187,7 +187,8 @@ pub struct ServerArgs {
 
 #[derive(Args, Debug)]
 pub struct AgentArgs {
-    /// The server's URL, e.g. http://10.0.0.1:7070.
+    /// The server's URL, e.g. http://10.0.0.1:7070; for replicas, several, comma-separated
+    /// (the agent connects to the one that runs the controller), or one load balancer's.
     #[arg(long, env = "GANTRY_URL", required_unless_present = "print_labels")]
     server: Option<String>,
     /// An agent (or admin) token.
@@ -606,7 +607,7 @@ pub async fn up(args: UpArgs, conn: &Conn) -> anyhow::Result<ExitCode> {
         prometheus_listen: args.prometheus_listen,
         alertmanager_listen: args.alertmanager_listen,
     };
-    let (server, client, stack, agents) = embedded(
+    let (mut server, client, stack, agents) = embedded(
         &data_dir,
         args.listen,
         LocalAgents {
@@ -651,6 +652,7 @@ pub async fn up(args: UpArgs, conn: &Conn) -> anyhow::Result<ExitCode> {
         _ = shutdown_signal() => {}
         _ = server.wait() => {}
     }
+    server.stop().await;
     release_idle(&agents);
     Ok(ExitCode::SUCCESS)
 }
@@ -742,27 +744,35 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     config.pull = args.registry.pull_config()?;
     config.read_layout = gantry_agent::image::read_layout;
     config.mcp = args.mcp.config();
-    let server = Server::start(config).await?;
+    let mut server = Server::start(config).await?;
     let url = format!("http://{}", server.addr);
     if !server.has_users().await? {
-        let token = server.create_user("admin", "admin", Role::Admin).await?;
-        write_context(
-            &data_dir.join("context.toml"),
-            &ClientContext {
-                url: url.clone(),
-                token,
-            },
-        )?;
-        eprintln!(
-            "created the first administrator; its token is in {}",
-            data_dir.join("context.toml").display()
-        );
+        // Replicas started together on one new database may race here: the first makes the
+        // administrator; the others find users and carry on.
+        match server.create_user("admin", "admin", Role::Admin).await {
+            Ok(token) => {
+                write_context(
+                    &data_dir.join("context.toml"),
+                    &ClientContext {
+                        url: url.clone(),
+                        token,
+                    },
+                )?;
+                eprintln!(
+                    "created the first administrator; its token is in {}",
+                    data_dir.join("context.toml").display()
+                );
+            }
+            Err(_) if server.has_users().await? => {}
+            Err(e) => return Err(e),
+        }
     }
     tracing::info!("listening on {url}");
     tokio::select! {
         _ = shutdown_signal() => {}
         _ = server.wait() => {}
     }
+    server.stop().await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -777,6 +787,16 @@ pub async fn agent(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let (Some(server), Some(token)) = (args.server, args.token) else {
         anyhow::bail!("--server and --token are required");
     };
+    let urls = gantry_agent::node::servers(&server);
+    if urls.is_empty() {
+        anyhow::bail!("--server: no URL given");
+    }
+    if let Some(bad) = urls
+        .iter()
+        .find(|u| !u.starts_with("http://") && !u.starts_with("https://"))
+    {
+        anyhow::bail!("--server: {bad:?} is not an http:// or https:// URL");
+    }
     let mut capacity = detect_capacity();
     if let Some(c) = args.cpus {
         capacity.cpus = c;

@@ -528,6 +528,12 @@ impl Split {
         self.agent = Some(self.spawn_agent(&name, &[]));
     }
 
+    /// [`Split::start_agent`] with `--server SERVERS` (several replicas' URLs, comma-separated).
+    pub fn start_agent_at(&mut self, servers: &str) {
+        let name = self.agent_name.clone();
+        self.agent = Some(self.spawn_agent_at(servers, &name, &[]));
+    }
+
     /// Starts one more agent, another node of this host named `name` (its own state and
     /// exec service address; `extra` are more flags), and waits until it is READY. It is
     /// killed with the cluster, or earlier by [`Split::kill_extra`].
@@ -574,14 +580,16 @@ impl Split {
     // drop); clippy sees only that a panic while waiting for it to connect would leave it.
     #[allow(clippy::zombie_processes)]
     fn spawn_agent(&self, name: &str, extra: &[&str]) -> Child {
+        let server = format!("http://127.0.0.1:{}", self.cluster.port);
+        self.spawn_agent_at(&server, name, extra)
+    }
+
+    #[allow(clippy::zombie_processes)]
+    fn spawn_agent_at(&self, servers: &str, name: &str, extra: &[&str]) -> Child {
         let d = self.cluster.data_dir().to_path_buf();
         let log = self.cluster.log_file();
         let mut agent = Command::new(GANTRY)
-            .args([
-                "agent",
-                "--server",
-                &format!("http://127.0.0.1:{}", self.cluster.port),
-            ])
+            .args(["agent", "--server", servers])
             .args([
                 "--token",
                 &self.cluster.admin_token(),

@@ -1,0 +1,251 @@
+//! Several `gantry server` replicas on one PostgreSQL: each serves the API, one runs the
+//! controller under the store's lease, and the agent (given every replica's URL) works for
+//! whichever does. The leader is paused and then killed in the middle of a task array; the
+//! lease moves, the agent follows it, and every task runs exactly once.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use common::{free_port, Split, GANTRY};
+use gantry_store::testkit::ScratchDb;
+
+fn scratch_db() -> ScratchDb {
+    let url = common::test_env("GANTRY_TEST_PG");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(ScratchDb::create(url))
+}
+
+/// The status and body of `GET url` (curl: the tests need no HTTP client of their own).
+fn get(url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "2", "-w", "\n%{http_code}", url])
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// One more replica: `gantry server` on its own data directory and port, on the same store,
+/// with the first replica's secrets key (secrets sealed by one are opened by every other).
+struct Replica {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Replica {
+    fn start(&mut self, store: &str, log: &Path) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new(GANTRY)
+            .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args(["--store", store, "--heartbeat-timeout", "6s"])
+            .args(["--stop-grace", "2s"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting a replica");
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if let Some(c) = &self.child {
+            // A paused replica is killed as it is: SIGKILL needs no SIGCONT.
+            let _ = Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+        }
+        self.kill();
+    }
+}
+
+/// Which of `urls` runs the controller now (by `/healthz/controller`), once exactly one does.
+fn leader(urls: &[String], what: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let leading: Vec<usize> = (0..urls.len())
+            .filter(|&i| get(&format!("{}/healthz/controller", urls[i])).0 == 200)
+            .collect();
+        if leading.len() == 1 {
+            return leading[0];
+        }
+        assert!(Instant::now() < deadline, "{what}: leaders {leading:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Points the CLI's context (the data dir's) at `url`.
+fn point_cli_at(dir: &Path, url: &str) {
+    let path = dir.join("context.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| match l.starts_with("url = ") {
+            true => format!("url = \"{url}\""),
+            false => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&path, text + "\n").unwrap();
+}
+
+fn finished(d: &serde_json::Value) -> u64 {
+    d["counts"]["FINISHED"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_dies() {
+    const TASKS: u64 = 30;
+    let db = scratch_db();
+    let mut s = Split::server_only_with("6s", &["--store", db.url()]);
+    let data = s.cluster.data_dir().to_path_buf();
+    let log = data.join("up.log");
+    let key = data.join("server/secret.key");
+    let mut replicas: Vec<Replica> = (0..2)
+        .map(|i| {
+            let dir = data.join(format!("replica-{i}"));
+            std::fs::create_dir_all(dir.join("server")).unwrap();
+            std::fs::copy(&key, dir.join("server/secret.key")).unwrap();
+            Replica {
+                port: free_port(),
+                dir,
+                child: None,
+            }
+        })
+        .collect();
+    for r in &mut replicas {
+        r.start(db.url(), &log);
+    }
+    let first = format!("http://127.0.0.1:{}", s.cluster.port);
+    let mut urls = vec![first];
+    urls.extend(replicas.iter().map(Replica::url));
+    for u in &urls {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&format!("{u}/healthz")).0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "{u} did not start: {}",
+                s.cluster.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // The first server took the lease before the others started.
+    assert_eq!(leader(&urls, "at start"), 0);
+    // A standby turns agents away, naming why; the agent finds the leader among its URLs.
+    let token = s.cluster.admin_token();
+    let refused = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("{}/api/v1/agent/connect", urls[1]))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), "503");
+    s.start_agent_at(&urls.join(","));
+
+    // Every replica serves the API from the store: the workflow is seen through each.
+    let file = s.cluster.write(
+        "array.yaml",
+        &format!(
+            "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sleep, \"1\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
+        ),
+    );
+    let id = s.cluster.start_workflow(&file);
+    for u in &urls[1..] {
+        point_cli_at(&data, u);
+        assert_eq!(
+            s.cluster.detail(&id)["id"].as_str(),
+            Some(id.as_str()),
+            "through {u}"
+        );
+    }
+    point_cli_at(&data, &urls[0]);
+    s.cluster
+        .wait_for(&id, "a few tasks to finish", |d| finished(d) >= 4);
+
+    // Paused: its lease runs out and a standby takes it; woken, it finds itself deposed and
+    // stands by (what it was about to commit is refused by the fence).
+    let pid = s.server.as_ref().unwrap().id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let next = leader(&urls[1..], "after pausing the leader") + 1;
+    eprintln!("the lease moved {:?} after the leader paused", t0.elapsed());
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&format!("{}/healthz/controller", urls[0])).0 != 503 {
+        assert!(Instant::now() < deadline, "the old leader still leads");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(leader(&urls, "after the old leader woke"), next);
+    point_cli_at(&data, &urls[next]);
+    let before = finished(&s.cluster.detail(&id));
+    s.cluster
+        .wait_for(&id, "the array to go on under the new leader", |d| {
+            finished(d) >= before + 4
+        });
+
+    // Killed outright: the last replica takes over, and the array finishes.
+    replicas[next - 1].kill();
+    let t0 = Instant::now();
+    let last = (1..urls.len()).find(|&i| i != next).unwrap();
+    let alive = [urls[0].clone(), urls[last].clone()];
+    let now = leader(&alive, "after killing the leader");
+    eprintln!(
+        "the lease moved {:?} after the leader was killed",
+        t0.elapsed()
+    );
+    point_cli_at(&data, &alive[now]);
+    let d = s.cluster.wait_for(&id, "the array to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(d["status"], "FINISHED", "{:#}", d["counts"]);
+    let tasks = d["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len() as u64, TASKS);
+    for t in tasks {
+        let attempts = t["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "each task ran once: {t:#}");
+    }
+
+    // The killed replica starts again and rejoins as a standby.
+    replicas[next - 1].start(db.url(), &log);
+    let back = replicas[next - 1].url();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&format!("{back}/healthz")).0 != 200 {
+        assert!(Instant::now() < deadline, "the replica did not start again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(get(&format!("{back}/healthz/controller")).0, 503);
+    point_cli_at(&data, &back);
+    assert_eq!(s.cluster.detail(&id)["status"], "FINISHED");
+}
