@@ -36,6 +36,8 @@ have npm || need="$need npm"
 # The store's PostgreSQL backend is tested against a real server, which scripts/test-images.sh
 # starts from Debian's binaries (/usr/lib/postgresql/N/bin).
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$need postgresql"
+# The replicas' failover test puts three servers behind HAProxy, as a site would.
+[ -x /usr/sbin/haproxy ] || need="$need haproxy"
 # The multinode tests' MPI image (scripts/make-mpi-image.sh): made with mmdebstrap from Debian's
 # mirror, its allreduce program compiled here against Open MPI and MPICH.
 have mmdebstrap || need="$need mmdebstrap"

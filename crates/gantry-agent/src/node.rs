@@ -57,6 +57,9 @@ const ADDRESS_MARKER: &str = "node-address";
 /// How often (ms) a monitor looks at a running attempt: new output is shipped at this pace.
 /// Ends and readiness wake it at once.
 const MONITOR_BEAT: u64 = 200;
+/// How long the agent waits for a server to take its connection (TCP, TLS and the WebSocket
+/// handshake).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
@@ -605,8 +608,11 @@ async fn session(agent: &Agent, server: &str) -> anyhow::Result<()> {
         "Authorization",
         format!("Bearer {}", agent.config.token).parse()?,
     );
-    let (ws, _) = tokio_tungstenite::connect_async(req)
+    // A server that accepts the connection but never answers (paused) is given up on, so
+    // that the next URL is tried while the node still counts as alive.
+    let (ws, _) = tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(req))
         .await
+        .map_err(|_| anyhow::anyhow!("no answer in {}s", CONNECT_TIMEOUT.as_secs()))?
         .context("connecting")?;
     agent.metrics.heard_from_server();
     let local = ws.get_ref().get_ref().local_addr().ok();
@@ -681,12 +687,14 @@ async fn session(agent: &Agent, server: &str) -> anyhow::Result<()> {
     // A server that stops answering (paused, cut off, a half-open connection) is left for the
     // next one after three heartbeats without a word, its pongs included: half the server's
     // heartbeat timeout (six intervals), so that the node is back on a live server before
-    // any server counts it lost.
+    // any server counts it lost. Only a server that counts pings as heartbeats is judged so:
+    // it reads each connection apart from handling its messages, so its pongs are prompt; an
+    // older one's could wait behind a report.
     let mut heard = std::time::Instant::now();
     let result = loop {
         tokio::select! {
             _ = heartbeat.tick() => {
-                if heard.elapsed() > interval * 3 {
+                if ping_heartbeats.load(Ordering::Relaxed) && heard.elapsed() > interval * 3 {
                     break Err(anyhow::anyhow!(
                         "no word from the server for {}s: connecting again",
                         heard.elapsed().as_secs()
@@ -1455,9 +1463,13 @@ fn spawn_monitor(agent: Agent, id: Uuid) {
                     t.address.clone(),
                 )
             };
+            // Also for a process that has exited since, on a new connection: a running report
+            // the last server never committed is made good before the end (the server ignores
+            // it when it already knew), so the attempt's events stay whole.
+            let ran = matches!(done, None | Some(AttemptPhase::Exited { .. }));
             if connected
                 && !running_sent
-                && done.is_none()
+                && ran
                 && ready
                 && agent.report(id, AttemptPhase::Running { address })
             {

@@ -60,7 +60,8 @@ impl Controller {
 }
 
 /// Where the store lives: SQLite's file in the data directory (the default), or a PostgreSQL
-/// database. Logs, the object cache and the secrets key stay in the data directory either way.
+/// database. Logs and the object cache stay in the data directory (or `shared_dir`), the
+/// secrets key in the data directory, either way.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub enum StoreLocation {
     #[default]
@@ -99,6 +100,9 @@ impl std::fmt::Debug for StoreLocation {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// Where job output (`logs/`) and the object cache (`objects/`) live, when not in the data
+    /// directory: a filesystem every replica mounts, so that each serves what another wrote.
+    pub shared_dir: Option<PathBuf>,
     pub store: StoreLocation,
     /// An agent whose heartbeats stop for this long is lost; its attempts end NODE_LOST.
     pub heartbeat_timeout: Duration,
@@ -126,6 +130,7 @@ impl ServerConfig {
         Self {
             listen,
             data_dir,
+            shared_dir: None,
             store: StoreLocation::DataDir,
             heartbeat_timeout: Duration::from_secs(30),
             heartbeat_interval: Duration::from_secs(5),
@@ -136,6 +141,11 @@ impl ServerConfig {
             read_layout: gantry_oci::read_no_layouts,
             mcp: Default::default(),
         }
+    }
+
+    /// The directory of `logs/` and `objects/`: the shared one, else the data directory.
+    pub fn files_dir(&self) -> &std::path::Path {
+        self.shared_dir.as_deref().unwrap_or(&self.data_dir)
     }
 
     /// The URL users reach this server at, without a trailing `/`.

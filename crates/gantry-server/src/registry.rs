@@ -15,7 +15,7 @@ use crate::state::AppState;
 
 pub fn new(state: &AppState) -> Arc<Registry> {
     Registry::new(Context {
-        data_dir: state.config.data_dir.clone(),
+        data_dir: state.config.files_dir().to_path_buf(),
         // The store's object cache rows, and nothing else of it.
         index: state.store.clone(),
         site: Arc::new(Server(state.store.clone())),

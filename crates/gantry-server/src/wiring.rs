@@ -52,8 +52,11 @@ pub(crate) async fn wire(config: ServerConfig) -> anyhow::Result<Wired> {
     config.listen = listener.local_addr()?;
     let key = secrets::load_or_create_key(&config.data_dir).context("the secrets key")?;
     private::file(&config.data_dir.join("secret.key")).context("the secrets key's mode")?;
+    if let Some(shared) = &config.shared_dir {
+        private::dir(shared).with_context(|| format!("creating {}", shared.display()))?;
+    }
     for d in ["logs", "objects"] {
-        let top = config.data_dir.join(d);
+        let top = config.files_dir().join(d);
         private::tree(&top).with_context(|| format!("making {} private", top.display()))?;
     }
     let base = agents::subnet_base(store.as_ref())
@@ -140,7 +143,7 @@ impl Parts {
                 store.clone(),
                 cache.clone(),
                 news.clone(),
-                config.data_dir.clone(),
+                config.files_dir().to_path_buf(),
                 wake.clone(),
             )),
             gateway: Arc::new(Gateway::new(store.clone())),
@@ -168,6 +171,7 @@ impl Parts {
             fleet: Default::default(),
             window: Default::default(),
             lease: self.lease.clone(),
+            led_since: Default::default(),
         })
     }
 

@@ -170,7 +170,10 @@ fn read_context(path: &Path) -> anyhow::Result<Option<ClientContext>> {
 
 #[derive(Clone)]
 pub struct Client {
+    /// The server's URL (the first, when several are given).
     pub base: String,
+    /// More URLs of the same cluster (replicas), tried in turn when one does not answer.
+    others: Vec<String>,
     token: String,
     http: reqwest::Client,
     /// The named context this client came from, for saying which server is down.
@@ -182,8 +185,14 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(std::time::Duration::from_secs(10))
             .build()?;
+        // Several replicas' URLs, comma-separated.
+        let mut urls = url
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty());
         Ok(Self {
-            base: url.trim_end_matches('/').to_string(),
+            base: urls.next().unwrap_or_default(),
+            others: urls.collect(),
             token: token.to_string(),
             http,
             context: None,
@@ -288,7 +297,7 @@ impl Client {
 
     /// Sends and turns an error status into the server's own message.
     pub async fn check(&self, req: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
-        let resp = match req.send().await {
+        let resp = match self.send_any(req).await {
             Ok(r) => r,
             Err(e) if e.is_connect() || e.is_timeout() => {
                 return Err(anyhow::Error::new(e).context(self.not_answering()))
@@ -311,6 +320,39 @@ impl Client {
             .into()),
             Err(_) => bail!("the server answered {status}: {text}"),
         }
+    }
+
+    /// Sends to the first server URL that answers: with replicas' URLs given, a connection
+    /// refused or timed out moves on to the next (a request whose body streams cannot be sent
+    /// twice, and goes to the first alone).
+    async fn send_any(&self, req: reqwest::RequestBuilder) -> reqwest::Result<reqwest::Response> {
+        if self.others.is_empty() {
+            return req.send().await;
+        }
+        let mut attempt = req.build()?;
+        let mut from = self.base.as_str();
+        for next in &self.others {
+            let spare = attempt.try_clone();
+            match self.http.execute(attempt).await {
+                Err(e) if e.is_connect() || e.is_timeout() => {
+                    let Some(mut again) = spare else {
+                        return Err(e);
+                    };
+                    let Some(rest) = again.url().as_str().strip_prefix(from).map(str::to_string)
+                    else {
+                        return Err(e);
+                    };
+                    match reqwest::Url::parse(&format!("{next}{rest}")) {
+                        Ok(u) => *again.url_mut() = u,
+                        Err(_) => return Err(e),
+                    }
+                    attempt = again;
+                    from = next;
+                }
+                r => return r,
+            }
+        }
+        self.http.execute(attempt).await
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {

@@ -1,7 +1,8 @@
-//! Several `gantry server` replicas on one PostgreSQL: each serves the API, one runs the
-//! controller under the store's lease, and the agent (given every replica's URL) works for
-//! whichever does. The leader is paused and then killed in the middle of a task array; the
-//! lease moves, the agent follows it, and every task runs exactly once.
+//! Several `gantry server` replicas on one PostgreSQL and one shared directory (job output,
+//! the object cache): each serves the API, one runs the controller under the store's lease,
+//! and the agent (given every replica's URL) works for whichever does. The leader is paused
+//! and then killed in the middle of a task array; the lease moves, the agent follows it, every
+//! task runs exactly once, and its output and events are whole through any replica.
 
 mod common;
 
@@ -35,11 +36,13 @@ fn get(url: &str) -> (u16, String) {
 struct Replica {
     port: u16,
     dir: PathBuf,
+    shared: PathBuf,
     child: Option<Child>,
 }
 
 impl Replica {
     fn start(&mut self, store: &str, log: &Path) {
+        let shared = self.shared.clone();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -49,7 +52,9 @@ impl Replica {
             .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
             .arg("--data-dir")
             .arg(&self.dir)
-            .args(["--store", store, "--heartbeat-timeout", "6s"])
+            .args(["--store", store, "--heartbeat-timeout", "10s"])
+            .arg("--shared-dir")
+            .arg(&shared)
             .args(["--stop-grace", "2s"])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -120,7 +125,20 @@ fn finished(d: &serde_json::Value) -> u64 {
 fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_dies() {
     const TASKS: u64 = 30;
     let db = scratch_db();
-    let mut s = Split::server_only_with("6s", &["--store", db.url()]);
+    let shared_dir = tempfile::Builder::new()
+        .prefix("gantry-e2e-shared-")
+        .tempdir()
+        .unwrap();
+    let shared = shared_dir.path().to_path_buf();
+    let mut s = Split::server_only_with(
+        "10s",
+        &[
+            "--store",
+            db.url(),
+            "--shared-dir",
+            shared.to_str().unwrap(),
+        ],
+    );
     let data = s.cluster.data_dir().to_path_buf();
     let log = data.join("up.log");
     let key = data.join("server/secret.key");
@@ -132,6 +150,7 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
             Replica {
                 port: free_port(),
                 dir,
+                shared: shared.clone(),
                 child: None,
             }
         })
@@ -170,7 +189,7 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
     let file = s.cluster.write(
         "array.yaml",
         &format!(
-            "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sleep, \"1\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
+            "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sh, -c, \"echo task $FB_TASK_ID of $FB_WORKFLOW_ID; sleep 1\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
         ),
     );
     let id = s.cluster.start_workflow(&file);
@@ -215,7 +234,8 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
             finished(d) >= before + 4
         });
 
-    // Killed outright: the last replica takes over, and the array finishes.
+    // Killed outright: the last replica takes over, and the array finishes. The CLI is given
+    // every replica, the dead one first: it moves on to one that answers.
     replicas[next - 1].kill();
     let t0 = Instant::now();
     let last = (1..urls.len()).find(|&i| i != next).unwrap();
@@ -225,7 +245,7 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
         "the lease moved {:?} after the leader was killed",
         t0.elapsed()
     );
-    point_cli_at(&data, &alive[now]);
+    point_cli_at(&data, &[urls[next].as_str(), &alive[now]].join(","));
     let d = s.cluster.wait_for(&id, "the array to end", |d| {
         d["status"] == "FINISHED" || d["status"] == "FAILED"
     });
@@ -235,6 +255,42 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
     for t in tasks {
         let attempts = t["attempts"].as_array().unwrap();
         assert_eq!(attempts.len(), 1, "each task ran once: {t:#}");
+    }
+    // Output written through the first leader, the second and the third, read through the
+    // third: the shared directory holds it all.
+    for task in 1..=TASKS {
+        let out = s
+            .cluster
+            .ok(&["workflow", "log", &id, "work", "--task", &task.to_string()]);
+        assert_eq!(out.trim(), format!("task {task} of {id}"));
+    }
+    // Each task's events, whichever replica committed them: placed, running, its attempt
+    // ended and the task moved on, once each.
+    let events: Vec<serde_json::Value> = s
+        .cluster
+        .json(&["workflow", "events", &id])
+        .as_array()
+        .unwrap()
+        .clone();
+    for task in 1..=TASKS {
+        let label = format!("work[{task}]");
+        let of: Vec<&str> = events
+            .iter()
+            .filter(|e| e["task"] == label.as_str())
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        for kind in [
+            "task.placed",
+            "task.running",
+            "attempt.ended",
+            "task.status",
+        ] {
+            assert_eq!(
+                of.iter().filter(|k| **k == kind).count(),
+                1,
+                "{label}: {kind} once in {of:?}"
+            );
+        }
     }
 
     // The killed replica starts again and rejoins as a standby.
@@ -248,4 +304,186 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
     assert_eq!(get(&format!("{back}/healthz/controller")).0, 503);
     point_cli_at(&data, &back);
     assert_eq!(s.cluster.detail(&id)["status"], "FINISHED");
+}
+
+/// HAProxy in front of `urls`, as a site runs it: the API (and everything else) to any live
+/// replica, retried on another when one fails; the agents' WebSocket to the replica whose
+/// `/healthz/controller` says it runs the controller.
+struct Haproxy {
+    port: u16,
+    child: Child,
+}
+
+impl Haproxy {
+    fn start(dir: &Path, urls: &[String], log: &Path) -> Haproxy {
+        let port = free_port();
+        let servers = |check: &str| -> String {
+            urls.iter()
+                .enumerate()
+                .map(|(i, u)| {
+                    let addr = u.trim_start_matches("http://");
+                    format!("  server r{i} {addr} check inter 300ms fall 1 rise 1{check}\n")
+                })
+                .collect()
+        };
+        let cfg = format!(
+            "global\n  maxconn 2000\n\
+             defaults\n  mode http\n  timeout connect 1s\n  timeout client 60s\n  \
+             timeout server 60s\n  timeout tunnel 1h\n  retries 3\n  option redispatch 1\n  \
+             retry-on all-retryable-errors\n\
+             frontend gantry\n  bind 127.0.0.1:{port}\n  \
+             use_backend agents if {{ path_beg /api/v1/agent/ }}\n  default_backend api\n\
+             backend api\n  option httpchk GET /healthz\n{}\
+             backend agents\n  option httpchk GET /healthz/controller\n{}",
+            servers(""),
+            servers("")
+        );
+        let path = dir.join("haproxy.cfg");
+        std::fs::write(&path, cfg).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let child = Command::new("/usr/sbin/haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&path)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting haproxy (Debian's haproxy: scripts/install-deps.sh)");
+        let h = Haproxy { port, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&format!("{}/healthz", h.url())).0 != 200 {
+            assert!(Instant::now() < deadline, "haproxy did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        h
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn three_replicas_behind_haproxy_lose_their_leader_mid_array_and_no_request_fails() {
+    const TASKS: u64 = 24;
+    let db = scratch_db();
+    let shared_dir = tempfile::Builder::new()
+        .prefix("gantry-e2e-shared-")
+        .tempdir()
+        .unwrap();
+    let shared = shared_dir.path().to_path_buf();
+    let mut s = Split::server_only_with(
+        "10s",
+        &[
+            "--store",
+            db.url(),
+            "--shared-dir",
+            shared.to_str().unwrap(),
+        ],
+    );
+    let data = s.cluster.data_dir().to_path_buf();
+    let log = data.join("up.log");
+    let key = data.join("server/secret.key");
+    let mut replicas: Vec<Replica> = (0..2)
+        .map(|i| {
+            let dir = data.join(format!("replica-{i}"));
+            std::fs::create_dir_all(dir.join("server")).unwrap();
+            std::fs::copy(&key, dir.join("server/secret.key")).unwrap();
+            Replica {
+                port: free_port(),
+                dir,
+                shared: shared.clone(),
+                child: None,
+            }
+        })
+        .collect();
+    for r in &mut replicas {
+        r.start(db.url(), &log);
+    }
+    let mut urls = vec![format!("http://127.0.0.1:{}", s.cluster.port)];
+    urls.extend(replicas.iter().map(Replica::url));
+    for u in &urls {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&format!("{u}/healthz")).0 != 200 {
+            assert!(Instant::now() < deadline, "{u} did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    assert_eq!(leader(&urls, "at start"), 0);
+    let lb = Haproxy::start(&data, &urls, &log);
+    // The agent and the CLI know the load balancer only.
+    s.start_agent_at(&lb.url());
+    point_cli_at(&data, &lb.url());
+
+    let file = s.cluster.write(
+        "array.yaml",
+        &format!(
+            "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sh, -c, \"echo task $FB_TASK_ID; sleep 1\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
+        ),
+    );
+    let id = s.cluster.start_workflow(&file);
+    s.cluster
+        .wait_for(&id, "a few tasks to finish", |d| finished(d) >= 4);
+
+    // Clients read through the load balancer all along; none of their requests may fail.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        let url = format!("{}/api/v1/workflows/{id}?limit=0", lb.url());
+        let token = s.cluster.admin_token();
+        std::thread::spawn(move || {
+            let (mut ok, mut failed) = (0u32, vec![]);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let out = Command::new("curl")
+                    .args(["-s", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}"])
+                    .args(["-H", &format!("Authorization: Bearer {token}")])
+                    .arg(&url)
+                    .output()
+                    .unwrap();
+                match String::from_utf8_lossy(&out.stdout).as_ref() {
+                    "200" => ok += 1,
+                    other => failed.push(other.to_string()),
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (ok, failed)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    let _ = s.server.as_mut().unwrap().kill();
+    let _ = s.server.as_mut().unwrap().wait();
+    let t0 = Instant::now();
+    let now = leader(&urls[1..], "after killing the leader") + 1;
+    eprintln!(
+        "the lease moved {:?} after the leader was killed (to replica {now})",
+        t0.elapsed()
+    );
+    let d = s.cluster.wait_for(&id, "the array to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = reader.join().unwrap();
+    eprintln!("{ok} reads through the load balancer during the failover");
+    assert!(failed.is_empty(), "failed reads: {failed:?} (of {ok} good)");
+    assert!(ok > 10, "the reader read: {ok}");
+    assert_eq!(d["status"], "FINISHED", "{:#}", d["counts"]);
+    for t in d["tasks"].as_array().unwrap() {
+        assert_eq!(t["attempts"].as_array().unwrap().len(), 1, "{t:#}");
+        let task = t["index"].as_u64().unwrap();
+        let out = s
+            .cluster
+            .ok(&["workflow", "log", &id, "work", "--task", &task.to_string()]);
+        assert_eq!(out.trim(), format!("task {task}"));
+    }
 }

@@ -297,7 +297,7 @@ async fn assignment_of(
     let store = cx.store.as_ref();
     match outfit(
         store,
-        &cx.config.data_dir,
+        cx.config.files_dir(),
         &cx.secret_key,
         &mut asg,
         &wf.owner,
@@ -340,7 +340,7 @@ async fn handle(cx: &Ctx, node: &str, msg: AgentMessage) -> anyhow::Result<()> {
         AgentMessage::Status(report) => status(cx, node, report).await?,
         AgentMessage::Log(chunk) => {
             let (stdout, stderr) =
-                crate::logs::append(cx.store.as_ref(), &cx.config.data_dir, &chunk).await?;
+                crate::logs::append(cx.store.as_ref(), cx.config.files_dir(), &chunk).await?;
             cx.hub.send(
                 node,
                 ServerMessage::LogAck {

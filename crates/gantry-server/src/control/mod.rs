@@ -60,6 +60,9 @@ pub struct Ctx {
     /// The controller's lease: ticks run while this process holds it, and their plans carry
     /// its fence.
     pub lease: Arc<Lease>,
+    /// When this process last took the lease (ms): nodes whose agents were connected to the
+    /// previous leader get a heartbeat timeout from then to find this one before any is lost.
+    pub led_since: AtomicI64,
 }
 
 /// The widest snapshot window: a tick places at most this many of a job's tasks (one
@@ -122,6 +125,7 @@ pub fn spawn(cx: Arc<Ctx>) {
             if keep == Keep::Taken {
                 // Whatever was kept as a standby (or before a lease was lost) is stale.
                 *cx.fleet.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                cx.led_since.store(now_ms(), Ordering::Relaxed);
             }
             if let Err(e) = tick(&cx).await {
                 match lease::deposed(&e) {
@@ -599,7 +603,7 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
     for (node, mut asg, owner, group) in assigns {
         let outfit = crate::agents::outfit(
             cx.store.as_ref(),
-            &cx.config.data_dir,
+            cx.config.files_dir(),
             &cx.secret_key,
             &mut asg,
             &owner,
@@ -683,6 +687,9 @@ async fn lose_silent_nodes(cx: &Ctx, now: i64) -> anyhow::Result<()> {
     }
     cx.liveness_at.store(now, Ordering::Relaxed);
     let timeout = cx.config.heartbeat_timeout.as_millis() as i64;
+    if now - cx.led_since.load(Ordering::Relaxed) < timeout {
+        return Ok(());
+    }
     for n in cx.store.silent_nodes(now - timeout).await? {
         let why = format!("no heartbeat for {}s", timeout / 1000);
         cx.store

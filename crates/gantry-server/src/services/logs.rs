@@ -173,7 +173,7 @@ pub async fn read(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let file = path(&st.config.data_dir, attempt.id, &stream);
+    let file = path(st.config.files_dir(), attempt.id, &stream);
     if !q.follow {
         let offset = q.offset;
         let limit = q.limit.unwrap_or(READ_LIMIT).min(READ_LIMIT);

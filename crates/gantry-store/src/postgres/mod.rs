@@ -60,12 +60,21 @@ pub struct PgStore {
     writer: PgPool,
 }
 
+/// See [`PgStore::connect`].
+const IDLE_IN_TRANSACTION: &str = "5s";
+
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`, any
     /// libpq-style parameter sqlx knows) and brings its schema up to date. Servers starting
     /// at once are safe: sqlx migrates under an advisory lock of its own.
     pub async fn connect(url: &str) -> Result<Self> {
-        let opts = PgConnectOptions::from_str(url)?.application_name("gantry");
+        // A server paused or cut off inside a transaction would hold the write lock, and every
+        // other replica's writes (the lease's renewal and takeover among them) with it:
+        // PostgreSQL ends such a session after a few seconds idle in its transaction (ours
+        // are milliseconds between statements), which rolls it back and frees the lock.
+        let opts = PgConnectOptions::from_str(url)?
+            .application_name("gantry")
+            .options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)]);
         // One connection first, for its error: a pool retries a refused connection until its
         // timeout and then says only that it timed out.
         sqlx::PgConnection::connect_with(&opts)

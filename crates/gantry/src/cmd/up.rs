@@ -164,6 +164,10 @@ pub struct ServerArgs {
     /// SQLite in the data directory, which keeps logs, images and the secrets key either way).
     #[arg(long, env = "GANTRY_STORE", value_name = "URL", hide_env_values = true)]
     store: Option<gantry_server::StoreLocation>,
+    /// Keep job output and the object cache here rather than in the data directory: a
+    /// filesystem every replica mounts (see the README's Replicas).
+    #[arg(long, value_name = "DIR")]
+    shared_dir: Option<PathBuf>,
     #[arg(long, default_value = "127.0.0.1:7070", value_parser = crate::parse_listen)]
     listen: SocketAddr,
     /// An agent silent this long is lost and its steps end NODE_LOST (e.g. 30s, 2m).
@@ -736,6 +740,7 @@ pub async fn server(args: ServerArgs) -> anyhow::Result<ExitCode> {
     let data_dir = args.data_dir.unwrap_or_else(default_data_dir);
     let mut config = ServerConfig::new(args.listen, data_dir.join("server"));
     config.store = args.store.unwrap_or_default();
+    config.shared_dir = args.shared_dir;
     config.heartbeat_timeout = args.heartbeat_timeout;
     config.heartbeat_interval = (args.heartbeat_timeout / 6).max(Duration::from_millis(200));
     config.stop_grace = args.stop_grace;
