@@ -121,16 +121,27 @@ fn finished(d: &serde_json::Value) -> u64 {
     d["counts"]["FINISHED"].as_u64().unwrap_or(0)
 }
 
-#[test]
-fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_dies() {
-    const TASKS: u64 = 30;
+/// Three replicas on a scratch database and one shared directory: the first a [`Split`]'s
+/// server (whose CLI context the tests use), the others [`Replica`]s; once all answer.
+struct Three {
+    s: Split,
+    replicas: Vec<Replica>,
+    urls: Vec<String>,
+    data: PathBuf,
+    log: PathBuf,
+    // Dropped last: the servers above use them.
+    _shared: tempfile::TempDir,
+    db: ScratchDb,
+}
+
+fn three() -> Three {
     let db = scratch_db();
     let shared_dir = tempfile::Builder::new()
         .prefix("gantry-e2e-shared-")
         .tempdir()
         .unwrap();
     let shared = shared_dir.path().to_path_buf();
-    let mut s = Split::server_only_with(
+    let s = Split::server_only_with(
         "10s",
         &[
             "--store",
@@ -158,8 +169,7 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
     for r in &mut replicas {
         r.start(db.url(), &log);
     }
-    let first = format!("http://127.0.0.1:{}", s.cluster.port);
-    let mut urls = vec![first];
+    let mut urls = vec![format!("http://127.0.0.1:{}", s.cluster.port)];
     urls.extend(replicas.iter().map(Replica::url));
     for u in &urls {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -172,6 +182,29 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    Three {
+        s,
+        replicas,
+        urls,
+        data,
+        log,
+        _shared: shared_dir,
+        db,
+    }
+}
+
+#[test]
+fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_dies() {
+    const TASKS: u64 = 30;
+    let Three {
+        mut s,
+        mut replicas,
+        urls,
+        data,
+        log,
+        _shared,
+        db,
+    } = three();
     // The first server took the lease before the others started.
     assert_eq!(leader(&urls, "at start"), 0);
     // A standby turns agents away, naming why; the agent finds the leader among its URLs.
@@ -377,49 +410,15 @@ impl Drop for Haproxy {
 #[test]
 fn three_replicas_behind_haproxy_lose_their_leader_mid_array_and_no_request_fails() {
     const TASKS: u64 = 24;
-    let db = scratch_db();
-    let shared_dir = tempfile::Builder::new()
-        .prefix("gantry-e2e-shared-")
-        .tempdir()
-        .unwrap();
-    let shared = shared_dir.path().to_path_buf();
-    let mut s = Split::server_only_with(
-        "10s",
-        &[
-            "--store",
-            db.url(),
-            "--shared-dir",
-            shared.to_str().unwrap(),
-        ],
-    );
-    let data = s.cluster.data_dir().to_path_buf();
-    let log = data.join("up.log");
-    let key = data.join("server/secret.key");
-    let mut replicas: Vec<Replica> = (0..2)
-        .map(|i| {
-            let dir = data.join(format!("replica-{i}"));
-            std::fs::create_dir_all(dir.join("server")).unwrap();
-            std::fs::copy(&key, dir.join("server/secret.key")).unwrap();
-            Replica {
-                port: free_port(),
-                dir,
-                shared: shared.clone(),
-                child: None,
-            }
-        })
-        .collect();
-    for r in &mut replicas {
-        r.start(db.url(), &log);
-    }
-    let mut urls = vec![format!("http://127.0.0.1:{}", s.cluster.port)];
-    urls.extend(replicas.iter().map(Replica::url));
-    for u in &urls {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while get(&format!("{u}/healthz")).0 != 200 {
-            assert!(Instant::now() < deadline, "{u} did not start");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    let Three {
+        mut s,
+        replicas: _replicas,
+        urls,
+        data,
+        log,
+        _shared,
+        db: _db,
+    } = three();
     assert_eq!(leader(&urls, "at start"), 0);
     let lb = Haproxy::start(&data, &urls, &log);
     // The agent and the CLI know the load balancer only.
