@@ -1,7 +1,9 @@
 //! Holds on nodes: the Alertmanager webhook's decisions and administrators' holds and
 //! releases. Every decision is `gantry_core::holds`'; this module gathers the state, applies
 //! the result in one transaction, and promotes deferred holds when room frees. One lock
-//! serialises hold decisions, so two posts cannot both take the pool's last free slot.
+//! serialises this process's hold decisions, and each decision names the holds' version it
+//! read (`HoldChange::Expect`), so that neither two posts nor two servers' posts can both take
+//! the pool's last free slot: the later is decided again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -45,6 +47,29 @@ impl Holds {
 
     fn wake_controller(&self) {
         self.wake.notify_one();
+    }
+
+    /// Applies a decision made on the holds as of `version`: false, with nothing applied,
+    /// when another decision (another server's: the lock above is this process's) was applied
+    /// since, so the caller decides again. Nothing to apply is applied at once.
+    async fn apply_at(
+        &self,
+        version: i64,
+        mut changes: Vec<HoldChange>,
+        now: i64,
+    ) -> Result<bool, ApiError> {
+        if changes.is_empty() {
+            return Ok(true);
+        }
+        changes.insert(0, HoldChange::Expect(version));
+        match self.store.apply_holds(&changes, now).await {
+            Ok(()) => Ok(true),
+            Err(gantry_store::StoreError::Refused(why)) => {
+                tracing::info!("hold decision made again: {why}");
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -148,19 +173,35 @@ async fn pool_state(st: &Holds, pool: &str) -> Result<(PoolView, Vec<Hold>), Api
 /// as for every hold decision: a promotion read outside it could take the pool's last slot
 /// under the cap while an alert's decision, reading the same count, takes it too.
 pub(crate) async fn promote_locked(st: &Holds, pool: &str) -> Result<usize, ApiError> {
-    let (view, holds) = pool_state(st, pool).await?;
-    let ids = holds::promotions(&holds, &view);
-    let changes: Vec<HoldChange> = ids
-        .iter()
-        .map(|id| HoldChange::Activate {
-            id: Uuid::from_u128(*id),
-        })
-        .collect();
-    st.store.apply_holds(&changes, now_ms()).await?;
-    if !changes.is_empty() {
-        st.wake_controller();
+    for _ in 0..DECISION_TRIES {
+        let version = st.store.holds_version().await?;
+        let (view, holds) = pool_state(st, pool).await?;
+        let ids = holds::promotions(&holds, &view);
+        let changes: Vec<HoldChange> = ids
+            .iter()
+            .map(|id| HoldChange::Activate {
+                id: Uuid::from_u128(*id),
+            })
+            .collect();
+        let n = changes.len();
+        if !st.apply_at(version, changes, now_ms()).await? {
+            continue;
+        }
+        if n > 0 {
+            st.wake_controller();
+        }
+        return Ok(n);
     }
-    Ok(changes.len())
+    Err(decisions_raced())
+}
+
+/// How often a decision is made again when another server's decision came first.
+const DECISION_TRIES: usize = 8;
+
+fn decisions_raced() -> ApiError {
+    ApiError::Conflict(
+        "other servers' hold decisions kept changing the holds under this one: try again".into(),
+    )
 }
 
 /// Promotes in every pool (room frees when holds are released or nodes join), under the
@@ -199,7 +240,28 @@ pub async fn apply_alerts(st: &Holds, entries: &[AlertEntry]) -> Result<Vec<Appl
         return Ok(vec![]);
     }
     let _guard = st.decide().await;
-    let now = now_ms();
+    for _ in 0..DECISION_TRIES {
+        let now = now_ms();
+        let version = st.store.holds_version().await?;
+        let (changes, out) = decide_alerts(st, entries, now).await?;
+        if !st.apply_at(version, changes, now).await? {
+            continue;
+        }
+        if out.iter().any(|a| *a != Applied::Unchanged) {
+            st.wake_controller();
+        }
+        return Ok(out);
+    }
+    Err(decisions_raced())
+}
+
+/// `apply_alerts`' decision on the holds as they are now: the changes and what each entry
+/// came to.
+async fn decide_alerts(
+    st: &Holds,
+    entries: &[AlertEntry],
+    now: i64,
+) -> Result<(Vec<HoldChange>, Vec<Applied>), ApiError> {
     let nodes = st.store.nodes().await?;
     let pool_of: BTreeMap<&str, &str> = nodes
         .iter()
@@ -353,11 +415,7 @@ pub async fn apply_alerts(st: &Holds, entries: &[AlertEntry]) -> Result<Vec<Appl
             });
         }
     }
-    st.store.apply_holds(&changes, now).await?;
-    if out.iter().any(|a| *a != Applied::Unchanged) {
-        st.wake_controller();
-    }
-    Ok(out)
+    Ok((changes, out))
 }
 
 /// Active holds by node, for the scheduler's reasons and the eviction pass.

@@ -270,7 +270,11 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
         &self,
         fingerprints: &[String],
     ) -> Result<std::collections::HashSet<(String, String)>>;
+    /// Applies a hold decision in one transaction; each call moves [`Store::holds_version`].
     async fn apply_holds(&self, changes: &[HoldChange], now: Millis) -> Result<()>;
+    /// A number every [`Store::apply_holds`] moves: read before a decision, named by its
+    /// [`HoldChange::Expect`].
+    async fn holds_version(&self) -> Result<i64>;
     /// Records each alert's event unless one was recorded for its (fingerprint, episode,
     /// status) already, in one transaction; returns how many were recorded.
     async fn record_unknown_node_alerts(

@@ -240,3 +240,10 @@ pub(crate) fn fence_holds(f: &Fence, stored: Option<(String, i64)>) -> Result<()
         None => Err(StoreError::Deposed(format!("no lease {} is held", f.lease))),
     }
 }
+
+/// A hold decision made on holds that have changed since (`HoldChange::Expect`).
+pub(crate) fn holds_moved(expected: i64, now: i64) -> StoreError {
+    StoreError::Refused(format!(
+        "the holds changed since the decision read them (version {expected}, now {now})"
+    ))
+}

@@ -43,6 +43,7 @@ macro_rules! every_contract {
             a_submit_is_stored_whole_or_not_at_all,
             tasks_are_paged_and_counted_in_workflow_order,
             a_lease_has_one_holder_and_its_token_fences_a_deposed_one,
+            a_hold_decision_on_holds_that_changed_since_is_refused,
         );
     };
 }
@@ -1368,4 +1369,79 @@ pub async fn a_lease_has_one_holder_and_its_token_fences_a_deposed_one(s: Arc<dy
         won.extend(r.await.expect("racer"));
     }
     assert_eq!(won, [1], "one holder of a new lease");
+}
+
+/// A hold decision names the holds' version it was made on; one applied since (another
+/// server's) makes it refused whole, so that of deciders racing on the same version exactly
+/// one applies.
+pub async fn a_hold_decision_on_holds_that_changed_since_is_refused(s: Arc<dyn Store>) {
+    node(s.as_ref(), "n1", 8, 1 << 30, &[]).await;
+    let hold = |reason: &str| {
+        HoldChange::Place(Box::new(HoldRow {
+            id: Uuid::new_v4(),
+            node: "n1".into(),
+            pool: "default".into(),
+            kind: HoldKind::Cordon,
+            source: HoldSource::Admin,
+            state: HoldStatus::Active,
+            alertname: None,
+            fingerprint: None,
+            episode: None,
+            release_rule: ReleaseRule::Admin,
+            reason: reason.into(),
+            created_by: "admin".into(),
+            created_at: 1,
+            activated_at: Some(1),
+            alert_resolved_at: None,
+            released_by: None,
+            released_at: None,
+            release_reason: None,
+        }))
+    };
+    let holds = |s: Arc<dyn Store>| async move {
+        let mut r: Vec<String> = s
+            .holds(None, true)
+            .await
+            .expect("holds")
+            .into_iter()
+            .map(|h| h.reason)
+            .collect();
+        r.sort();
+        r
+    };
+    let v0 = s.holds_version().await.expect("holds_version");
+    s.apply_holds(&[HoldChange::Expect(v0), hold("first")], 1)
+        .await
+        .expect("a decision on the current version");
+    let v1 = s.holds_version().await.expect("holds_version");
+    assert_ne!(v0, v1, "a hold change moves the version");
+    match s
+        .apply_holds(&[hold("late"), HoldChange::Expect(v0)], 1)
+        .await
+    {
+        Err(StoreError::Refused(_)) => {}
+        r => panic!("a decision on an old version: {r:?}"),
+    }
+    assert_eq!(holds(s.clone()).await, ["first"], "nothing of it applied");
+    assert_eq!(s.holds_version().await.expect("holds_version"), v1);
+
+    let racers: Vec<_> = (0..8)
+        .map(|i| {
+            let s = s.clone();
+            let change = hold(&format!("racer {i}"));
+            tokio::spawn(async move {
+                match s.apply_holds(&[HoldChange::Expect(v1), change], 1).await {
+                    Ok(()) => true,
+                    Err(StoreError::Refused(_)) => false,
+                    Err(e) => panic!("apply_holds: {e}"),
+                }
+            })
+        })
+        .collect();
+    let mut applied = 0;
+    for r in racers {
+        applied += usize::from(r.await.expect("racer"));
+    }
+    assert_eq!(applied, 1, "one decision of those made on one version");
+    assert_eq!(holds(s.clone()).await.len(), 2);
 }

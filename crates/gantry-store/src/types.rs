@@ -518,6 +518,12 @@ pub struct HoldRow {
 /// (READY, CORDONED, EVICTING) are recomputed from active holds in the same transaction.
 #[derive(Debug, Clone)]
 pub enum HoldChange {
+    /// The decision was made on the holds as of this [`Store::holds_version`]: the call is
+    /// [`StoreError::Refused`](crate::StoreError::Refused), whole, if another was applied
+    /// since (decide again on what is there now).
+    ///
+    /// [`Store::holds_version`]: crate::Store::holds_version
+    Expect(i64),
     Place(Box<HoldRow>),
     Activate {
         id: Uuid,

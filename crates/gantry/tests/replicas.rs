@@ -486,3 +486,92 @@ fn three_replicas_behind_haproxy_lose_their_leader_mid_array_and_no_request_fail
         assert_eq!(out.trim(), format!("task {task}"));
     }
 }
+
+/// Monitoring's alerts, posted through every replica at once: each server decides holds with
+/// its own lock, and the store's version check keeps them to the pool's cap (20 % of ten
+/// nodes: two cordons) between them; the rest wait deferred.
+#[test]
+fn hold_decisions_through_several_replicas_keep_the_pool_cap() {
+    use clap::Parser;
+    use serde_json::json;
+    const NODES: usize = 10;
+    let Three {
+        s,
+        replicas: _replicas,
+        urls,
+        _shared,
+        db: _db,
+        ..
+    } = three();
+    let c = &s.cluster;
+    let agent_token = c.ok(&["admin", "user", "create", "fleet", "--agent"]);
+    let hook: serde_json::Value =
+        c.json(&["admin", "user", "create", "alertmanager", "--monitoring"]);
+    let hook_token = hook["token"].as_str().unwrap().to_string();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _in_rt = rt.enter();
+    let (fleet, _) = gantry_simagent::spawn(gantry_simagent::Args::parse_from([
+        "gantry-simagent",
+        "--server",
+        &urls[0],
+        "--token",
+        agent_token.trim(),
+        "--nodes",
+        &NODES.to_string(),
+        "--prefix",
+        "held",
+    ]));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fleet.connected() < NODES {
+        assert!(Instant::now() < deadline, "the fleet did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Ten posts at once, one alert each, spread over the three replicas.
+    let posts: Vec<std::process::Child> = (0..NODES)
+        .map(|i| {
+            let node = format!("held-{i}");
+            let body = json!({
+                "receiver": "gantry", "status": "firing",
+                "alerts": [{
+                    "status": "firing",
+                    "labels": {"alertname": "DiskFull", "node": node, "gantry_hold": "cordon",
+                               "gantry_release": "auto", "severity": "critical"},
+                    "annotations": {"summary": format!("disk full on {node}")},
+                    "startsAt": "2026-12-04T10:00:00Z", "endsAt": "0001-01-01T00:00:00Z",
+                    "generatorURL": "http://prometheus/graph",
+                    "fingerprint": format!("{:016x}", 4096 + i),
+                }],
+                "groupLabels": {}, "commonLabels": {}, "commonAnnotations": {},
+                "externalURL": "http://alertmanager", "version": "4", "groupKey": "{}:{}",
+                "truncatedAlerts": 0
+            });
+            Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST"])
+                .args(["-H", "Content-Type: application/json"])
+                .args(["-H", &format!("Authorization: Bearer {hook_token}")])
+                .args(["--data-binary", &body.to_string()])
+                .arg(format!(
+                    "{}/api/v1/monitoring/alertmanager",
+                    urls[i % urls.len()]
+                ))
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for p in posts {
+        let out = p.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    }
+    let mut states: Vec<String> = vec![];
+    for i in 0..NODES {
+        let shown = c.json(&["node", "show", &format!("held-{i}")]);
+        for h in shown["holds"].as_array().unwrap() {
+            states.push(h["state"].as_str().unwrap().to_string());
+        }
+    }
+    states.sort();
+    let active = states.iter().filter(|s| s.as_str() == "ACTIVE").count();
+    assert_eq!(states.len(), NODES, "one hold per alert: {states:?}");
+    assert_eq!(active, 2, "the cap is two of ten: {states:?}");
+}

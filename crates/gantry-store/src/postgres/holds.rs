@@ -196,8 +196,19 @@ impl PgStore {
                     .await?;
                 }
                 HoldChange::Event(e) => event(&mut tx, e, now).await?,
+                HoldChange::Expect(version) => {
+                    let now_at: i64 = sqlx::query_scalar("SELECT version FROM hold_changes")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if now_at != *version {
+                        return Err(holds_moved(*version, now_at));
+                    }
+                }
             }
         }
+        sqlx::query("UPDATE hold_changes SET version = version + 1")
+            .execute(&mut *tx)
+            .await?;
         touched.sort();
         touched.dedup();
         for node in touched {
@@ -205,5 +216,11 @@ impl PgStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    pub(super) async fn holds_version(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT version FROM hold_changes")
+            .fetch_one(&self.pool)
+            .await?)
     }
 }

@@ -468,6 +468,10 @@ impl Store for PgStore {
         PgStore::apply_holds(self, changes, now).await
     }
 
+    async fn holds_version(&self) -> Result<i64> {
+        PgStore::holds_version(self).await
+    }
+
     async fn set_attempt_address(&self, attempt: Uuid, address: &str) -> Result<()> {
         PgStore::set_attempt_address(self, attempt, address).await
     }

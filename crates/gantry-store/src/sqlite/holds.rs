@@ -205,8 +205,19 @@ impl SqliteStore {
                     .await?;
                 }
                 HoldChange::Event(e) => event(&mut tx, e, now).await?,
+                HoldChange::Expect(version) => {
+                    let now_at: i64 = sqlx::query_scalar("SELECT version FROM hold_changes")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if now_at != *version {
+                        return Err(holds_moved(*version, now_at));
+                    }
+                }
             }
         }
+        sqlx::query("UPDATE hold_changes SET version = version + 1")
+            .execute(&mut *tx)
+            .await?;
         touched.sort();
         touched.dedup();
         for node in touched {
@@ -214,5 +225,11 @@ impl SqliteStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    pub(super) async fn holds_version(&self) -> Result<i64> {
+        Ok(sqlx::query_scalar("SELECT version FROM hold_changes")
+            .fetch_one(&self.pool)
+            .await?)
     }
 }

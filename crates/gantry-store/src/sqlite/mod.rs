@@ -434,6 +434,10 @@ impl Store for SqliteStore {
         SqliteStore::apply_holds(self, changes, now).await
     }
 
+    async fn holds_version(&self) -> Result<i64> {
+        SqliteStore::holds_version(self).await
+    }
+
     async fn set_attempt_address(&self, attempt: Uuid, address: &str) -> Result<()> {
         SqliteStore::set_attempt_address(self, attempt, address).await
     }
