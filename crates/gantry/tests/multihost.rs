@@ -177,3 +177,200 @@ volumes:
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
 }
+
+/// A gang of three members lands one to a host; member 0 runs a command in each member's
+/// container through that host's agent's exec service (the remote launcher MPI uses), and
+/// each member, on its node's network, sees its own host's address.
+#[test]
+fn a_multinode_gang_spans_three_hosts_and_reaches_each_member_through_its_agent() {
+    let h = Hosts::start(3, "30s");
+    let c = &h.cluster;
+    let file = c.write(
+        "gang.yaml",
+        r#"version: v4
+jobs:
+  gang:
+    image: { uri: docker://busybox:1 }
+    multinode: { nodes: 3, implementation: generic }
+    resource: { cpu: { cores: 1 }, memory: { size: 128MiB } }
+    script: |
+      #!/bin/sh
+      echo "hosts $MULTINODE_HOSTLIST"
+      for m in gang-0 gang-1 gang-2; do
+        MULTINODE_WRAPPER_FORWARD_STREAMS=1 $MULTINODE_RSH_WRAPPER $m \
+          'echo "$(hostname) at $MULTINODE_NODE_IP: $(ip -4 -o addr show dev eth0)"' 2>&1
+        echo "rsh $m: exit $?"
+      done
+"#,
+    );
+    let id = c.start_workflow(&file);
+    c.wait_for(&id, "gang-0 to end", |d| {
+        let s = &Cluster::task(d, "gang[0]")["status"];
+        s == "FINISHED" || s == "FAILED"
+    });
+    let log = c.ok(&["workflow", "log", &id, "gang", "--task", "0"]);
+    let d = c.wait_for(&id, &format!("the gang to end; gang-0 said: {log}"), |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(d["status"], "FINISHED", "{d:#}\n{log}\n{}", c.log());
+    assert!(log.contains("hosts gang-0:1,gang-1:1,gang-2:1"), "{log}");
+    let mut used = BTreeSet::new();
+    for (i, t) in tasks_of(&d, "gang").into_iter().enumerate() {
+        assert!(log.contains(&format!("rsh gang-{i}: exit 0")), "{log}");
+        let node = node_of(t);
+        let addr = h.hosts[h.index(&node)].addr;
+        let said = log
+            .lines()
+            .find(|l| l.starts_with(&format!("[gang-{i}] gang-{i} at ")))
+            .unwrap_or_else(|| panic!("nothing from gang-{i}: {log}"));
+        assert!(
+            said.starts_with(&format!("[gang-{i}] gang-{i} at {addr}: "))
+                && said.contains(&format!("inet {addr}/24")),
+            "gang-{i} is on {node} ({addr}) but said: {said}"
+        );
+        used.insert(node);
+    }
+    assert_eq!(used.len(), 3, "members shared a host: {d:#}");
+}
+
+/// Container networking between hosts: a host-network service on one host, reached as
+/// `web.svc` by a job in a container on the other host's bridge (the only host with a core
+/// left), by the server's persistent endpoint proxy, and from outside at the host's address;
+/// the job reaches the server too, over its own host's link.
+#[test]
+fn a_service_on_one_host_is_reached_from_a_container_on_another_and_through_an_endpoint() {
+    let h = Hosts::start(2, "30s");
+    let c = &h.cluster;
+    c.ok(&["endpoint", "create", "site", "--scope", "public"]);
+    let port = common::free_port();
+    let file = c.write(
+        "web.yaml",
+        &r#"version: v4
+services:
+  web:
+    image: { uri: docker://busybox:1 }
+    resource: { cpu: { cores: 1 } }
+    network:
+      host: true
+      ports: [ { name: http, port: PORT, protocol: tcp } ]
+      endpoints: [ { name: site, port-name: http, protocol: http, attach: site } ]
+    persist: true
+    script: |
+      #!/bin/sh
+      mkdir -p /www && ip -4 -o addr show dev eth0 > /www/index.html
+      exec httpd -f -p PORT -h /www
+    readiness-probe:
+      http-get: { path: /, port: PORT }
+      period-seconds: 1
+jobs:
+  client:
+    image: { uri: docker://busybox:1 }
+    resource: { cpu: { cores: 1 } }
+    depends-on: [ { name: web, status: RUNNING } ]
+    script: |
+      #!/bin/sh
+      set -e
+      echo "container: $(ip -4 -o addr show dev eth0)"
+      echo "service: $(wget -q -O - http://web.svc:PORT/)"
+      echo "server: $(wget -q -O - http://SERVER/healthz)"
+"#
+        .replace("PORT", &port.to_string())
+        .replace("SERVER", &format!("{}:{}", h.gateway, c.port)),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "client done", |d| {
+        let s = &Cluster::task(d, "client")["status"];
+        s == "FINISHED" || s == "FAILED"
+    });
+    let log = c.ok(&["workflow", "log", &id, "client"]);
+    let client = Cluster::task(&d, "client");
+    assert_eq!(client["status"], "FINISHED", "{d:#}\n{log}\n{}", c.log());
+    let web = h.index(&node_of(Cluster::task(&d, "web")));
+    let other = h.index(&node_of(client));
+    assert_ne!(web, other, "service and client on one host: {d:#}");
+    let served = format!("inet {}/24", h.hosts[web].addr);
+    let said = |what: &str| {
+        log.lines()
+            .find_map(|l| l.strip_prefix(what))
+            .unwrap_or_else(|| panic!("no {what} in {log}"))
+            .to_string()
+    };
+    // On its host's bridge, not its host's network.
+    let own = said("container: ");
+    assert!(
+        own.contains("inet ") && !own.contains("inet 10.77."),
+        "{own}"
+    );
+    assert!(said("service: ").contains(&served), "{log}");
+    assert_eq!(said("server: "), "ok", "{log}");
+
+    let (code, body) = curl(&format!("http://{}:{port}/", h.hosts[web].addr));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&served), "{body}");
+    c.wait_endpoint("site", "site serving", |e| e["status"] == "SERVING");
+    let (code, body) = curl(&format!("http://{}:{}/e/site/", h.gateway, c.port));
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains(&served), "{body}");
+    c.ok(&["workflow", "stop", &id, "--yes"]);
+    c.wait_status(&id, "STOPPED");
+}
+
+fn curl(url: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-m", "20", "-o", "-", "-w", "\n%{http_code}", url])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The MPI image of `tests/mpi.rs` (`scripts/make-mpi-image.sh`, built once per change of the
+/// script, pushed to the local registry), as the agents name it through their mirror.
+fn mpi_image() -> String {
+    let reg = common::registry();
+    let out = std::process::Command::new(common::repo_root().join("scripts/make-mpi-image.sh"))
+        .arg(reg)
+        .output()
+        .expect("running scripts/make-mpi-image.sh");
+    assert!(
+        out.status.success(),
+        "scripts/make-mpi-image.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pushed = String::from_utf8(out.stdout).unwrap();
+    let path = pushed.trim().strip_prefix(&format!("{reg}/")).unwrap();
+    format!("docker://{path}")
+}
+
+/// Open MPI's ranks on two hosts: `mpirun` in member 0 starts rank 1 through the other
+/// host's exec service, and the ranks' own TCP connections cross the bridge.
+#[test]
+fn an_openmpi_job_runs_its_ranks_on_two_hosts() {
+    let h = Hosts::start(2, "30s");
+    let c = &h.cluster;
+    let file = c.write(
+        "mpi.yaml",
+        &r#"version: v4
+jobs:
+  ranks:
+    image: { uri: IMAGE }
+    command: [ /usr/local/bin/allreduce-openmpi ]
+    multinode: { nodes: 2, implementation: openmpi }
+    resource: { cpu: { cores: 1 }, memory: { size: 256MiB } }
+    policy: { timeout: { execute: 5m } }
+"#
+        .replace("IMAGE", &mpi_image()),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "the ranks to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    let log = c.ok(&["workflow", "log", &id, "ranks", "--task", "0"]);
+    assert_eq!(d["status"], "FINISHED", "{d:#}\n{log}\n{}", c.log());
+    let nodes: BTreeSet<String> = tasks_of(&d, "ranks").into_iter().map(node_of).collect();
+    assert_eq!(nodes.len(), 2, "ranks on one host: {d:#}");
+    assert!(log.contains("rank 0 of 2 on ranks-0"), "{log}");
+    assert!(log.contains("rank 1 of 2 on ranks-1"), "{log}");
+    assert!(log.contains("sum 3 (expected 3)"), "{log}");
+}
