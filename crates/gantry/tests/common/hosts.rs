@@ -128,6 +128,24 @@ fn ip_quiet(args: &[&str]) {
         .status();
 }
 
+/// Kills the child when the test's thread ends, as when the test process is killed (a
+/// timeout, Ctrl-C): a server and agents left running there would keep the namespaces and
+/// retry a dead bridge forever, and `scripts/cleanup.sh` cannot tell them from a real
+/// cluster's processes. The signal survives the `nsenter`, `unshare` and `sh` that exec the
+/// agent.
+fn dies_with_test(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only prctl, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Makes a bridge `gmh<N>` with address 10.77.N.1/24 for an N that neither a link nor an
 /// address of this machine uses yet: tests of one binary run in parallel, and a killed run
 /// may have left its bridge. Returns the bridge and N.
@@ -306,7 +324,7 @@ impl Hosts {
     fn start_server(&mut self, heartbeat_timeout: &str) {
         let c = &self.cluster;
         let log = c.log_file();
-        let server = Command::new(GANTRY)
+        let server = dies_with_test(&mut Command::new(GANTRY))
             .args([
                 "server",
                 "--listen",
@@ -344,7 +362,7 @@ impl Hosts {
         let host = &self.hosts[i];
         let log = c.log_file();
         let mirror = self.relay.as_ref().unwrap().addr;
-        let child = Command::new("nsenter")
+        let child = dies_with_test(&mut Command::new("nsenter"))
             .arg(format!("--net=/run/netns/{}", host.ns))
             .args(["--", "unshare", "--mount", "--propagation", "slave", "--"])
             .args(["sh", "-c", SYSFS, "sh"])
