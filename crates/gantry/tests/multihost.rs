@@ -1,8 +1,9 @@
 //! Gantry across hosts: a `gantry server` on a test bridge and agents on hosts of their own
 //! (network namespaces joined to the bridge by veth pairs, each with its own address and the
 //! pool's storage root bind-mounted; `common::hosts`), so that server-agent traffic, container
-//! networking, endpoints, multinode members and node loss cross a network between addresses
-//! instead of one host's loopback. Real server, agents and runc; needs root and iproute2.
+//! networking, endpoints, multinode members, data staging and node loss cross a network
+//! between addresses instead of one host's loopback. Real server, agents and runc; needs root
+//! and iproute2.
 
 mod common;
 
@@ -373,4 +374,82 @@ jobs:
     assert!(log.contains("rank 0 of 2 on ranks-0"), "{log}");
     assert!(log.contains("rank 1 of 2 on ranks-1"), "{log}");
     assert!(log.contains("sum 3 (expected 3)"), "{log}");
+}
+
+/// Data staging with the storage root shared by bind mounts: ingress fetches into the
+/// workflow's volume on one host, three steps on three hosts read it and each writes its own
+/// file there, and egress (on whichever host) uploads all three, which it finds only because
+/// every host's storage root is the same directory.
+#[test]
+fn data_staged_in_on_one_host_is_read_and_written_on_all_and_staged_out() {
+    let mut h = Hosts::start(3, "30s");
+    let s3 = common::s3::S3::start();
+    s3.py("s3.create_bucket(Bucket='results')");
+    let input = "a line that every host reads\n";
+    let srv = common::http::Server::start(vec![(
+        "/input.txt",
+        common::http::Route::Body(input.as_bytes().to_vec()),
+    )]);
+    let web = h.reach(&format!("127.0.0.1:{}", srv.port));
+    let s3_at = h.reach(&format!("127.0.0.1:{}", s3.port));
+    let c = &h.cluster;
+    c.ok(&[
+        "secret",
+        "set",
+        "store",
+        "--type",
+        "s3",
+        "--value",
+        &format!(
+            r#"{{"accessKeyId":"AKIDEXAMPLE","secretAccessKey":"not-checked","region":"us-east-1","endpoint":"http://{s3_at}"}}"#
+        ),
+    ]);
+    let file = c.write(
+        "staging.yaml",
+        &r#"version: v4
+volumes:
+  work:
+    ingress:
+      - source: { uri: "http://WEB/input.txt" }
+        destination: { uri: "file://in/input.txt" }
+    egress:
+      - source: { uri: "file://out/1.txt" }
+        destination: { uri: "s3://results/1.txt", secret: secret://user/store }
+      - source: { uri: "file://out/2.txt" }
+        destination: { uri: "s3://results/2.txt", secret: secret://user/store }
+      - source: { uri: "file://out/3.txt" }
+        destination: { uri: "s3://results/3.txt", secret: secret://user/store }
+jobs:
+  read:
+    image: { uri: docker://busybox:1 }
+    task-array: { start: 1, end: 3 }
+    resource: { cpu: { cores: 1 } }
+    mounts: { /work: { volume: work } }
+    script: |
+      #!/bin/sh
+      set -e
+      mkdir -p /work/out
+      echo "$FB_TASK_ID read $(wc -c < /work/in/input.txt) bytes" > /work/out/$FB_TASK_ID.txt
+      sleep 2
+"#
+        .replace("WEB", &web.to_string()),
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "the workflow to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(d["status"], "FINISHED", "{d:#}\n{}", c.log());
+    for step in ["ingress:work", "egress:work"] {
+        assert_eq!(Cluster::task(&d, step)["status"], "FINISHED", "{d:#}");
+    }
+    let readers: BTreeSet<String> = tasks_of(&d, "read").into_iter().map(node_of).collect();
+    assert_eq!(readers.len(), 3, "the steps shared a host: {d:#}");
+    for i in 1..=3 {
+        assert_eq!(
+            s3.get("results", &format!("{i}.txt")).as_deref(),
+            Some(format!("{i} read {} bytes\n", input.len()).as_str()),
+            "results/{i}.txt; egress ran on {}",
+            node_of(Cluster::task(&d, "egress:work"))
+        );
+    }
 }

@@ -39,12 +39,15 @@ pub struct Hosts {
     pub gateway: Ipv4Addr,
     server: Option<Child>,
     relay: Option<Relay>,
+    /// The test's own relays ([`Hosts::reach`]).
+    relays: Vec<Relay>,
     /// The shared storage root that each host's bind mounts show.
     storage: PathBuf,
 }
 
-/// A TCP relay from the bridge's address to the local registry. The registry listens on the
-/// root namespace's loopback, which no host reaches (each namespace has a loopback of its own).
+/// A TCP relay from the bridge's address to a service on the root namespace's loopback (the
+/// local registry, a test's HTTP or S3 server), which no host reaches: each namespace has a
+/// loopback of its own.
 /// Forwarding the bridge's address to 127.0.0.1 in the kernel would need `route_localnet` and
 /// a DNAT rule beside the agents' own nftables tables, and would outlive a killed run; this
 /// thread dies with the test.
@@ -55,7 +58,7 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(ip: Ipv4Addr, target: &'static str) -> Relay {
+    fn start(ip: Ipv4Addr, target: String) -> Relay {
         let listener = TcpListener::bind((ip, 0)).expect("binding the registry relay");
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -66,7 +69,7 @@ impl Relay {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let _ = client.set_nonblocking(false);
-                        if let Ok(upstream) = TcpStream::connect(target) {
+                        if let Ok(upstream) = TcpStream::connect(&target) {
                             pipe(client, upstream);
                         }
                     }
@@ -233,11 +236,12 @@ impl Hosts {
             gateway,
             server: None,
             relay: None,
+            relays: vec![],
             storage,
         };
         ip(&["addr", "add", &format!("{gateway}/24"), "dev", &h.bridge]);
         ip(&["link", "set", &h.bridge, "up"]);
-        h.relay = Some(Relay::start(gateway, registry()));
+        h.relay = Some(Relay::start(gateway, registry().to_owned()));
         for i in 0..n {
             h.add_host(i, net, extra(i));
         }
@@ -406,6 +410,15 @@ impl Hosts {
         });
     }
 
+    /// An address on the bridge, where the hosts reach `target` (a `host:port` on this
+    /// machine's loopback, which they cannot reach), for as long as these hosts live.
+    pub fn reach(&mut self, target: &str) -> SocketAddr {
+        let relay = Relay::start(self.gateway, target.to_owned());
+        let addr = relay.addr;
+        self.relays.push(relay);
+        addr
+    }
+
     /// Kills host `i`'s agent (its containers live on).
     pub fn kill_agent(&mut self, i: usize) {
         if let Some(mut a) = self.hosts[i].agent.take() {
@@ -497,6 +510,7 @@ impl Drop for Hosts {
             let _ = s.wait();
         }
         self.relay.take();
+        self.relays.clear();
         // Deleting one end of a veth pair deletes both, even while a container still holds the
         // namespace (the cluster's drop, after this, kills the containers); the namespace, its
         // container bridge and its nftables tables go with its last process.
