@@ -453,3 +453,53 @@ jobs:
         );
     }
 }
+
+/// A gang whose head fails at once: the members on the other hosts, often still being made
+/// when their stop arrives, are stopped all the same, and the workflow ends FAILED with
+/// nothing left running on any host.
+#[test]
+fn a_gang_whose_head_fails_at_once_is_stopped_on_every_host() {
+    let h = Hosts::start(3, "30s");
+    let c = &h.cluster;
+    let file = c.write(
+        "fails.yaml",
+        r#"version: v4
+jobs:
+  gang:
+    image: { uri: docker://busybox:1 }
+    multinode: { nodes: 3, implementation: generic }
+    resource: { cpu: { cores: 1 }, memory: { size: 128MiB } }
+    command: [ sh, -c, "exit 3" ]
+"#,
+    );
+    let id = c.start_workflow(&file);
+    let d = c.wait_for(&id, "the gang to end", |d| {
+        d["status"] == "FINISHED" || d["status"] == "FAILED"
+    });
+    assert_eq!(d["status"], "FAILED", "{d:#}");
+    let members = tasks_of(&d, "gang");
+    let head = members[0]["reason"].as_str().unwrap_or_default();
+    assert!(head.ends_with("exited with code 3"), "{head}");
+    for t in &members[1..] {
+        assert_eq!(t["status"], "FAILED", "{t:#}");
+        // Stopped with its gang, or before its image was even ready.
+        let a = &attempts(t)[0];
+        assert!(
+            a["cause"] == "GANG"
+                || (a["cause"] == "START_ERROR" && a["reason"] == "stopped before it started"),
+            "{t:#}"
+        );
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for i in 0..h.hosts.len() {
+        while !h.containers(i).is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a member still runs on {}: {:?}",
+                h.hosts[i].name,
+                h.containers(i)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
+}
