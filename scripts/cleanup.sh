@@ -25,6 +25,18 @@ done
 for br in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep '^gtr'); do
   [ -z "$(ip -o link show master "$br" 2>/dev/null)" ] && ip link del "$br" 2>/dev/null
 done
+# The multi-host tests' hosts (crates/gantry/tests/common/hosts.rs): network namespaces
+# gmh<N>h<I>, their veth ends of the same names, and bridges gmh<N>. Deleting a namespace's
+# name frees it once its last process (a killed run's container, ended above) is gone.
+if command -v ip >/dev/null 2>&1; then
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^gmh[0-9]+h[0-9]+$'); do
+    ip link del "$ns" 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^gmh[0-9]+(h[0-9]+)?$'); do
+    ip link del "$link" 2>/dev/null
+  done
+fi
 # The agents' firewall tables (named after their bridge) whose bridge is gone.
 if command -v nft >/dev/null 2>&1; then
   nft list tables 2>/dev/null | awk '$3 ~ /^gtr/ {print $2, $3}' | while read -r family name; do

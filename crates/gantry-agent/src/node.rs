@@ -138,6 +138,8 @@ pub fn detect_capacity() -> Capacity {
 struct Tracked {
     /// The cause the server gave when it asked for a stop.
     stop_cause: Option<EndCause>,
+    /// The grace it gave with it.
+    stop_grace: Duration,
     /// The final report, once the process is gone.
     done: Option<AttemptPhase>,
     /// Reported to the server on the current connection.
@@ -162,6 +164,7 @@ impl Tracked {
     fn new(started: bool) -> Self {
         Tracked {
             stop_cause: None,
+            stop_grace: Duration::ZERO,
             done: None,
             running_sent: false,
             final_sent: false,
@@ -794,6 +797,7 @@ fn handle(agent: &Agent, msg: ServerMessage) {
                     return;
                 };
                 t.stop_cause.get_or_insert(cause);
+                t.stop_grace = Duration::from_millis(grace_ms);
                 (t.started, t.build.clone())
             };
             if let Some(b) = build {
@@ -986,10 +990,22 @@ fn start(agent: &Agent, asg: Assignment) {
             Ok(address) => {
                 let address = address.map(|a| a.to_string());
                 let probe = readiness_probe(&asg);
-                if let Some(t) = lock(&agent.tracked).get_mut(&id) {
+                let stop_asked = lock(&agent.tracked).get_mut(&id).and_then(|t| {
                     t.started = true;
                     t.address = address.clone();
                     t.ready = probe.is_none();
+                    t.stop_cause.map(|_| t.stop_grace)
+                });
+                // A stop that came while the container was being made found nothing to stop
+                // (it is not `started` until now), and would be lost: a gang's member whose
+                // gang failed meanwhile would run on forever.
+                if let Some(grace) = stop_asked {
+                    let rt = agent.runtime.clone();
+                    tokio::task::spawn_blocking(move || {
+                        if let Err(e) = rt.stop(&id.to_string(), grace) {
+                            tracing::warn!(attempt = %id, "stop: {e}");
+                        }
+                    });
                 }
                 if let Some(p) = probe {
                     spawn_probe(agent.clone(), id, p, address);

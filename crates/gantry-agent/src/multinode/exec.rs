@@ -141,7 +141,9 @@ fn authorize(rt: &Runtime, container: &str, token: &str) -> Result<(), String> {
     if !bool::from(mn.token.as_bytes().ct_eq(token.as_bytes())) {
         return Err(format!("a wrong token for container {container}"));
     }
-    if rt.status(container) != ContainerState::Running {
+    // Its shim runs before runc has made the container, and until runc's pid file is there
+    // `runc exec` fails ("container does not exist"): refused, the client asks again.
+    if rt.status(container) != ContainerState::Running || rt.pid(container).is_none() {
         return Err(format!("container {container} is not running"));
     }
     Ok(())

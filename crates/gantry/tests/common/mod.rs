@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod http;
 pub mod s3;
 
