@@ -308,6 +308,12 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn endpoint_token_by_id(&self, id: &str) -> Result<EndpointTokenRow>;
     async fn revoke_endpoint_token(&self, id: &str, by: &str, now: Millis) -> Result<()>;
 
+    // --- web sessions ------------------------------------------------------------------------
+    /// A web session signed out: refused by every server until `expires_at`, when its cookie
+    /// would have expired anyway (sign-outs past theirs are dropped on the way).
+    async fn sign_out_session(&self, sid: &str, expires_at: Millis, now: Millis) -> Result<()>;
+    async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool>;
+
     // --- settings ----------------------------------------------------------------------------
     async fn setting(&self, key: &str) -> Result<Option<String>>;
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;

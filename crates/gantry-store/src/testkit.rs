@@ -44,6 +44,7 @@ macro_rules! every_contract {
             tasks_are_paged_and_counted_in_workflow_order,
             a_lease_has_one_holder_and_its_token_fences_a_deposed_one,
             a_hold_decision_on_holds_that_changed_since_is_refused,
+            a_signed_out_web_session_stays_out_until_its_cookie_would_expire,
         );
     };
 }
@@ -1444,4 +1445,27 @@ pub async fn a_hold_decision_on_holds_that_changed_since_is_refused(s: Arc<dyn S
     }
     assert_eq!(applied, 1, "one decision of those made on one version");
     assert_eq!(holds(s.clone()).await.len(), 2);
+}
+
+/// A web session signed out is refused by every server on the store until its cookie would
+/// have expired; signing out again changes nothing, and others' sessions are untouched.
+pub async fn a_signed_out_web_session_stays_out_until_its_cookie_would_expire(s: Arc<dyn Store>) {
+    let out = |sid: &'static str, now: Millis| {
+        let s = s.clone();
+        async move {
+            s.session_signed_out(sid, now)
+                .await
+                .expect("session_signed_out")
+        }
+    };
+    assert!(!out("s1", 10).await);
+    s.sign_out_session("s1", 100, 10).await.expect("sign out");
+    s.sign_out_session("s1", 100, 20).await.expect("again");
+    assert!(out("s1", 50).await, "signed out");
+    assert!(!out("s2", 50).await, "another session");
+    assert!(!out("s1", 100).await, "its cookie has expired too");
+    // A later sign-out drops those past their time, and keeps its own.
+    s.sign_out_session("s2", 400, 200).await.expect("sign out");
+    assert!(out("s2", 300).await);
+    assert!(!out("s1", 50).await, "dropped once past its time");
 }

@@ -11,8 +11,7 @@
 //! Signing out forgets the session id until the session would have expired, in memory: a copy
 //! of the cookie taken before sign-out would work again after a server restart, until then.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{FromRequest, FromRequestParts, Query, Request, State};
 use axum::http::header::{COOKIE, HOST, ORIGIN, SET_COOKIE};
@@ -55,7 +54,6 @@ struct Sealed {
 pub struct Sessions {
     cipher: ChaCha20Poly1305,
     secure: bool,
-    signed_out: Mutex<HashMap<String, i64>>,
 }
 
 fn random_hex(n: usize) -> String {
@@ -83,7 +81,6 @@ impl Sessions {
         Sessions {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&key)),
             secure: st.config.url().starts_with("https://"),
-            signed_out: Mutex::default(),
         }
     }
 
@@ -125,12 +122,7 @@ impl Sessions {
             .ok()?;
         let s: Sealed = serde_json::from_slice(&pt).ok()?;
         let now = now_ms();
-        if s.exp <= now {
-            return None;
-        }
-        let mut out = self.signed_out.lock().unwrap_or_else(|e| e.into_inner());
-        out.retain(|_, exp| *exp > now);
-        (!out.contains_key(&s.sid)).then_some(s)
+        (s.exp > now).then_some(s)
     }
 
     fn cookie(&self, name: &str, value: &str, path: &str, max_age_s: i64) -> HeaderValue {
@@ -206,6 +198,15 @@ impl FromRequestParts<AppState> for Web {
         let Some(s) = cookie(&parts.headers, SESSION_COOKIE).and_then(|c| sessions.open(c)) else {
             return Err(sign_in());
         };
+        // Signed out on any server replica: the store says so to every one.
+        if st
+            .store
+            .session_signed_out(&s.sid, now_ms())
+            .await
+            .map_err(ApiError::from)?
+        {
+            return Err(sign_in());
+        }
         let caller = match crate::caller::caller_by_hash(st.store.as_ref(), &s.th).await {
             Ok(c) => c.user_only()?,
             // The token was revoked or expired since: sign in again.
@@ -395,18 +396,19 @@ pub async fn sign_in(
 pub struct Nothing {}
 
 pub async fn sign_out(
+    State(st): State<AppState>,
     Extension(sessions): Extension<Arc<Sessions>>,
     WebForm { web, .. }: WebForm<Nothing>,
-) -> Response {
-    sessions
-        .signed_out
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(web.sid, now_ms() + LIFETIME_MS);
+) -> Result<Response, WebError> {
+    let now = now_ms();
+    st.store
+        .sign_out_session(&web.sid, now + LIFETIME_MS, now)
+        .await
+        .map_err(ApiError::from)?;
     let mut resp = Redirect::to("/signin").into_response();
     resp.headers_mut()
         .append(SET_COOKIE, sessions.cookie(SESSION_COOKIE, "", "/", 0));
-    resp
+    Ok(resp)
 }
 
 #[cfg(test)]
@@ -439,7 +441,6 @@ mod tests {
         Sessions {
             cipher: ChaCha20Poly1305::new(Key::from_slice(&[key; 32])),
             secure: false,
-            signed_out: Mutex::default(),
         }
     }
 
@@ -453,7 +454,7 @@ mod tests {
     }
 
     #[test]
-    fn a_session_opens_only_untouched_unexpired_under_its_key_and_until_signed_out() {
+    fn a_session_opens_only_untouched_unexpired_under_its_key() {
         let s = sessions(1);
         let later = now_ms() + 60_000;
         let cookie = s.seal(&sealed(later));
@@ -469,9 +470,6 @@ mod tests {
         );
         assert!(s.open(&s.seal(&sealed(now_ms() - 1))).is_none(), "expired");
         assert!(s.open("").is_none() && s.open("not base64!").is_none());
-        let cookie = s.seal(&sealed(later));
-        s.signed_out.lock().unwrap().insert("s1".into(), later);
-        assert!(s.open(&cookie).is_none(), "signed out");
     }
 
     #[test]

@@ -434,6 +434,14 @@ impl Store for SqliteStore {
         SqliteStore::apply_holds(self, changes, now).await
     }
 
+    async fn sign_out_session(&self, sid: &str, expires_at: Millis, now: Millis) -> Result<()> {
+        SqliteStore::sign_out_session(self, sid, expires_at, now).await
+    }
+
+    async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool> {
+        SqliteStore::session_signed_out(self, sid, now).await
+    }
+
     async fn holds_version(&self) -> Result<i64> {
         SqliteStore::holds_version(self).await
     }

@@ -350,4 +350,38 @@ impl SqliteStore {
         tx.commit().await?;
         Ok(())
     }
+
+    pub(super) async fn sign_out_session(
+        &self,
+        sid: &str,
+        expires_at: Millis,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query("DELETE FROM web_signouts WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO web_signouts (sid, expires_at) VALUES (?, ?)
+             ON CONFLICT (sid) DO NOTHING",
+        )
+        .bind(sid)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool> {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT expires_at FROM web_signouts WHERE sid = ? AND expires_at > ?",
+        )
+        .bind(sid)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(found.is_some())
+    }
 }
