@@ -221,6 +221,19 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     /// A number that changes whenever any node's row changes, except by [`Store::nodes_seen`]:
     /// whoever keeps a copy of [`Store::nodes`] reads it again only when this moved.
     async fn nodes_version(&self) -> Result<i64>;
+
+    // --- servers sharing the store -----------------------------------------------------------
+    /// Tells the other servers on this store that something changed that may unblock work (a
+    /// submit or a stop through a standby replica), so that the controller's leader wakes at
+    /// once rather than at its timer. Nothing where one server has the store (SQLite).
+    async fn announce_change(&self) -> Result<()> {
+        Ok(())
+    }
+    /// What the other servers announce ([`Store::announce_change`]): one `()` each, coalesced
+    /// while unread. None where no other server shares the store.
+    async fn announcements(&self) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
+        Ok(None)
+    }
     /// The nodes not DOWN that were last heard from before `before` (or never): what the
     /// controller checks for lost nodes, without reading the whole fleet.
     async fn silent_nodes(&self, before: Millis) -> Result<Vec<NodeRow>>;

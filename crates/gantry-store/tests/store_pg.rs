@@ -369,3 +369,32 @@ async fn two_stores_on_one_database_keep_the_guards() {
     assert_eq!(applied, 1, "one core, one attempt");
     assert_eq!(a.node_usage(Some("small")).await.unwrap()[0].attempts, 1);
 }
+
+/// What one server announces reaches the other servers on the database (LISTEN/NOTIFY), and
+/// several announcements unread make one.
+#[tokio::test]
+async fn a_change_announced_by_one_store_reaches_the_others() {
+    let db = Db::fresh().await;
+    let (a, b) = (db.open().await, db.open().await);
+    let mut heard = b
+        .announcements()
+        .await
+        .unwrap()
+        .expect("PostgreSQL announces");
+    a.announce_change().await.unwrap();
+    assert_eq!(heard_within(&mut heard).await, Some(()));
+    for _ in 0..5 {
+        a.announce_change().await.unwrap();
+    }
+    assert_eq!(heard_within(&mut heard).await, Some(()));
+    // Coalesced: at most one more, never a backlog of five.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let _ = heard.try_recv();
+    assert!(heard.try_recv().is_err(), "a backlog of announcements");
+}
+
+async fn heard_within(rx: &mut tokio::sync::mpsc::Receiver<()>) -> Option<()> {
+    tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+        .await
+        .expect("announced within 10 s")
+}

@@ -225,6 +225,8 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
             "version: v4\njobs:\n  work:\n    image: {{uri: docker://busybox:1}}\n    command: [sh, -c, \"echo task $FB_TASK_ID of $FB_WORKFLOW_ID; sleep 1\"]\n    resource: {{cpu: {{cores: 1}}}}\n    task-array: {{start: 1, end: {TASKS}}}\n"
         ),
     );
+    // Submitted through a standby: the leader hears of it through the store.
+    point_cli_at(&data, &urls[1]);
     let id = s.cluster.start_workflow(&file);
     for u in &urls[1..] {
         point_cli_at(&data, u);

@@ -101,6 +101,22 @@ async fn fleet(cx: &Ctx) -> anyhow::Result<Arc<Fleet>> {
 use crate::views::{task_label, view_of};
 
 pub fn spawn(cx: Arc<Ctx>) {
+    // Other servers' announcements wake this one's controller while it leads (a standby's own
+    // wakes are announced, not taken).
+    let heard = cx.clone();
+    tokio::spawn(async move {
+        match heard.store.announcements().await {
+            Ok(Some(mut rx)) => {
+                while rx.recv().await.is_some() {
+                    if heard.lease.held() {
+                        heard.wake.notify_one();
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("listening for other servers' changes: {e}"),
+        }
+    });
     tokio::spawn(async move {
         // How busy the controller is, for `GANTRY_LOG=gantry_server=debug`: ticks and their
         // time, every ten seconds.
@@ -119,7 +135,16 @@ pub fn spawn(cx: Arc<Ctx>) {
                 if let Err(e) = follow(&cx).await {
                     tracing::warn!("following the store: {e:#}");
                 }
-                tokio::time::sleep(lease::RENEW).await;
+                // What would wake a controller here (a submit, a stop) is news for the
+                // leader's: it is told through the store.
+                tokio::select! {
+                    _ = cx.wake.notified() => {
+                        if let Err(e) = cx.store.announce_change().await {
+                            tracing::warn!("telling the controller's server of a change: {e}");
+                        }
+                    }
+                    _ = tokio::time::sleep(lease::RENEW) => {}
+                }
                 continue;
             }
             if keep == Keep::Taken {

@@ -62,6 +62,8 @@ pub struct PgStore {
 
 /// See [`PgStore::connect`].
 const IDLE_IN_TRANSACTION: &str = "5s";
+/// The channel of [`Store::announce_change`].
+const ANNOUNCE_CHANNEL: &str = "gantry_changes";
 
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`, any
@@ -474,6 +476,37 @@ impl Store for PgStore {
 
     async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool> {
         PgStore::session_signed_out(self, sid, now).await
+    }
+
+    async fn announce_change(&self) -> Result<()> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(ANNOUNCE_CHANNEL)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn announcements(&self) -> Result<Option<tokio::sync::mpsc::Receiver<()>>> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(ANNOUNCE_CHANNEL).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                // A lost connection is made again by the listener, which says so as an error
+                // (what was announced meanwhile is lost: the leader's timer still ticks).
+                match listener.recv().await {
+                    Ok(_) => {
+                        if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) =
+                            tx.try_send(())
+                        {
+                            return;
+                        }
+                    }
+                    Err(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+                }
+            }
+        });
+        Ok(Some(rx))
     }
 
     async fn holds_version(&self) -> Result<i64> {
