@@ -97,6 +97,22 @@ pub struct UserInfo {
     pub tokens: u64,
 }
 
+/// `admin controller`: which server runs the controller, under which lease token, since and
+/// until when (the lease is renewed every second), and whether the answering server is it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControllerInfo {
+    /// None before any server took the lease.
+    pub holder: Option<String>,
+    pub token: Option<i64>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub since: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub expires_at: Option<OffsetDateTime>,
+    /// The server that answered, as the lease names it, and whether it runs the controller.
+    pub this_server: String,
+    pub this_server_leads: bool,
+}
+
 /// `admin user show`: the user and their tokens (never a secret).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct UserDetail {

@@ -262,6 +262,15 @@ fn replicas_share_one_store_and_the_controller_moves_when_its_leader_pauses_or_d
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(leader(&urls, "after the old leader woke"), next);
+    // Administrators see who leads, from any replica.
+    point_cli_at(&data, &urls[0]);
+    let ctl = s.cluster.json(&["admin", "controller"]);
+    assert_eq!(ctl["this_server_leads"], false, "{ctl:#}");
+    assert!(
+        ctl["holder"].as_str().unwrap().starts_with(&urls[next]),
+        "{ctl:#}"
+    );
+    assert!(ctl["token"].as_i64().unwrap() >= 2, "{ctl:#}");
     point_cli_at(&data, &urls[next]);
     let before = finished(&s.cluster.detail(&id));
     s.cluster

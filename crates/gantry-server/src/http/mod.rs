@@ -85,6 +85,7 @@ pub fn router(
         .route("/admin/tokens/{id}", delete(admin::revoke_token))
         .route("/admin/tokens/{id}/rotate", post(admin::rotate_token))
         .route("/admin/settings", get(admin::list_settings))
+        .route("/admin/controller", get(admin::controller))
         .route(
             "/admin/settings/{key}",
             get(admin::get_setting).put(admin::set_setting),

@@ -3,7 +3,8 @@
 //! administrator first.
 
 use gantry_api::v1::{
-    CreateUser, RotateToken, Setting, TokenInfo, TokenRotated, UserCreated, UserDetail, UserInfo,
+    ControllerInfo, CreateUser, RotateToken, Setting, TokenInfo, TokenRotated, UserCreated,
+    UserDetail, UserInfo,
 };
 use gantry_intake::requests::{token_expiry, NewUser, SettingDef, SETTINGS};
 use gantry_store::{StoreError, TokenRow, User, UserRow};
@@ -50,6 +51,20 @@ pub async fn create_user(
 
 fn setting_def(key: &str) -> Result<&'static SettingDef, ApiError> {
     gantry_intake::requests::setting_def(key).map_err(ApiError::NotFound)
+}
+
+/// Which server runs the controller (the store's lease), for administrators.
+pub async fn controller(st: &AppState, c: &Caller) -> Result<ControllerInfo, ApiError> {
+    c.require_admin()?;
+    let lease = st.store.lease(crate::lease::CONTROLLER).await?;
+    Ok(ControllerInfo {
+        holder: lease.as_ref().map(|l| l.holder.clone()),
+        token: lease.as_ref().map(|l| l.token),
+        since: lease.as_ref().map(|l| ts(l.acquired_at)),
+        expires_at: lease.as_ref().map(|l| ts(l.expires_at)),
+        this_server: st.lease.holder.clone(),
+        this_server_leads: st.lease.held(),
+    })
 }
 
 pub async fn list_settings(st: &AppState, c: &Caller) -> Result<Vec<Setting>, ApiError> {

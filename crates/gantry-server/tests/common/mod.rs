@@ -120,6 +120,7 @@ pub fn routes(wf: &str) -> Vec<Route> {
             None,
         ),
         admin(Method::GET, "/admin/settings", None),
+        admin(Method::GET, "/admin/controller", None),
         admin(Method::GET, "/admin/settings/builds.enabled", None),
         admin(
             Method::PUT,

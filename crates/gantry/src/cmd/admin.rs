@@ -23,6 +23,12 @@ pub enum AdminCmd {
     /// Storage provisioners that persistent volumes live on.
     #[command(subcommand)]
     Storage(super::volume::StorageCmd),
+    /// Which server runs the controller (of several replicas on one PostgreSQL), under which
+    /// lease, and whether the one answering is it.
+    Controller {
+        #[command(flatten)]
+        out: OutputArg,
+    },
 }
 
 #[derive(Subcommand)]
@@ -284,6 +290,32 @@ pub async fn run(cmd: AdminCmd, conn: &Conn) -> anyhow::Result<ExitCode> {
                     expires_phrase(t.info.expires_at)
                 );
                 println!("{}", t.token);
+            }
+        }
+        AdminCmd::Controller { out } => {
+            let c: gantry_api::v1::ControllerInfo = client.get("/admin/controller").await?;
+            if out.format == Format::Json {
+                json(&c)?;
+            } else {
+                let opt = |t: Option<time::OffsetDateTime>| t.map(time).unwrap_or_default();
+                table(
+                    &[
+                        "HOLDER",
+                        "TOKEN",
+                        "SINCE",
+                        "EXPIRES",
+                        "ANSWERED BY",
+                        "LEADS",
+                    ],
+                    &[vec![
+                        c.holder.clone().unwrap_or_else(|| "(none yet)".into()),
+                        c.token.map(|t| t.to_string()).unwrap_or_default(),
+                        opt(c.since),
+                        opt(c.expires_at),
+                        c.this_server.clone(),
+                        c.this_server_leads.to_string(),
+                    ]],
+                );
             }
         }
         AdminCmd::Settings(SettingsCmd::Get { key, out }) => {

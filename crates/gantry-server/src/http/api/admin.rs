@@ -22,6 +22,13 @@ pub async fn create_user(
     svc::create_user(&st, &c, req).await.map(Json)
 }
 
+pub async fn controller(
+    State(st): State<AppState>,
+    UserCaller(c): UserCaller,
+) -> Result<Json<gantry_api::v1::ControllerInfo>, ApiError> {
+    svc::controller(&st, &c).await.map(Json)
+}
+
 pub async fn list_settings(
     State(st): State<AppState>,
     UserCaller(c): UserCaller,
