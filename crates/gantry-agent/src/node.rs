@@ -365,37 +365,37 @@ pub async fn run(config: AgentConfig) -> anyhow::Result<()> {
         address: Arc::new(Mutex::new(advertised)),
     };
     adopt(&agent);
+    let servers = agent.config.servers();
+    anyhow::ensure!(!servers.is_empty(), "no server URL");
     let mut backoff = Duration::from_millis(200);
-    let servers: Vec<String> = agent
-        .config
-        .servers()
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    // Which server is tried next: the one that last answered, else the next in the list. A
-    // whole round of failures waits before the next round.
-    let mut at = 0usize;
-    let mut failed = 0usize;
+    // The server that last answered is tried again; one that fails passes to the next at
+    // once, and only a whole round of failures waits (longer each round).
+    let (mut at, mut failed) = (0usize, 0usize);
     loop {
-        let server = &servers[at % servers.len().max(1)];
-        match session(&agent, server).await {
+        let server = servers[at];
+        let ended = session(&agent, server).await;
+        *lock(&agent.out) = None;
+        agent.metrics.set_connected(false);
+        let round_failed = match ended {
             Ok(()) => {
                 backoff = Duration::from_millis(200);
                 failed = 0;
+                false
             }
             Err(e) => {
                 tracing::warn!("connection to {server}: {e:#}");
-                at += 1;
+                at = (at + 1) % servers.len();
                 failed += 1;
+                if failed < servers.len() {
+                    continue;
+                }
+                failed = 0;
+                true
             }
-        }
-        *lock(&agent.out) = None;
-        agent.metrics.set_connected(false);
-        if failed > 0 && failed.is_multiple_of(servers.len().max(1)) {
-            tokio::time::sleep(backoff).await;
+        };
+        tokio::time::sleep(backoff).await;
+        if round_failed {
             backoff = (backoff * 2).min(Duration::from_secs(5));
-        } else if failed == 0 {
-            tokio::time::sleep(backoff).await;
         }
     }
 }

@@ -408,13 +408,8 @@ pub async fn drive(
     in_play: InPlay<'_>,
     fence: Option<gantry_store::Fence>,
 ) -> anyhow::Result<Vec<EndpointRow>> {
-    // The controller's steps carry its lease's fence (see `lease.rs`).
-    let fenced = |mut changes: Vec<EndpointChange>| {
-        if let Some(f) = fence.clone() {
-            changes.insert(0, EndpointChange::Fence(f));
-        }
-        changes
-    };
+    // The controller's steps carry its lease's fence.
+    let fenced = |changes| crate::lease::fenced(fence.clone(), changes);
     let now = now_ms();
     let mut endpoints = store.endpoints().await?;
     // A takeover belongs to an endpoint: with none, there is nothing to read.

@@ -49,29 +49,40 @@ impl Holds {
         self.wake.notify_one();
     }
 
-    /// Applies a decision made on the holds as of `version`: false, with nothing applied,
-    /// when another decision (another server's: the lock above is this process's) was applied
-    /// since, so the caller decides again. Nothing to apply is applied at once.
-    async fn apply_at(
-        &self,
-        version: i64,
-        mut changes: Vec<HoldChange>,
-        now: i64,
-    ) -> Result<bool, ApiError> {
-        if changes.is_empty() {
-            return Ok(true);
-        }
-        changes.insert(0, HoldChange::Expect(version));
-        match self.store.apply_holds(&changes, now).await {
-            Ok(()) => Ok(true),
-            Err(gantry_store::StoreError::Refused(why)) => {
-                tracing::info!("hold decision made again: {why}");
-                Ok(false)
+    /// Decides with `decide` (given the time) and applies its changes, made on the holds as of
+    /// the version read first; when another decision (another server's: the lock above is
+    /// this process's) was applied in between, nothing is applied and it decides again, up to
+    /// [`DECISION_TRIES`] times. Returns what the applied decision returned with its changes.
+    async fn until_applied<T, F, Fut>(&self, mut decide: F) -> Result<T, ApiError>
+    where
+        F: FnMut(i64) -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<HoldChange>, T), ApiError>>,
+    {
+        for _ in 0..DECISION_TRIES {
+            let now = now_ms();
+            let version = self.store.holds_version().await?;
+            let (mut changes, out) = decide(now).await?;
+            if changes.is_empty() {
+                return Ok(out);
             }
-            Err(e) => Err(e.into()),
+            changes.insert(0, HoldChange::Expect(version));
+            match self.store.apply_holds(&changes, now).await {
+                Ok(()) => return Ok(out),
+                Err(gantry_store::StoreError::Refused(why)) => {
+                    tracing::info!("hold decision made again: {why}");
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
+        Err(ApiError::Conflict(
+            "other servers' hold decisions kept changing the holds under this one: try again"
+                .into(),
+        ))
     }
 }
+
+/// How often a decision is made again when another server's decision came first.
+const DECISION_TRIES: usize = 8;
 
 pub fn info(h: HoldRow) -> HoldInfo {
     HoldInfo {
@@ -173,35 +184,23 @@ async fn pool_state(st: &Holds, pool: &str) -> Result<(PoolView, Vec<Hold>), Api
 /// as for every hold decision: a promotion read outside it could take the pool's last slot
 /// under the cap while an alert's decision, reading the same count, takes it too.
 pub(crate) async fn promote_locked(st: &Holds, pool: &str) -> Result<usize, ApiError> {
-    for _ in 0..DECISION_TRIES {
-        let version = st.store.holds_version().await?;
-        let (view, holds) = pool_state(st, pool).await?;
-        let ids = holds::promotions(&holds, &view);
-        let changes: Vec<HoldChange> = ids
-            .iter()
-            .map(|id| HoldChange::Activate {
-                id: Uuid::from_u128(*id),
-            })
-            .collect();
-        let n = changes.len();
-        if !st.apply_at(version, changes, now_ms()).await? {
-            continue;
-        }
-        if n > 0 {
-            st.wake_controller();
-        }
-        return Ok(n);
+    let n = st
+        .until_applied(|_| async move {
+            let (view, holds) = pool_state(st, pool).await?;
+            let changes: Vec<HoldChange> = holds::promotions(&holds, &view)
+                .iter()
+                .map(|id| HoldChange::Activate {
+                    id: Uuid::from_u128(*id),
+                })
+                .collect();
+            let n = changes.len();
+            Ok((changes, n))
+        })
+        .await?;
+    if n > 0 {
+        st.wake_controller();
     }
-    Err(decisions_raced())
-}
-
-/// How often a decision is made again when another server's decision came first.
-const DECISION_TRIES: usize = 8;
-
-fn decisions_raced() -> ApiError {
-    ApiError::Conflict(
-        "other servers' hold decisions kept changing the holds under this one: try again".into(),
-    )
+    Ok(n)
 }
 
 /// Promotes in every pool (room frees when holds are released or nodes join), under the
@@ -240,19 +239,13 @@ pub async fn apply_alerts(st: &Holds, entries: &[AlertEntry]) -> Result<Vec<Appl
         return Ok(vec![]);
     }
     let _guard = st.decide().await;
-    for _ in 0..DECISION_TRIES {
-        let now = now_ms();
-        let version = st.store.holds_version().await?;
-        let (changes, out) = decide_alerts(st, entries, now).await?;
-        if !st.apply_at(version, changes, now).await? {
-            continue;
-        }
-        if out.iter().any(|a| *a != Applied::Unchanged) {
-            st.wake_controller();
-        }
-        return Ok(out);
+    let out = st
+        .until_applied(|now| decide_alerts(st, entries, now))
+        .await?;
+    if out.iter().any(|a| *a != Applied::Unchanged) {
+        st.wake_controller();
     }
-    Err(decisions_raced())
+    Ok(out)
 }
 
 /// `apply_alerts`' decision on the holds as they are now: the changes and what each entry

@@ -24,6 +24,8 @@ pub struct Lease {
     token: AtomicI64,
     /// When it was last taken or renewed (ms).
     renewed_at: AtomicI64,
+    /// When this process last took it (ms; 0 before).
+    taken_at: AtomicI64,
 }
 
 impl Lease {
@@ -32,6 +34,7 @@ impl Lease {
             holder,
             token: AtomicI64::new(0),
             renewed_at: AtomicI64::new(0),
+            taken_at: AtomicI64::new(0),
         }
     }
 
@@ -50,6 +53,11 @@ impl Lease {
         self.token.load(Ordering::Acquire) != 0
     }
 
+    /// When this process last took the lease (ms; 0 if never).
+    pub fn taken_at(&self) -> Millis {
+        self.taken_at.load(Ordering::Acquire)
+    }
+
     /// Takes the lease, or renews it when due (at most every [`RENEW`]): whether this process
     /// holds it now, and whether it has only just taken it.
     pub async fn keep(&self, store: &dyn Store, now: Millis) -> Keep {
@@ -57,6 +65,20 @@ impl Lease {
         let since = now - self.renewed_at.load(Ordering::Acquire);
         if token != 0 && since < RENEW.as_millis() as i64 {
             return Keep::Held;
+        }
+        // A standby asks every second: another's lease that has not run out is read, not
+        // tried for, so that standbys do not take the store's write lock from the leader.
+        if token == 0 {
+            match store.lease(CONTROLLER).await {
+                Ok(Some(l)) if l.holder != self.holder && l.expires_at > now => {
+                    return Keep::Standby
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!("the controller's lease: {e}");
+                    return Keep::Standby;
+                }
+            }
         }
         match store
             .acquire_lease(CONTROLLER, &self.holder, TTL.as_millis() as i64, now)
@@ -68,6 +90,7 @@ impl Lease {
                 if t == token {
                     Keep::Held
                 } else {
+                    self.taken_at.store(now, Ordering::Release);
                     tracing::info!(token = t, holder = %self.holder, "this server runs the controller");
                     Keep::Taken
                 }
@@ -117,6 +140,17 @@ pub enum Keep {
     /// Held from now on (a new token): what this process knew as a standby is stale.
     Taken,
     Standby,
+}
+
+/// `changes` as the holder of `fence`'s plan (a controller's, an endpoint driver's): fenced
+/// first, so that the store refuses it whole once another server took the lease. An empty
+/// plan stays empty (no transaction), and so does one with no fence (a controller outside a
+/// server's loop, the benchmark's, holds no lease).
+pub fn fenced<C: From<Fence>>(fence: Option<Fence>, mut changes: Vec<C>) -> Vec<C> {
+    if let (false, Some(f)) = (changes.is_empty(), fence) {
+        changes.insert(0, C::from(f));
+    }
+    changes
 }
 
 /// Whether `e` (from a tick) is the store's refusal of a deposed holder's plan.

@@ -171,7 +171,6 @@ impl Parts {
             fleet: Default::default(),
             window: Default::default(),
             lease: self.lease.clone(),
-            led_since: Default::default(),
         })
     }
 

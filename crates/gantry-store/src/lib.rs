@@ -24,7 +24,6 @@ pub use text::{cap_text, MAX_TEXT_BYTES};
 pub use types::*;
 
 use async_trait::async_trait;
-use gantry_api::TaskStatus;
 use uuid::Uuid;
 
 #[derive(Debug, thiserror::Error)]
@@ -126,10 +125,7 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn tasks_page(&self, workflow_id: Uuid, page: &TaskPage) -> Result<Vec<TaskRow>>;
     /// How many tasks of each workflow are in each status (counts above zero), from the
     /// counts the store keeps: `workflow list` reads no task.
-    async fn task_counts(
-        &self,
-        workflow_ids: &[Uuid],
-    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>>;
+    async fn task_counts(&self, workflow_ids: &[Uuid]) -> Result<StatusCounts>;
     /// The attempts of these tasks, each task's in order.
     async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>>;
     /// The first task of one job (a service has exactly one), without reading the others.

@@ -71,6 +71,17 @@ pub(crate) fn opt_parse<T: FromStr<Err = String>>(s: Option<String>) -> Result<O
     s.map(|s| parse(&s)).transpose()
 }
 
+/// `task_counts` rows summed by (workflow_id, status) into `n`.
+pub(crate) fn status_counts(rows: &[impl Cols]) -> Result<StatusCounts> {
+    let mut out = StatusCounts::default();
+    for r in rows {
+        out.entry(uuid(&r.col::<String>("workflow_id"))?)
+            .or_default()
+            .insert(parse(&r.col::<String>("status"))?, r.col::<i64>("n") as u64);
+    }
+    Ok(out)
+}
+
 pub(crate) fn task_label(job: &str, idx: Option<i64>) -> String {
     match idx {
         Some(i) => format!("{job}[{i}]"),

@@ -296,6 +296,18 @@ pub struct Fence {
     pub token: i64,
 }
 
+impl From<Fence> for Change {
+    fn from(f: Fence) -> Self {
+        Change::Fence(f)
+    }
+}
+
+impl From<Fence> for EndpointChange {
+    fn from(f: Fence) -> Self {
+        EndpointChange::Fence(f)
+    }
+}
+
 /// A lease as stored: who holds it, under which token, until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRow {
@@ -305,6 +317,12 @@ pub struct LeaseRow {
     pub acquired_at: Millis,
     pub expires_at: Millis,
 }
+
+/// How many of each workflow's tasks are in each status ([`Store::task_counts`]).
+///
+/// [`Store::task_counts`]: crate::Store::task_counts
+pub type StatusCounts =
+    std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>;
 
 /// What the live attempts on one node hold ([`Store::node_usage`](crate::Store::node_usage)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

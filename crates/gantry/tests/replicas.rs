@@ -42,7 +42,6 @@ struct Replica {
 
 impl Replica {
     fn start(&mut self, store: &str, log: &Path) {
-        let shared = self.shared.clone();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -54,7 +53,7 @@ impl Replica {
             .arg(&self.dir)
             .args(["--store", store, "--heartbeat-timeout", "10s"])
             .arg("--shared-dir")
-            .arg(&shared)
+            .arg(&self.shared)
             .args(["--stop-grace", "2s"])
             .stdout(log.try_clone().unwrap())
             .stderr(log)

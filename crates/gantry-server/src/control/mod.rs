@@ -60,9 +60,6 @@ pub struct Ctx {
     /// The controller's lease: ticks run while this process holds it, and their plans carry
     /// its fence.
     pub lease: Arc<Lease>,
-    /// When this process last took the lease (ms): nodes whose agents were connected to the
-    /// previous leader get a heartbeat timeout from then to find this one before any is lost.
-    pub led_since: AtomicI64,
 }
 
 /// The widest snapshot window: a tick places at most this many of a job's tasks (one
@@ -150,7 +147,6 @@ pub fn spawn(cx: Arc<Ctx>) {
             if keep == Keep::Taken {
                 // Whatever was kept as a standby (or before a lease was lost) is stale.
                 *cx.fleet.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                cx.led_since.store(now_ms(), Ordering::Relaxed);
             }
             if let Err(e) = tick(&cx).await {
                 match lease::deposed(&e) {
@@ -187,16 +183,6 @@ async fn follow(cx: &Ctx) -> anyhow::Result<()> {
         ended: &[],
     };
     route_sync::sync_from(cx, &endpoints, in_play).await
-}
-
-/// `changes` as this process's plan: fenced with the lease it holds, so that the store
-/// refuses it whole once another server took the lease. An empty plan stays empty (no
-/// transaction); a controller outside a server's loop (the benchmark's) holds no lease.
-fn fenced(cx: &Ctx, mut changes: Vec<Change>) -> Vec<Change> {
-    if let (false, Some(f)) = (changes.is_empty(), cx.lease.fence()) {
-        changes.insert(0, Change::Fence(f));
-    }
-    changes
 }
 
 /// An egress step that will never run (a step before it failed, or the workflow was stopped)
@@ -601,7 +587,7 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
         }
     }
 
-    let mut changes = fenced(cx, changes);
+    let mut changes = lease::fenced(cx.lease.fence(), changes);
     match cx.store.apply(&changes, now).await {
         // The snapshot this plan was decided on went stale (a task moved on, a node was held
         // or filled): nothing of it was applied. The rest of the plan (ends, stops, workflows'
@@ -712,7 +698,9 @@ async fn lose_silent_nodes(cx: &Ctx, now: i64) -> anyhow::Result<()> {
     }
     cx.liveness_at.store(now, Ordering::Relaxed);
     let timeout = cx.config.heartbeat_timeout.as_millis() as i64;
-    if now - cx.led_since.load(Ordering::Relaxed) < timeout {
+    // Nodes whose agents were connected to the previous leader get a heartbeat timeout from
+    // this one's takeover to find it before any is lost.
+    if now - cx.lease.taken_at() < timeout {
         return Ok(());
     }
     for n in cx.store.silent_nodes(now - timeout).await? {

@@ -265,10 +265,7 @@ impl Store for PgStore {
         PgStore::tasks_page(self, workflow_id, page).await
     }
 
-    async fn task_counts(
-        &self,
-        workflow_ids: &[Uuid],
-    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>> {
+    async fn task_counts(&self, workflow_ids: &[Uuid]) -> Result<StatusCounts> {
         PgStore::task_counts(self, workflow_ids).await
     }
 

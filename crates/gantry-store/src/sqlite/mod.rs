@@ -229,10 +229,7 @@ impl Store for SqliteStore {
         SqliteStore::tasks_page(self, workflow_id, page).await
     }
 
-    async fn task_counts(
-        &self,
-        workflow_ids: &[Uuid],
-    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>> {
+    async fn task_counts(&self, workflow_ids: &[Uuid]) -> Result<StatusCounts> {
         SqliteStore::task_counts(self, workflow_ids).await
     }
 

@@ -178,10 +178,7 @@ impl SqliteStore {
         .collect()
     }
 
-    pub(super) async fn task_counts(
-        &self,
-        workflow_ids: &[Uuid],
-    ) -> Result<std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>>> {
+    pub(super) async fn task_counts(&self, workflow_ids: &[Uuid]) -> Result<StatusCounts> {
         let ids = serde_json::to_string(
             &workflow_ids
                 .iter()
@@ -197,17 +194,7 @@ impl SqliteStore {
         .bind(ids)
         .fetch_all(&self.pool)
         .await?;
-        let mut out: std::collections::HashMap<Uuid, std::collections::BTreeMap<TaskStatus, u64>> =
-            Default::default();
-        for r in &rows {
-            let status: TaskStatus = r.get::<&str, _>("status").parse().map_err(|_| {
-                StoreError::Corrupt(format!("task status {}", r.get::<&str, _>("status")))
-            })?;
-            out.entry(uuid(r.get("workflow_id"))?)
-                .or_default()
-                .insert(status, r.get::<i64, _>("n") as u64);
-        }
-        Ok(out)
+        status_counts(&rows)
     }
 
     pub(super) async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
