@@ -127,6 +127,7 @@ async fn setup(dir: &std::path::Path, n: u32) -> (Controller, Arc<dyn Store>) {
                 volumes: vec![],
                 takeovers: vec![],
                 takeover_changes: vec![],
+                unborn: vec![],
                 ended: vec![],
             },
             t0,

@@ -17,11 +17,13 @@ mod sqlite;
 pub mod testkit;
 mod text;
 mod types;
+mod unborn;
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 pub use text::{cap_text, MAX_TEXT_BYTES};
 pub use types::*;
+pub use unborn::{unborn_task_id, NewUnborn, BORN_AHEAD};
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -119,9 +121,13 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     /// Workflows whose id starts with `prefix` (lower-case hex and '-'), at most `limit`.
     async fn workflows_by_prefix(&self, prefix: &str, limit: u32) -> Result<Vec<WorkflowRow>>;
     async fn workflow(&self, id: Uuid) -> Result<WorkflowRow>;
+    /// A workflow's tasks that have rows: a big array's members not yet born are not listed
+    /// (see [`BORN_AHEAD`]); [`Store::tasks_page`] shows them too.
     async fn tasks(&self, workflow_id: Uuid) -> Result<Vec<TaskRow>>;
     /// A page of a workflow's tasks ([`TaskPage`]): what `describe` shows of an array of a
-    /// million, an index range read rather than the whole.
+    /// million, an index range read rather than the whole. Members of an array not yet born
+    /// are shown with the id they will have ([`unborn_task_id`]). `NotFound` when `after` is
+    /// no task of this workflow.
     async fn tasks_page(&self, workflow_id: Uuid, page: &TaskPage) -> Result<Vec<TaskRow>>;
     /// How many tasks of each workflow are in each status (counts above zero), from the
     /// counts the store keeps: `workflow list` reads no task.
@@ -130,6 +136,18 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn attempts_of(&self, task_ids: &[Uuid]) -> Result<Vec<AttemptRow>>;
     /// The first task of one job (a service has exactly one), without reading the others.
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>>;
+    /// One job's tasks with rows, by index from `from` on (a job's one task without an index
+    /// first), at most `limit`: a gang's members or one array member, without the workflow's
+    /// other tasks.
+    async fn job_tasks(
+        &self,
+        workflow_id: Uuid,
+        job: &str,
+        from: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>>;
+    /// The nodes any attempt of the workflow ran on, each once.
+    async fn attempt_nodes(&self, workflow_id: Uuid) -> Result<Vec<String>>;
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>>;
     async fn request_stop(&self, workflow_id: Uuid, by: &str, now: Millis) -> Result<bool>;
     /// Workflows that are not terminal, with their tasks in play and the first waiting ones

@@ -172,6 +172,15 @@ pub(crate) fn task_moved(next: &TaskNext, status: TaskStatus, reason: Option<Str
     }
 }
 
+/// The event of a big array's unborn tasks ended as a whole (`EndPending`); the range is the
+/// event's task.
+pub(crate) fn unborn_ended(status: TaskStatus, reason: &str, n: u64) -> String {
+    cap_text(&format!(
+        "{status}: {reason} ({n} task(s) that never started)"
+    ))
+    .into_owned()
+}
+
 /// The `task.stopping` event's message.
 pub(crate) fn stopping(node: &str, cause: EndCause) -> String {
     format!("stopping on {node}: {}", cause_words(cause))

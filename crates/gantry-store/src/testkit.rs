@@ -42,6 +42,7 @@ macro_rules! every_contract {
             silent_nodes_are_those_not_heard_from_since,
             a_submit_is_stored_whole_or_not_at_all,
             tasks_are_paged_and_counted_in_workflow_order,
+            a_big_array_is_a_range_whose_tasks_are_born_as_its_first_are_placed,
             a_lease_has_one_holder_and_its_token_fences_a_deposed_one,
             a_hold_decision_on_holds_that_changed_since_is_refused,
             a_signed_out_web_session_stays_out_until_its_cookie_would_expire,
@@ -181,6 +182,7 @@ fn new_workflow(tasks: usize) -> NewWorkflow {
                 ord: 0,
             })
             .collect(),
+        unborn: vec![],
         volumes: vec![],
         takeovers: vec![],
         takeover_changes: vec![],
@@ -1223,6 +1225,152 @@ pub async fn tasks_are_paged_and_counted_in_workflow_order(s: Arc<dyn Store>) {
         of.iter().map(|a| a.id).collect::<Vec<_>>(),
         vec![attempts[1]]
     );
+}
+
+/// A task array's members past those a submit stores as rows are one range: counted as
+/// PENDING, shown by `tasks_page` with the ids they will have, given rows in index order as
+/// the job's tasks are placed (as many as were placed), and ended as a whole by `EndPending`
+/// with one event; an empty range is refused with nothing stored.
+pub async fn a_big_array_is_a_range_whose_tasks_are_born_as_its_first_are_placed(
+    s: Arc<dyn Store>,
+) {
+    let s = s.as_ref();
+    node(s, "n1", 64, 1 << 30, &[]).await;
+    let mut bad = new_workflow(1);
+    bad.unborn.push(NewUnborn {
+        job: "member".into(),
+        ord: 0,
+        first: 5,
+        last: 4,
+    });
+    assert!(s.create_workflow(&bad, 1).await.is_err());
+    assert!(matches!(
+        s.workflow(bad.id).await,
+        Err(StoreError::NotFound)
+    ));
+
+    let mut w = new_workflow(3);
+    w.unborn.push(NewUnborn {
+        job: "member".into(),
+        ord: 0,
+        first: 3,
+        last: 9,
+    });
+    s.create_workflow(&w, 1).await.expect("create_workflow");
+    let id = |i: u32| unborn_task_id(w.id, 0, i);
+    let counts = |want: &[(TaskStatus, u64)]| BTreeMap::from_iter(want.iter().copied());
+    assert_eq!(
+        s.task_counts(&[w.id]).await.expect("counts")[&w.id],
+        counts(&[(TaskStatus::Pending, 10)])
+    );
+    let snap = s.active().await.expect("active");
+    assert_eq!(snap[0].tasks.len(), 3, "only rows are listed");
+    assert_eq!(snap[0].pending[0].count, 10, "the range is counted");
+
+    let page = |after, statuses: Vec<TaskStatus>, limit| {
+        let p = TaskPage {
+            after,
+            statuses,
+            limit,
+        };
+        async move { s.tasks_page(w.id, &p).await }
+    };
+    let first = page(None, vec![], 4).await.expect("page");
+    let ids: Vec<Uuid> = first.iter().map(|t| t.id).collect();
+    assert_eq!(ids, [w.tasks[0].id, w.tasks[1].id, w.tasks[2].id, id(3)]);
+    let rest = page(Some(id(3)), vec![], 100)
+        .await
+        .expect("page after an unborn task");
+    let got: Vec<(Uuid, Option<u32>, TaskStatus)> =
+        rest.iter().map(|t| (t.id, t.index, t.status)).collect();
+    let want: Vec<_> = (4..=9)
+        .map(|i| (id(i), Some(i), TaskStatus::Pending))
+        .collect();
+    assert_eq!(got, want);
+    for bad in [id(10), Uuid::new_v4(), unborn_task_id(Uuid::new_v4(), 0, 5)] {
+        assert!(
+            matches!(page(Some(bad), vec![], 10).await, Err(StoreError::NotFound)),
+            "{bad} is no task of the workflow"
+        );
+    }
+    let unplaced = Change::CreateAttempt {
+        attempt_id: Uuid::new_v4(),
+        task_id: id(9),
+        workflow_id: w.id,
+        node: "n1".into(),
+        assignment: "{}".into(),
+        need: need(0, 0, &[]),
+    };
+    assert!(
+        s.apply(&[unplaced], 2).await.is_err(),
+        "a task without a row is not placed"
+    );
+
+    // Two placed: two born, the next in index order, with the ids they were shown with.
+    let plan = [
+        place(&w, 0, "n1", need(0, 0, &[])),
+        place(&w, 1, "n1", need(0, 0, &[])),
+    ];
+    s.apply(&plan, 3).await.expect("placed");
+    let rows = s.tasks(w.id).await.expect("tasks");
+    let row_ids: Vec<Uuid> = rows.iter().map(|t| t.id).collect();
+    assert_eq!(
+        row_ids,
+        [w.tasks[0].id, w.tasks[1].id, w.tasks[2].id, id(3), id(4)]
+    );
+    assert_eq!(
+        s.task_counts(&[w.id]).await.expect("counts")[&w.id],
+        counts(&[(TaskStatus::Pending, 8), (TaskStatus::Started, 2)])
+    );
+    let waiting = page(None, vec![TaskStatus::Pending], 100)
+        .await
+        .expect("page");
+    let idx: Vec<Option<u32>> = waiting.iter().map(|t| t.index).collect();
+    assert_eq!(idx, (2..=9).map(Some).collect::<Vec<_>>());
+    let of_job = s
+        .job_tasks(w.id, "member", Some(3), 2)
+        .await
+        .expect("job_tasks");
+    assert_eq!(
+        of_job.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [id(3), id(4)]
+    );
+    assert_eq!(s.attempt_nodes(w.id).await.expect("nodes"), ["n1"]);
+
+    // A stop ends the rows and the range alike.
+    let events = all_events(s).await.len();
+    let stop = Change::EndPending {
+        workflow_id: w.id,
+        job: "member".into(),
+        status: TaskStatus::Stopped,
+        reason: "stopped by ada".into(),
+    };
+    s.apply(&[stop], 4).await.expect("end pending");
+    assert_eq!(
+        s.task_counts(&[w.id]).await.expect("counts")[&w.id],
+        counts(&[(TaskStatus::Stopped, 8), (TaskStatus::Started, 2)])
+    );
+    let stopped = page(None, vec![TaskStatus::Stopped], 100)
+        .await
+        .expect("page");
+    assert_eq!(stopped.len(), 8);
+    assert!(stopped
+        .iter()
+        .all(|t| t.reason.as_deref() == Some("stopped by ada") && t.ended_at == Some(4)));
+    let new: Vec<EventRow> = all_events(s).await.split_off(events);
+    let tasks: Vec<&str> = new.iter().filter_map(|e| e.task.as_deref()).collect();
+    assert_eq!(
+        tasks,
+        ["member[2]", "member[3]", "member[4]", "member[5-9]"],
+        "one event per row, one for the range"
+    );
+    assert!(page(None, vec![TaskStatus::Pending], 100)
+        .await
+        .expect("page")
+        .is_empty());
+    // Nothing is born once the range ended.
+    let again = s.active().await.expect("active");
+    assert!(again[0].pending.is_empty());
 }
 
 /// A lease has one holder at a time; it changes hands only once it ran out or was given up,

@@ -126,6 +126,9 @@ pub struct NewWorkflow {
     pub spec: String,
     pub plan: String,
     pub tasks: Vec<NewTask>,
+    /// The members of its big task arrays stored as ranges, not rows (see
+    /// [`BORN_AHEAD`](crate::BORN_AHEAD)): each job's after those in `tasks`.
+    pub unborn: Vec<crate::NewUnborn>,
     /// The persistent volumes it mounts: each must exist when it is stored.
     pub volumes: Vec<Uuid>,
     /// The endpoint takeovers its services request, stored with it.
@@ -136,6 +139,13 @@ pub struct NewWorkflow {
     /// Tasks that end as they are stored, as [`Change::EndTask`] ends them: a build whose
     /// image the object cache holds already never runs.
     pub ended: Vec<EndedTask>,
+}
+
+impl NewWorkflow {
+    /// Its tasks, those stored as ranges included.
+    pub fn task_count(&self) -> u64 {
+        self.tasks.len() as u64 + self.unborn.iter().map(|u| u.count()).sum::<u64>()
+    }
 }
 
 /// A task of a [`NewWorkflow`] that ends when it is stored.

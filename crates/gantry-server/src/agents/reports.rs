@@ -170,25 +170,24 @@ pub(super) async fn end_read_attempt(
     Ok(())
 }
 
-/// Every member of `task`'s multinode job, with its live attempt.
+/// Every member of `task`'s multinode job, with its live attempt: the job's rows and their
+/// attempts only, whatever else the workflow holds.
 async fn gang_members(
     store: &dyn Store,
     task: &gantry_store::TaskRow,
 ) -> anyhow::Result<Vec<gantry_core::engine::TaskView>> {
+    let limit = gantry_spec::MAX_MULTINODE_NODES;
+    let members = store
+        .job_tasks(task.workflow_id, &task.job, None, limit)
+        .await?;
+    let ids: Vec<Uuid> = members.iter().map(|t| t.id).collect();
     let attempts: HashMap<Uuid, gantry_store::AttemptRow> = store
-        .attempts(task.workflow_id)
+        .attempts_of(&ids)
         .await?
         .into_iter()
         .filter(|a| a.ended_at.is_none())
         .map(|a| (a.id, a))
         .collect();
-    let mut members: Vec<gantry_store::TaskRow> = store
-        .tasks(task.workflow_id)
-        .await?
-        .into_iter()
-        .filter(|t| t.job == task.job)
-        .collect();
-    members.sort_by_key(|t| t.index);
     Ok(members
         .iter()
         .map(|t| crate::views::task_view_of(t, t.live_attempt.and_then(|a| attempts.get(&a))))

@@ -65,6 +65,8 @@ pub struct Ctx {
 /// The widest snapshot window: a tick places at most this many of a job's tasks (one
 /// transaction that long holds the store's writer for a while).
 const MAX_WINDOW: usize = 1024;
+// A big array keeps this many waiting tasks with rows: a window never wants more.
+const _: () = assert!(MAX_WINDOW <= gantry_store::BORN_AHEAD);
 
 /// The nodes' rows as of `version`, and each one's capacity.
 pub struct Fleet {
@@ -743,10 +745,10 @@ async fn schedule_cleanup(cx: &Ctx, wf: Uuid, now: i64) -> anyhow::Result<()> {
         .collect();
     let pools: BTreeSet<&str> = cx
         .store
-        .attempts(wf)
+        .attempt_nodes(wf)
         .await?
         .iter()
-        .filter_map(|a| pool_of.get(a.node.as_str()).copied())
+        .filter_map(|n| pool_of.get(n.as_str()).copied())
         .collect();
     for pool in pools {
         let kind = ChoreKind::RemoveVolume {

@@ -74,21 +74,11 @@ const READ_LIMIT: u64 = 8 << 20;
 
 /// A task array's indexes as a reader types them: `1-8` when they run without a gap (as
 /// `task-array` makes them), else each one.
-fn index_range(tasks: &[&gantry_store::TaskRow]) -> String {
-    let mut idx: Vec<u32> = tasks.iter().filter_map(|t| t.index).collect();
-    idx.sort_unstable();
-    match (idx.first(), idx.last()) {
-        (Some(a), Some(b)) if (b - a) as usize + 1 == idx.len() && idx.len() > 1 => {
-            format!("indexes {a}-{b}")
-        }
-        (Some(_), _) => format!(
-            "indexes {}",
-            idx.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        _ => "none with an index".into(),
+fn index_range(indexes: Option<&std::ops::RangeInclusive<u32>>) -> String {
+    match indexes {
+        Some(r) if r.start() == r.end() => format!("index {}", r.start()),
+        Some(r) => format!("indexes {}-{}", r.start(), r.end()),
+        None => "none with an index".into(),
     }
 }
 
@@ -110,38 +100,60 @@ pub async fn read(
             )))
         }
     };
-    let tasks = st.store.tasks(wf.id).await?;
-    let of_job: Vec<_> = tasks.iter().filter(|t| t.job == job).collect();
-    if of_job.is_empty() {
-        let jobs: std::collections::BTreeSet<&str> = tasks.iter().map(|t| t.job.as_str()).collect();
+    // The job and its indexes from the plan; the task's row alone from the store (a big
+    // array's member may not have one yet: it waits).
+    let plan: crate::plan::WorkflowPlan =
+        serde_json::from_str(&wf.plan).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let Some(jp) = plan.job(job) else {
+        let jobs: Vec<&str> = plan.jobs.iter().map(|j| j.name.as_str()).collect();
         return Err(ApiError::NotFound(format!(
             "workflow {} has no job {job:?}; its jobs: {}",
             wf.id,
-            jobs.into_iter().collect::<Vec<_>>().join(", ")
+            jobs.join(", ")
         )));
-    }
-    let task = match q.task {
-        Some(i) => of_job.iter().find(|t| t.index == Some(i)).ok_or_else(|| {
-            ApiError::NotFound(format!(
+    };
+    let indexes = jp.task_indexes();
+    let index = match (q.task, &indexes) {
+        (Some(i), Some(r)) if r.contains(&i) => Some(i),
+        (Some(i), _) => {
+            return Err(ApiError::NotFound(format!(
                 "job {job} has no task {i}; its tasks: {}",
-                index_range(&of_job)
-            ))
-        })?,
-        None if of_job.len() == 1 => of_job[0],
-        None => {
+                index_range(indexes.as_ref())
+            )))
+        }
+        (None, Some(r)) if r.start() != r.end() => {
             return Err(ApiError::BadRequest(format!(
                 "job {job} is a task array of {} tasks ({}): say which with --task N",
-                of_job.len(),
-                index_range(&of_job)
+                u64::from(r.end() - r.start()) + 1,
+                index_range(indexes.as_ref())
             )))
+        }
+        (None, Some(r)) => Some(*r.start()),
+        (None, None) => None,
+    };
+    let task_id = loop {
+        let row = st.store.job_tasks(wf.id, job, index, 1).await?;
+        match row.into_iter().find(|t| t.index == index) {
+            Some(t) => break t.id,
+            // Not born yet: a follower waits, as for a task that has not started, until the
+            // workflow ends (a stop ends a range of them without rows).
+            None => {
+                if !q.follow || st.store.workflow(wf.id).await?.status.is_terminal() {
+                    return Ok(LogRead {
+                        attempt: 0,
+                        next_offset: Some(0),
+                        body: LogBody::Page(vec![]),
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     };
     // A follower of a task that has not started yet waits for its first attempt.
     let attempt = loop {
-        let attempts = st.store.attempts(wf.id).await?;
+        let attempts = st.store.attempts_of(&[task_id]).await?;
         let found = attempts
             .iter()
-            .filter(|a| a.task_id == task.id)
             .filter(|a| q.attempt.is_none_or(|n| a.number == n))
             .max_by_key(|a| a.number)
             .cloned();
@@ -151,7 +163,7 @@ pub async fn read(
         if q.attempt.is_some() {
             return Err(ApiError::NotFound(format!("job {job} has no such attempt")));
         }
-        let now = st.store.task(task.id).await?;
+        let now = st.store.task(task_id).await?;
         if !q.follow || now.status.is_terminal() {
             // A build the object cache already held never ran: its log says so (the reason
             // the submit gave it) rather than nothing.

@@ -233,16 +233,33 @@ pub async fn commit(
     } = prepared;
     crate::volumes::make_on_first_use(st.store.as_ref(), c, &mut compiled).await?;
     let mut tasks = Vec::new();
+    let mut unborn = Vec::new();
     for (ord, job) in compiled.jobs.iter().enumerate() {
-        // A task-array member or a multinode member is one task each, by index.
+        // A task-array member or a multinode member is one task each, by index. A big
+        // array's members past the first `BORN_AHEAD` are one range, given rows as the first
+        // are placed (a gang is placed whole, so all its members have rows).
         match job.task_indexes() {
             Some(indexes) => {
-                for i in indexes {
+                let (first, last) = (*indexes.start(), *indexes.end());
+                let ahead = if job.multinode.is_some() {
+                    last
+                } else {
+                    last.min(first.saturating_add(gantry_store::BORN_AHEAD as u32 - 1))
+                };
+                for i in first..=ahead {
                     tasks.push(NewTask {
                         id: Uuid::new_v4(),
                         job: job.name.clone(),
                         index: Some(i),
                         ord: ord as u32,
+                    });
+                }
+                if ahead < last {
+                    unborn.push(gantry_store::NewUnborn {
+                        job: job.name.clone(),
+                        ord: ord as u32,
+                        first: ahead + 1,
+                        last,
                     });
                 }
             }
@@ -290,6 +307,7 @@ pub async fn commit(
         spec: req.spec,
         plan: serde_json::to_string(&compiled).map_err(|e| ApiError::Internal(e.to_string()))?,
         tasks,
+        unborn,
         volumes: compiled
             .persistent
             .values()
@@ -438,18 +456,6 @@ pub async fn detail(
     q: &TaskQuery,
 ) -> Result<WorkflowDetail, ApiError> {
     let w = visible_workflow(st, c, id).await?;
-    if let Some(after) = q.after {
-        match st.store.task(after).await {
-            Ok(t) if t.workflow_id == w.id => {}
-            Ok(_) | Err(gantry_store::StoreError::NotFound) => {
-                return Err(ApiError::BadRequest(format!(
-                    "after: {after} is not a task of workflow {}",
-                    w.id
-                )))
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
     let counts = st
         .store
         .task_counts(&[w.id])
@@ -462,7 +468,8 @@ pub async fn detail(
         .map(|(_, n)| n)
         .sum();
     // One more than asked: whether a next page exists.
-    let mut tasks = if q.limit == 0 {
+    // A page of none still checks `after`.
+    let mut tasks = if q.limit == 0 && q.after.is_none() {
         vec![]
     } else {
         let page = gantry_store::TaskPage {
@@ -470,7 +477,16 @@ pub async fn detail(
             statuses: q.statuses.clone(),
             limit: q.limit + 1,
         };
-        st.store.tasks_page(w.id, &page).await?
+        match st.store.tasks_page(w.id, &page).await {
+            Err(gantry_store::StoreError::NotFound) => {
+                return Err(ApiError::BadRequest(format!(
+                    "after: {} is not a task of workflow {}",
+                    q.after.unwrap_or_default(),
+                    w.id
+                )))
+            }
+            r => r?,
+        }
     };
     let next = if tasks.len() > q.limit as usize {
         tasks.truncate(q.limit as usize);

@@ -132,6 +132,8 @@ impl PgStore {
         let mut tx = self.write_tx().await?;
         // Each node a placement names, read once per plan and added to as it is placed on.
         let mut fits: std::collections::HashMap<&str, NodeFit> = std::collections::HashMap::new();
+        // How many of each job's tasks this plan places: as many of its unborn ones get rows.
+        let mut placed: std::collections::BTreeMap<(Uuid, String), u32> = Default::default();
         for c in changes {
             match c {
                 Change::CreateAttempt {
@@ -177,6 +179,7 @@ impl PgStore {
                     }
                     fit.live.add(need);
                     let wf = uuid(r.get("workflow_id"))?;
+                    *placed.entry((wf, r.get("job"))).or_default() += 1;
                     let number: i64 = r.get("attempts");
                     let devices = serde_json::to_string(&need.devices)
                         .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
@@ -253,6 +256,7 @@ impl PgStore {
                     .bind(job)
                     .execute(&mut *tx)
                     .await?;
+                    end_unborn(&mut tx, *workflow_id, job, *status, reason, now).await?;
                 }
                 Change::TaskWaiting { task_id, reason } => {
                     sqlx::query(
@@ -320,6 +324,9 @@ impl PgStore {
                 Change::Event(e) => event(&mut tx, e, now).await?,
                 Change::Fence(f) => leases::check_fence(&mut tx, f).await?,
             }
+        }
+        for ((wf, job), n) in &placed {
+            give_rows(&mut tx, *wf, job, *n, now).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -520,4 +527,118 @@ async fn end_one(
     } else {
         EndOutcome::NotCurrent
     })
+}
+
+/// Gives rows to up to `n` of a job's unborn tasks, in index order (see `unborn.rs`): as
+/// many as the plan placed, so the job keeps as many waiting rows as its submit stored.
+async fn give_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    workflow_id: Uuid,
+    job: &str,
+    n: u32,
+    now: Millis,
+) -> Result<()> {
+    let Some(r) = sqlx::query(
+        "SELECT ord, next_idx, last_idx FROM unborn_tasks
+         WHERE workflow_id = $1 AND job = $2 AND status = 'PENDING' AND next_idx <= last_idx",
+    )
+    .bind(workflow_id.to_string())
+    .bind(job)
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(());
+    };
+    let (ord, next, last): (i64, i64, i64) = (r.get("ord"), r.get("next_idx"), r.get("last_idx"));
+    let upto = last.min(next + i64::from(n) - 1);
+    sqlx::query("UPDATE unborn_tasks SET next_idx = $1 WHERE workflow_id = $2 AND job = $3")
+        .bind(upto + 1)
+        .bind(workflow_id.to_string())
+        .bind(job)
+        .execute(&mut **tx)
+        .await?;
+    // They were counted as PENDING already; the insert trigger counts them again.
+    add_count(tx, workflow_id, job, TaskStatus::Pending, next - upto - 1).await?;
+    let ids: Vec<String> = (next..=upto)
+        .map(|i| unborn_task_id(workflow_id, ord as u32, i as u32).to_string())
+        .collect();
+    sqlx::query(
+        "INSERT INTO tasks (id, workflow_id, job, idx, ord, status, created_at)
+         SELECT t.id, $1, $2, $3 + t.n - 1, $4, 'PENDING', $5
+         FROM unnest($6::text[]) WITH ORDINALITY AS t(id, n) ORDER BY t.n",
+    )
+    .bind(workflow_id.to_string())
+    .bind(job)
+    .bind(next)
+    .bind(ord)
+    .bind(now)
+    .bind(&ids)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Ends a job's unborn tasks as a whole, as `EndPending` ends its waiting rows: moved from
+/// PENDING to `status` in the counts, with one event for the range.
+async fn end_unborn(
+    tx: &mut Transaction<'_, Postgres>,
+    workflow_id: Uuid,
+    job: &str,
+    status: TaskStatus,
+    reason: &str,
+    now: Millis,
+) -> Result<()> {
+    let Some(r) = sqlx::query(
+        "UPDATE unborn_tasks SET status = $1, reason = $2, ended_at = $3
+         WHERE workflow_id = $4 AND job = $5 AND status = 'PENDING' AND next_idx <= last_idx
+         RETURNING next_idx, last_idx",
+    )
+    .bind(status.as_str())
+    .bind(pg_text(reason))
+    .bind(now)
+    .bind(workflow_id.to_string())
+    .bind(job)
+    .fetch_optional(&mut **tx)
+    .await?
+    else {
+        return Ok(());
+    };
+    let (next, last): (i64, i64) = (r.get("next_idx"), r.get("last_idx"));
+    let n = last - next + 1;
+    add_count(tx, workflow_id, job, TaskStatus::Pending, -n).await?;
+    add_count(tx, workflow_id, job, status, n).await?;
+    event(
+        tx,
+        &ev(
+            Some(workflow_id),
+            None,
+            Some(format!("{job}[{next}-{last}]")),
+            "task.ended",
+            pg_text(&unborn_ended(status, reason, n as u64)).into_owned(),
+        ),
+        now,
+    )
+    .await
+}
+
+/// `n` more (or fewer) of a job's tasks in `status` in `task_counts`, for tasks counted
+/// without rows: the triggers count those with rows.
+pub(super) async fn add_count(
+    tx: &mut Transaction<'_, Postgres>,
+    workflow_id: Uuid,
+    job: &str,
+    status: TaskStatus,
+    n: i64,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO task_counts (workflow_id, job, status, n) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (workflow_id, job, status) DO UPDATE SET n = task_counts.n + excluded.n",
+    )
+    .bind(workflow_id.to_string())
+    .bind(job)
+    .bind(status.as_str())
+    .bind(n)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

@@ -276,6 +276,18 @@ impl Store for PgStore {
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
         PgStore::job_task(self, workflow_id, job).await
     }
+    async fn job_tasks(
+        &self,
+        workflow_id: Uuid,
+        job: &str,
+        from: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>> {
+        PgStore::job_tasks(self, workflow_id, job, from, limit).await
+    }
+    async fn attempt_nodes(&self, workflow_id: Uuid) -> Result<Vec<String>> {
+        PgStore::attempt_nodes(self, workflow_id).await
+    }
 
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
         PgStore::attempts(self, workflow_id).await

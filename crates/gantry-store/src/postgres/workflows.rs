@@ -1,6 +1,7 @@
 //! Workflows and their tasks: submit, listings, stop requests, the controller's snapshot.
 
 use super::*;
+use crate::unborn::{self, unborn_row};
 
 impl PgStore {
     pub(super) async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()> {
@@ -55,6 +56,9 @@ impl PgStore {
         .bind(&ords)
         .execute(&mut *tx)
         .await?;
+        for u in &wf.unborn {
+            insert_unborn(&mut tx, wf.id, u, now).await?;
+        }
         event(
             &mut tx,
             &ev(
@@ -62,7 +66,7 @@ impl PgStore {
                 None,
                 None,
                 "workflow.submitted",
-                format!("submitted by {} with {} task(s)", wf.owner, wf.tasks.len()),
+                format!("submitted by {} with {} task(s)", wf.owner, wf.task_count()),
             ),
             now,
         )
@@ -162,25 +166,59 @@ impl PgStore {
         workflow_id: Uuid,
         page: &TaskPage,
     ) -> Result<Vec<TaskRow>> {
+        // One snapshot: a task born between reading the rows and the ranges would be in both
+        // or in neither.
+        let mut tx = self.snapshot().await?;
+        let wf = workflow_id.to_string();
+        let unborn = sqlx::query(
+            "SELECT * FROM unborn_tasks WHERE workflow_id = $1 AND next_idx <= last_idx",
+        )
+        .bind(&wf)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(unborn_row)
+        .collect::<Result<Vec<_>>>()?;
+        let born = match page.after {
+            Some(a) => sqlx::query(
+                "SELECT ord, COALESCE(idx, -1) AS idx FROM tasks WHERE id = $1 AND workflow_id = $2",
+            )
+            .bind(a.to_string())
+            .bind(&wf)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| (r.get::<i64, _>("ord") as u32, r.get::<i64, _>("idx"))),
+            None => None,
+        };
+        let start = unborn::page_start(workflow_id, page.after, born, &unborn)
+            .ok_or(StoreError::NotFound)?;
         // A range of the `tasks_page` index: the position is (ord, idx) with a job's one task
         // (no index) first.
         let statuses: Vec<&str> = page.statuses.iter().map(|s| s.as_str()).collect();
-        sqlx::query(
+        let rows = sqlx::query(
             "SELECT * FROM tasks WHERE workflow_id = $1
-               AND ($2::text IS NULL OR (ord, COALESCE(idx, -1)) >
-                    (SELECT ord, COALESCE(idx, -1) FROM tasks WHERE id = $2 AND workflow_id = $1))
-               AND (cardinality($3::text[]) = 0 OR status = ANY($3))
-             ORDER BY ord, COALESCE(idx, -1) LIMIT $4",
+               AND (ord, COALESCE(idx, -1)) > ($2, $3)
+               AND (cardinality($4::text[]) = 0 OR status = ANY($4))
+             ORDER BY ord, COALESCE(idx, -1) LIMIT $5",
         )
-        .bind(workflow_id.to_string())
-        .bind(page.after.map(|u| u.to_string()))
+        .bind(&wf)
+        .bind(i64::from(start.0))
+        .bind(start.1)
         .bind(&statuses)
         .bind(i64::from(page.limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(task_row)
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
+        Ok(unborn::page(
+            rows,
+            &unborn,
+            start,
+            &page.statuses,
+            page.limit as usize,
+        ))
     }
 
     pub(super) async fn task_counts(&self, workflow_ids: &[Uuid]) -> Result<StatusCounts> {
@@ -216,6 +254,40 @@ impl PgStore {
             .as_ref()
             .map(task_row)
             .transpose()
+    }
+
+    pub(super) async fn job_tasks(
+        &self,
+        workflow_id: Uuid,
+        job: &str,
+        from: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>> {
+        sqlx::query(
+            "SELECT * FROM tasks WHERE workflow_id = $1 AND job = $2 AND COALESCE(idx, -1) >= $3
+             ORDER BY idx NULLS FIRST LIMIT $4",
+        )
+        .bind(workflow_id.to_string())
+        .bind(job)
+        .bind(from.map_or(-1, i64::from))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(task_row)
+        .collect()
+    }
+
+    pub(super) async fn attempt_nodes(&self, workflow_id: Uuid) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query("SELECT DISTINCT node FROM attempts WHERE workflow_id = $1 ORDER BY node")
+                .bind(workflow_id.to_string())
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| r.get("node"))
+                .collect(),
+        )
     }
 
     pub(super) async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
@@ -347,4 +419,39 @@ impl PgStore {
         }
         Ok(out)
     }
+}
+
+/// A job's unborn range, counted as PENDING with the job's tasks that have rows.
+async fn insert_unborn(
+    tx: &mut Transaction<'_, Postgres>,
+    workflow_id: Uuid,
+    u: &NewUnborn,
+    now: Millis,
+) -> Result<()> {
+    if u.first > u.last {
+        return Err(StoreError::Conflict(format!(
+            "job {}: an empty range of tasks to store",
+            u.job
+        )));
+    }
+    sqlx::query(
+        "INSERT INTO unborn_tasks (workflow_id, job, ord, next_idx, last_idx, status, created_at)
+         VALUES ($1, $2, $3, $4, $5, 'PENDING', $6)",
+    )
+    .bind(workflow_id.to_string())
+    .bind(&u.job)
+    .bind(i64::from(u.ord))
+    .bind(i64::from(u.first))
+    .bind(i64::from(u.last))
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    super::attempts::add_count(
+        tx,
+        workflow_id,
+        &u.job,
+        TaskStatus::Pending,
+        u.count() as i64,
+    )
+    .await
 }

@@ -240,6 +240,18 @@ impl Store for SqliteStore {
     async fn job_task(&self, workflow_id: Uuid, job: &str) -> Result<Option<TaskRow>> {
         SqliteStore::job_task(self, workflow_id, job).await
     }
+    async fn job_tasks(
+        &self,
+        workflow_id: Uuid,
+        job: &str,
+        from: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>> {
+        SqliteStore::job_tasks(self, workflow_id, job, from, limit).await
+    }
+    async fn attempt_nodes(&self, workflow_id: Uuid) -> Result<Vec<String>> {
+        SqliteStore::attempt_nodes(self, workflow_id).await
+    }
 
     async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
         SqliteStore::attempts(self, workflow_id).await

@@ -1,6 +1,7 @@
 //! Workflows and their tasks: submit, listings, stop requests, the controller's snapshot.
 
 use super::*;
+use crate::unborn::{self, unborn_row};
 
 impl SqliteStore {
     pub(super) async fn create_workflow(&self, wf: &NewWorkflow, now: Millis) -> Result<()> {
@@ -48,6 +49,9 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await?;
         }
+        for u in &wf.unborn {
+            insert_unborn(&mut tx, wf.id, u, now).await?;
+        }
         event(
             &mut tx,
             &ev(
@@ -55,7 +59,7 @@ impl SqliteStore {
                 None,
                 None,
                 "workflow.submitted",
-                format!("submitted by {} with {} task(s)", wf.owner, wf.tasks.len()),
+                format!("submitted by {} with {} task(s)", wf.owner, wf.task_count()),
             ),
             now,
         )
@@ -155,27 +159,61 @@ impl SqliteStore {
         workflow_id: Uuid,
         page: &TaskPage,
     ) -> Result<Vec<TaskRow>> {
+        // One read transaction: a task born between reading the rows and the ranges would be
+        // in both or in neither.
+        let mut tx = self.pool.begin().await?;
+        let wf = workflow_id.to_string();
+        let unborn = sqlx::query(
+            "SELECT * FROM unborn_tasks WHERE workflow_id = ? AND next_idx <= last_idx",
+        )
+        .bind(&wf)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(unborn_row)
+        .collect::<Result<Vec<_>>>()?;
+        let born = match page.after {
+            Some(a) => sqlx::query(
+                "SELECT ord, COALESCE(idx, -1) AS idx FROM tasks WHERE id = ? AND workflow_id = ?",
+            )
+            .bind(a.to_string())
+            .bind(&wf)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| (r.get::<i64, _>("ord") as u32, r.get::<i64, _>("idx"))),
+            None => None,
+        };
+        let start = unborn::page_start(workflow_id, page.after, born, &unborn)
+            .ok_or(StoreError::NotFound)?;
         // A range of the `tasks_page` index: the position is (ord, idx) with a job's one task
         // (no index) first.
         let statuses =
             serde_json::to_string(&page.statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>())
                 .map_err(|e| StoreError::Backend(Box::new(e)))?;
-        sqlx::query(
+        let rows = sqlx::query(
             "SELECT * FROM tasks WHERE workflow_id = ?1
-               AND (?2 IS NULL OR (ord, COALESCE(idx, -1)) >
-                    (SELECT ord, COALESCE(idx, -1) FROM tasks WHERE id = ?2 AND workflow_id = ?1))
-               AND (json_array_length(?3) = 0 OR status IN (SELECT value FROM json_each(?3)))
-             ORDER BY ord, COALESCE(idx, -1) LIMIT ?4",
+               AND (ord, COALESCE(idx, -1)) > (?2, ?3)
+               AND (json_array_length(?4) = 0 OR status IN (SELECT value FROM json_each(?4)))
+             ORDER BY ord, COALESCE(idx, -1) LIMIT ?5",
         )
-        .bind(workflow_id.to_string())
-        .bind(page.after.map(|u| u.to_string()))
+        .bind(&wf)
+        .bind(i64::from(start.0))
+        .bind(start.1)
         .bind(statuses)
         .bind(i64::from(page.limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(task_row)
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
+        Ok(unborn::page(
+            rows,
+            &unborn,
+            start,
+            &page.statuses,
+            page.limit as usize,
+        ))
     }
 
     pub(super) async fn task_counts(&self, workflow_ids: &[Uuid]) -> Result<StatusCounts> {
@@ -222,6 +260,40 @@ impl SqliteStore {
             .as_ref()
             .map(task_row)
             .transpose()
+    }
+
+    pub(super) async fn job_tasks(
+        &self,
+        workflow_id: Uuid,
+        job: &str,
+        from: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>> {
+        sqlx::query(
+            "SELECT * FROM tasks WHERE workflow_id = ? AND job = ? AND COALESCE(idx, -1) >= ?
+             ORDER BY idx LIMIT ?",
+        )
+        .bind(workflow_id.to_string())
+        .bind(job)
+        .bind(from.map_or(-1, i64::from))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(task_row)
+        .collect()
+    }
+
+    pub(super) async fn attempt_nodes(&self, workflow_id: Uuid) -> Result<Vec<String>> {
+        Ok(
+            sqlx::query("SELECT DISTINCT node FROM attempts WHERE workflow_id = ? ORDER BY node")
+                .bind(workflow_id.to_string())
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| r.get("node"))
+                .collect(),
+        )
     }
 
     pub(super) async fn attempts(&self, workflow_id: Uuid) -> Result<Vec<AttemptRow>> {
@@ -282,7 +354,8 @@ impl SqliteStore {
         // last index. The status lists match the partial indexes' (`tasks_live`,
         // `tasks_pending`) for SQLite to use them, and the joins' order is fixed (CROSS JOIN)
         // so that it walks from the active workflows to their counts to the first waiting
-        // tasks, never over all waiting tasks.
+        // tasks, never over all waiting tasks. A count with a big array's unborn members in
+        // it may pass the window with fewer rows than that: then it lists every row.
         let tasks = sqlx::query(
             "SELECT t.* FROM workflows w JOIN tasks t ON t.workflow_id = w.id
              WHERE w.status IN ('PENDING', 'RUNNING') AND t.status IN ('STARTED', 'RUNNING')
@@ -300,10 +373,10 @@ impl SqliteStore {
              WHERE w.status IN ('PENDING', 'RUNNING')
                AND c.workflow_id = w.id AND c.status = 'PENDING' AND c.n > ?1
                AND t.workflow_id = c.workflow_id AND t.job = c.job AND t.status = 'PENDING'
-               AND t.idx <= (SELECT p.idx FROM tasks p INDEXED BY tasks_pending
+               AND t.idx <= COALESCE((SELECT p.idx FROM tasks p INDEXED BY tasks_pending
                              WHERE p.workflow_id = c.workflow_id AND p.job = c.job
                                AND p.status = 'PENDING'
-                             ORDER BY p.idx LIMIT 1 OFFSET ?1 - 1)
+                             ORDER BY p.idx LIMIT 1 OFFSET ?1 - 1), t.idx)
              ORDER BY ord, idx",
         )
         .bind(window as i64)
@@ -363,4 +436,39 @@ impl SqliteStore {
         }
         Ok(out)
     }
+}
+
+/// A job's unborn range, counted as PENDING with the job's tasks that have rows.
+async fn insert_unborn(
+    tx: &mut Transaction<'_, Sqlite>,
+    workflow_id: Uuid,
+    u: &NewUnborn,
+    now: Millis,
+) -> Result<()> {
+    if u.first > u.last {
+        return Err(StoreError::Conflict(format!(
+            "job {}: an empty range of tasks to store",
+            u.job
+        )));
+    }
+    sqlx::query(
+        "INSERT INTO unborn_tasks (workflow_id, job, ord, next_idx, last_idx, status, created_at)
+         VALUES (?, ?, ?, ?, ?, 'PENDING', ?)",
+    )
+    .bind(workflow_id.to_string())
+    .bind(&u.job)
+    .bind(i64::from(u.ord))
+    .bind(i64::from(u.first))
+    .bind(i64::from(u.last))
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    super::attempts::add_count(
+        tx,
+        workflow_id,
+        &u.job,
+        TaskStatus::Pending,
+        u.count() as i64,
+    )
+    .await
 }

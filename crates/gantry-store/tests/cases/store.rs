@@ -49,6 +49,7 @@ pub(crate) fn workflow(owner: &str, group: &str, tasks: usize) -> NewWorkflow {
         volumes: vec![],
         takeovers: vec![],
         takeover_changes: vec![],
+        unborn: vec![],
         ended: vec![],
     }
 }
