@@ -557,13 +557,15 @@ gantry_wait() {
   done
 }
 
-gantry_array_yaml() { # N FILE
+gantry_array_yaml() { # N FILE [SLEEP_S]: N one-core tasks of /bin/true, or of `sleep SLEEP_S`
+  local cmd='"/bin/true"'
+  [ -n "${3:-}" ] && cmd="\"sleep\", \"$3\""
   cat > "$2" <<YAML
 version: v4
 jobs:
   t:
     image: { uri: "${BENCH_IMAGE:-docker://busybox:1}" }
-    command: ["/bin/true"]
+    command: [$cmd]
     task-array: { start: 1, end: $1 }
     resource: { cpu: { cores: 1 } }
 YAML

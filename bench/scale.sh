@@ -133,20 +133,7 @@ for n in $NODES; do
 
   # --- the array
   wf=$WORK/array-$n.yaml
-  cat > "$wf" <<EOF
-version: v4
-jobs:
-  work:
-    image:
-      uri: docker://busybox:1
-    command: [sleep, "$RUN_S"]
-    resource:
-      cpu:
-        cores: 1
-    task-array:
-      start: 1
-      end: $TASKS
-EOF
+  gantry_array_yaml "$TASKS" "$wf" "$RUN_S"
   r0=$(proc_cpu_ms "$spid")
   rp0=$(pg_cpu_ms)
   id=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" workflow start "$wf" -o json | jq -r .id)
