@@ -2,14 +2,15 @@
 //! submit, and the takeover driver the controller runs each tick (the use cases are in
 //! `services::endpoints`).
 //! Every takeover decision is `gantry_core::takeover`'s; this module gathers facts (the new
-//! service's readiness, the old workflow's end, the old backend's in-flight requests) and
-//! applies the steps.
+//! service's readiness, the old workflow's end, the old backend's in-flight requests on every
+//! replica's proxy) and applies the steps.
 
 use gantry_api::v1::{EndpointInfo, TakeoverInfo};
 use gantry_api::TaskStatus;
 use gantry_core::takeover::{self, NewService, Phase, Step};
 use gantry_store::{
-    Channel, EndpointChange, EndpointRow, EndpointScope, NewEvent, Store, TakeoverRow,
+    Channel, EndpointChange, EndpointRow, EndpointScope, Millis, NewEvent, ProxyViewRow, Store,
+    TakeoverRow,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -398,13 +399,62 @@ async fn service_state(
     })
 }
 
-/// One controller pass over open takeovers. `routes` answers the proxy's side: which backend
-/// an endpoint has now, whether an old one has drained. Returns the endpoints as they are
-/// after the pass.
+/// Whether every other server replica seen lately has let the old backend of `endpoint` go:
+/// it sends new requests to workflow `new`'s backend and has nothing left in flight on any
+/// before. A request through any replica may still run on the old backend, so the takeover
+/// stops it only once this holds too. `views` are those seen within [`VIEW_TTL`]: a replica
+/// not seen since is gone, and its requests with it. `me` answers for itself through its own
+/// proxy, which is exact (its published view may be a tick behind).
+///
+/// [`VIEW_TTL`]: crate::routes::VIEW_TTL
+pub fn others_drained(views: &[ProxyViewRow], endpoint: &str, new: Uuid, me: &str) -> bool {
+    let replicas: std::collections::BTreeSet<&str> = views
+        .iter()
+        .map(|v| v.replica.as_str())
+        .filter(|r| *r != me)
+        .collect();
+    // A replica that lists other endpoints but not this one has not synced since it was
+    // made: it is waited for as one that still routes to the old backend.
+    replicas.into_iter().all(|r| {
+        views
+            .iter()
+            .find(|v| v.replica == r && v.view.endpoint == endpoint)
+            .is_some_and(|v| v.view.workflow_id == Some(new) && v.view.old_in_flight == 0)
+    })
+}
+
+/// The persistent endpoints whose takeover still lets requests on the old backend finish at
+/// `now`: DRAINING, before its deadline. On any other, what an old backend still runs is
+/// cut.
+pub fn draining(
+    endpoints: &[EndpointRow],
+    takeovers: &[TakeoverRow],
+    now: Millis,
+) -> std::collections::BTreeSet<String> {
+    takeovers
+        .iter()
+        .filter(|t| t.phase == Phase::Draining)
+        .filter(|t| {
+            let timeout = endpoints
+                .iter()
+                .find(|e| e.name == t.endpoint)
+                .map_or(0, |e| e.drain_timeout_ms);
+            t.switched_at.is_none_or(|s| now - s < timeout)
+        })
+        .map(|t| t.endpoint.clone())
+        .collect()
+}
+
+/// One controller pass over open takeovers. `routes` answers this process's proxy's side:
+/// which backend an endpoint has now, whether an old one has drained here; the other
+/// replicas' proxies answer through the store (their views, published by each replica's
+/// route sync), `me` being this replica's name there. Returns the endpoints as they are after
+/// the pass.
 pub async fn drive(
     store: &dyn Store,
     wake: &Notify,
     routes: &dyn crate::routes::Routes,
+    me: &str,
     in_play: InPlay<'_>,
     fence: Option<gantry_store::Fence>,
 ) -> anyhow::Result<Vec<EndpointRow>> {
@@ -419,6 +469,8 @@ pub async fn drive(
         store.takeovers(None, true).await?
     };
     let mut changed = false;
+    // Read once a pass, and only while some takeover drains.
+    let mut views: Option<Vec<ProxyViewRow>> = None;
     for t in takeovers {
         let Some(e) = endpoints.iter().find(|e| e.name == t.endpoint) else {
             continue;
@@ -441,6 +493,16 @@ pub async fn drive(
             None => true,
         };
         let deadline_passed = t.switched_at.is_some_and(|s| now - s >= e.drain_timeout_ms);
+        let drained = phase == Phase::Draining
+            && routes.drained(&e.name, t.from_workflow)
+            && (t.from_workflow.is_none() || {
+                if views.is_none() {
+                    let since = now - crate::routes::VIEW_TTL.as_millis() as i64;
+                    views = Some(store.proxy_views(since).await?);
+                }
+                let views = views.as_deref().unwrap_or_default();
+                others_drained(views, &e.name, t.to_workflow, me)
+            });
         let view = takeover::View {
             phase,
             mode: t.mode,
@@ -450,7 +512,7 @@ pub async fn drive(
             has_old: old.is_some(),
             old_ended,
             new: new_state,
-            drained: phase == Phase::Draining && routes.drained(&e.name, t.from_workflow),
+            drained,
             drain_deadline_passed: deadline_passed,
         };
         let mut changes = vec![];
@@ -511,4 +573,93 @@ pub async fn drive(
         endpoints = store.endpoints().await?;
     }
     Ok(endpoints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_store::ProxyView;
+
+    fn row(replica: &str, endpoint: &str, workflow: Option<Uuid>, old: u64) -> ProxyViewRow {
+        ProxyViewRow {
+            replica: replica.into(),
+            view: ProxyView {
+                endpoint: endpoint.into(),
+                workflow_id: workflow,
+                attempt_id: workflow.map(|_| Uuid::nil()),
+                old_in_flight: old,
+            },
+            seen_at: 0,
+        }
+    }
+
+    #[test]
+    fn a_replica_with_requests_left_on_the_old_backend_holds_the_drain() {
+        let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
+        let drained = |views: &[ProxyViewRow]| others_drained(views, "chat", new, "me");
+        assert!(drained(&[]), "no other replica seen");
+        assert!(drained(&[
+            row("b", "chat", Some(new), 0),
+            row("c", "chat", Some(new), 0),
+            row("c", "other", Some(old), 3),
+        ]));
+        // One replica still has a request running on the old backend.
+        assert!(!drained(&[
+            row("b", "chat", Some(new), 0),
+            row("c", "chat", Some(new), 1),
+        ]));
+        // One has not switched yet: new requests through it still go to the old backend.
+        assert!(!drained(&[row("b", "chat", Some(old), 0)]));
+        assert!(!drained(&[row("b", "chat", None, 0)]), "not on the new one");
+        // One that has not synced since the endpoint was made is waited for.
+        assert!(!drained(&[row("b", "other", Some(old), 0)]));
+        // This replica answers through its own proxy: its published view, perhaps a tick
+        // old, does not hold the drain.
+        assert!(drained(&[row("me", "chat", Some(new), 4)]));
+    }
+
+    #[test]
+    fn only_a_takeover_draining_before_its_deadline_spares_the_old_backend() {
+        let endpoint = |name: &str| EndpointRow {
+            name: name.into(),
+            owner: "alice".into(),
+            group: "physics".into(),
+            scope: EndpointScope::Public,
+            mode: takeover::Mode::WhenReady,
+            drain_timeout_ms: 1000,
+            confirm: false,
+            created_at: 0,
+            workflow_id: None,
+            service: None,
+            port: None,
+            since: None,
+        };
+        let takeover = |name: &str, phase: Phase| TakeoverRow {
+            id: Uuid::new_v4(),
+            endpoint: name.into(),
+            from_workflow: Some(Uuid::new_v4()),
+            to_workflow: Uuid::new_v4(),
+            to_service: "llm".into(),
+            port: 8080,
+            requested_by: "alice".into(),
+            channel: Channel::Cli,
+            mode: takeover::Mode::WhenReady,
+            phase,
+            reason: None,
+            confirmed_by: None,
+            confirmed_via: None,
+            created_at: 0,
+            updated_at: 0,
+            switched_at: Some(100),
+            ended_at: None,
+        };
+        let endpoints = [endpoint("a"), endpoint("b"), endpoint("c")];
+        let takeovers = [
+            takeover("a", Phase::Draining),
+            takeover("b", Phase::WaitingReady),
+        ];
+        let at = |now| draining(&endpoints, &takeovers, now);
+        assert_eq!(at(500).into_iter().collect::<Vec<_>>(), ["a"]);
+        assert!(at(1100).is_empty(), "past its deadline");
+    }
 }

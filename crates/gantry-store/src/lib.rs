@@ -341,6 +341,24 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn sign_out_session(&self, sid: &str, expires_at: Millis, now: Millis) -> Result<()>;
     async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool>;
 
+    // --- endpoint proxies' views ----------------------------------------------------------
+    /// `replica`'s proxy as it is now: its view of each persistent endpoint, replacing what it
+    /// published before (an endpoint it no longer lists goes), seen at `now`. Views of any
+    /// replica not seen since `forget_before` (replicas long gone) are dropped on the way.
+    async fn publish_proxy_views(
+        &self,
+        replica: &str,
+        views: &[ProxyView],
+        forget_before: Millis,
+        now: Millis,
+    ) -> Result<()>;
+    /// `replica`'s views are still as it last published them, seen at `now` (its heartbeat).
+    /// False when it has none stored (never published, or dropped as long gone): it should
+    /// publish them again.
+    async fn touch_proxy_views(&self, replica: &str, now: Millis) -> Result<bool>;
+    /// Every replica's views seen at or after `since`, by replica, then endpoint.
+    async fn proxy_views(&self, since: Millis) -> Result<Vec<ProxyViewRow>>;
+
     // --- settings ----------------------------------------------------------------------------
     async fn setting(&self, key: &str) -> Result<Option<String>>;
     async fn set_setting(&self, key: &str, value: &str, by: &str, now: Millis) -> Result<()>;

@@ -236,6 +236,19 @@ pub(crate) fn endpoint_row(r: &impl Cols) -> Result<EndpointRow> {
     })
 }
 
+pub(crate) fn proxy_view_row(r: &impl Cols) -> Result<ProxyViewRow> {
+    Ok(ProxyViewRow {
+        replica: r.col("replica"),
+        view: ProxyView {
+            endpoint: r.col("endpoint"),
+            workflow_id: opt_uuid(r.col("workflow_id"))?,
+            attempt_id: opt_uuid(r.col("attempt_id"))?,
+            old_in_flight: r.col::<i64>("old_in_flight").max(0) as u64,
+        },
+        seen_at: r.col("seen_at"),
+    })
+}
+
 pub(crate) fn takeover_row(r: &impl Cols) -> Result<TakeoverRow> {
     Ok(TakeoverRow {
         id: uuid(&r.col::<String>("id"))?,

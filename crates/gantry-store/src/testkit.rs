@@ -46,6 +46,7 @@ macro_rules! every_contract {
             a_lease_has_one_holder_and_its_token_fences_a_deposed_one,
             a_hold_decision_on_holds_that_changed_since_is_refused,
             a_signed_out_web_session_stays_out_until_its_cookie_would_expire,
+            proxy_views_are_each_replicas_latest_and_age_out,
         );
     };
 }
@@ -1616,4 +1617,91 @@ pub async fn a_signed_out_web_session_stays_out_until_its_cookie_would_expire(s:
     s.sign_out_session("s2", 400, 200).await.expect("sign out");
     assert!(out("s2", 300).await);
     assert!(!out("s1", 50).await, "dropped once past its time");
+}
+
+/// Each server replica's proxy views replace what it published before and leave other
+/// replicas' alone; a heartbeat keeps them seen, a read since a time leaves out those not
+/// seen since (dead replicas), and a publish drops those long gone.
+pub async fn proxy_views_are_each_replicas_latest_and_age_out(s: Arc<dyn Store>) {
+    let (old, new, attempt) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let view = |endpoint: &str, workflow: Option<Uuid>, in_flight: u64| ProxyView {
+        endpoint: endpoint.into(),
+        workflow_id: workflow,
+        attempt_id: workflow.map(|_| attempt),
+        old_in_flight: in_flight,
+    };
+    let seen = |since: Millis| {
+        let s = s.clone();
+        async move {
+            s.proxy_views(since)
+                .await
+                .expect("proxy_views")
+                .into_iter()
+                .map(|r| (r.replica, r.view.endpoint, r.view.old_in_flight, r.seen_at))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(
+        !s.touch_proxy_views("a", 5).await.expect("touch"),
+        "nothing published to mark seen"
+    );
+    s.publish_proxy_views("b", &[view("chat", Some(old), 0)], 0, 10)
+        .await
+        .expect("publish b");
+    s.publish_proxy_views(
+        "a",
+        &[view("chat", Some(old), 0), view("idle", None, 0)],
+        0,
+        20,
+    )
+    .await
+    .expect("publish a");
+    let all = s.proxy_views(0).await.expect("proxy_views");
+    assert_eq!(
+        all.iter()
+            .map(|r| (r.replica.as_str(), r.view.endpoint.as_str()))
+            .collect::<Vec<_>>(),
+        [("a", "chat"), ("a", "idle"), ("b", "chat")],
+        "by replica, then endpoint"
+    );
+    assert_eq!(all[0].view, view("chat", Some(old), 0), "read back whole");
+    assert_eq!(all[1].view, view("idle", None, 0), "no backend");
+    // `a` switched to the new backend with two requests left on the old one, and no longer
+    // lists `idle`; `b`'s view is its own.
+    s.publish_proxy_views("a", &[view("chat", Some(new), 2)], 0, 30)
+        .await
+        .expect("publish a again");
+    let all = s.proxy_views(0).await.expect("proxy_views");
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(all[0].view, view("chat", Some(new), 2));
+    assert_eq!(all[0].seen_at, 30);
+    assert_eq!(all[1].view, view("chat", Some(old), 0), "b's untouched");
+    // A heartbeat keeps the views and moves when they were seen.
+    assert!(s.touch_proxy_views("b", 40).await.expect("touch b"));
+    assert_eq!(
+        seen(35).await,
+        [("b".to_string(), "chat".to_string(), 0, 40)],
+        "a, not seen since 30, is left out"
+    );
+    // A publish drops the views of replicas not seen since `forget_before`, its own kept.
+    s.publish_proxy_views("c", &[view("chat", Some(new), 0)], 35, 50)
+        .await
+        .expect("publish c");
+    assert_eq!(
+        seen(0).await,
+        [
+            ("b".to_string(), "chat".to_string(), 0, 40),
+            ("c".to_string(), "chat".to_string(), 0, 50)
+        ],
+        "a, long gone, dropped"
+    );
+    assert!(
+        !s.touch_proxy_views("a", 60).await.expect("touch a"),
+        "a's views are gone: it must publish them again"
+    );
+    // Publishing nothing leaves nothing of that replica's.
+    s.publish_proxy_views("c", &[], 0, 70)
+        .await
+        .expect("publish c empty");
+    assert_eq!(seen(0).await.len(), 1);
 }

@@ -328,6 +328,28 @@ pub struct LeaseRow {
     pub expires_at: Millis,
 }
 
+/// What one server replica's endpoint proxy does with one persistent endpoint, as the replica
+/// publishes it ([`Store::publish_proxy_views`](crate::Store::publish_proxy_views)): a
+/// takeover's leader reads every replica's before it stops the old backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyView {
+    pub endpoint: String,
+    /// The backend new requests go to: its workflow and attempt (none: the endpoint answers
+    /// 503).
+    pub workflow_id: Option<Uuid>,
+    pub attempt_id: Option<Uuid>,
+    /// Requests still running on the backends the endpoint pointed at before this one.
+    pub old_in_flight: u64,
+}
+
+/// A [`ProxyView`] as stored: whose it is and when that replica last said so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyViewRow {
+    pub replica: String,
+    pub view: ProxyView,
+    pub seen_at: Millis,
+}
+
 /// How many of each workflow's tasks are in each status ([`Store::task_counts`]).
 ///
 /// [`Store::task_counts`]: crate::Store::task_counts

@@ -3,6 +3,8 @@
 //! and the agent (given every replica's URL) works for whichever does. The leader is paused
 //! and then killed in the middle of a task array; the lease moves, the agent follows it, every
 //! task runs exactly once, and its output and events are whole through any replica.
+//! Behind HAProxy, an endpoint's takeover waits for every replica's proxy to let the old
+//! backend go, and outlives its leader.
 
 mod common;
 
@@ -417,23 +419,22 @@ impl Drop for Haproxy {
     }
 }
 
+/// [`three`] behind [`Haproxy`], the first replica leading; the agent and the CLI know the load
+/// balancer only.
+fn three_behind_haproxy() -> (Three, Haproxy) {
+    let mut three = three();
+    assert_eq!(leader(&three.urls, "at start"), 0);
+    let lb = Haproxy::start(&three.data, &three.urls, &three.log);
+    three.s.start_agent_at(&lb.url());
+    point_cli_at(&three.data, &lb.url());
+    (three, lb)
+}
+
 #[test]
 fn three_replicas_behind_haproxy_lose_their_leader_mid_array_and_no_request_fails() {
     const TASKS: u64 = 24;
-    let Three {
-        mut s,
-        replicas: _replicas,
-        urls,
-        data,
-        log,
-        _shared,
-        db: _db,
-    } = three();
-    assert_eq!(leader(&urls, "at start"), 0);
-    let lb = Haproxy::start(&data, &urls, &log);
-    // The agent and the CLI know the load balancer only.
-    s.start_agent_at(&lb.url());
-    point_cli_at(&data, &lb.url());
+    let (mut three, lb) = three_behind_haproxy();
+    let (s, urls) = (&mut three.s, &three.urls);
 
     let file = s.cluster.write(
         "array.yaml",
@@ -584,4 +585,195 @@ fn hold_decisions_through_several_replicas_keep_the_pool_cap() {
     let active = states.iter().filter(|s| s.as_str() == "ACTIVE").count();
     assert_eq!(states.len(), NODES, "one hold per alert: {states:?}");
     assert_eq!(active, 2, "the cap is two of ten: {states:?}");
+}
+
+/// How long the model's stream at /cgi-bin/stream runs, one event a second: long enough to
+/// outlast a takeover's switch and a failover.
+const STREAM_EVENTS: u32 = 25;
+
+/// `common::model` of `version` behind endpoint `chat`, with a long stream.
+fn streamer(version: &str) -> String {
+    common::streaming_model(version, "chat", 0, 8080, STREAM_EVENTS)
+}
+
+/// A takeover of a persistent endpoint behind HAProxy, its old backend still streaming to
+/// clients of the two standbys when the leader switches: the leader waits for every
+/// replica's proxy (through the store) before it stops the old workflow, and is killed while
+/// it waits; the new leader carries the takeover to DONE once the streams have ended whole,
+/// and no request through the load balancer fails meanwhile.
+#[test]
+fn a_takeover_drains_every_replica_and_outlives_a_killed_leader() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let (mut three, lb) = three_behind_haproxy();
+    let (s, urls) = (&mut three.s, &three.urls);
+    s.cluster.ok(&[
+        "endpoint",
+        "create",
+        "chat",
+        "--scope",
+        "public",
+        "--drain-timeout",
+        "120s",
+    ]);
+    let v1 = s
+        .cluster
+        .start_workflow(&s.cluster.write("v1.yaml", &streamer("v1")));
+    s.cluster.wait_endpoint("chat", "v1 to serve chat", |e| {
+        e["status"] == "SERVING" && e["workflow_id"] == v1.as_str()
+    });
+    // Every replica's proxy follows the store.
+    for u in urls {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&format!("{u}/e/chat/")) != (200, "v1\n".into()) {
+            assert!(Instant::now() < deadline, "{u} does not route chat to v1");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    // Clients call the endpoint through the load balancer all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let answered = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, failures, answered) = (stop.clone(), failures.clone(), answered.clone());
+            let url = format!("{}/e/chat/", lb.url());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let out = Command::new("curl")
+                        .args(["-s", "-m", "10", "-w", "\n%{http_code}", &url])
+                        .output()
+                        .expect("curl");
+                    match String::from_utf8_lossy(&out.stdout).as_ref() {
+                        "v1\n\n200" => answered[0].fetch_add(1, Ordering::Relaxed),
+                        "v2\n\n200" => answered[1].fetch_add(1, Ordering::Relaxed),
+                        other => {
+                            failures.lock().unwrap().push(other.to_string());
+                            0
+                        }
+                    };
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            })
+        })
+        .collect();
+    // A stream through each standby, begun on v1: the leader's own proxy has nothing in
+    // flight on it.
+    let streams: Vec<_> = urls[1..]
+        .iter()
+        .map(|u| {
+            let url = format!("{u}/e/chat/cgi-bin/stream");
+            std::thread::spawn(move || {
+                let out = Command::new("curl")
+                    .args(["-sN", "-m", "120", "-w", "\n%{http_code}", &url])
+                    .output()
+                    .expect("curl");
+                (
+                    String::from_utf8_lossy(&out.stdout).into_owned(),
+                    Instant::now(),
+                )
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let t_submit = Instant::now();
+    let v2 = s
+        .cluster
+        .start_workflow(&s.cluster.write("v2.yaml", &streamer("v2")));
+    s.cluster.wait_endpoint("chat", "the switch to v2", |e| {
+        e["takeover"]["phase"] == "DRAINING" || e["takeover"].is_null()
+    });
+    let draining = s.cluster.json(&["endpoint", "show", "chat"]);
+    assert_eq!(
+        draining["takeover"]["phase"], "DRAINING",
+        "the standbys' streams hold the old backend: {draining:#}"
+    );
+    assert_eq!(draining["workflow_id"], v2.as_str());
+    eprintln!("switched to v2 {:?} after the submit", t_submit.elapsed());
+
+    // The leader dies while it waits for the standbys' proxies.
+    let _ = s.server.as_mut().unwrap().kill();
+    let _ = s.server.as_mut().unwrap().wait();
+    let t_kill = Instant::now();
+    let now = leader(&urls[1..], "after killing the leader") + 1;
+    let moved = t_kill.elapsed();
+    eprintln!("the lease moved {moved:?} after the leader was killed (to replica {now})");
+    assert!(
+        moved < Duration::from_secs(5),
+        "the lease moved in {moved:?}"
+    );
+    // The streams still run on v1, so the new leader drains on.
+    let e = s.cluster.json(&["endpoint", "show", "chat"]);
+    assert_eq!(e["takeover"]["phase"], "DRAINING", "{e:#}");
+    assert_eq!(s.cluster.detail(&v1)["status"], "RUNNING");
+
+    // The streams end whole from v1: nobody stopped it under them.
+    let mut ended = vec![];
+    for (i, t) in streams.into_iter().enumerate() {
+        let (out, at) = t.join().unwrap();
+        let (body, code) = out.rsplit_once('\n').unwrap_or(("", "0"));
+        assert_eq!(code, "200", "the stream through {}: {out}", urls[i + 1]);
+        let events: Vec<&str> = body.lines().filter(|l| l.starts_with("data:")).collect();
+        let whole: Vec<String> = (1..=STREAM_EVENTS)
+            .map(|i| format!("data: v1 {i}"))
+            .collect();
+        assert_eq!(events, whole, "the stream through {}", urls[i + 1]);
+        ended.push(at);
+    }
+    let streams_ended = ended.into_iter().max().unwrap();
+    let e = s
+        .cluster
+        .wait_endpoint("chat", "the takeover to end", |e| e["takeover"].is_null());
+    let drained_after = streams_ended.elapsed();
+    assert_eq!(e["status"], "SERVING", "{e:#}");
+    assert_eq!(e["workflow_id"], v2.as_str(), "{e:#}");
+    let history = s.cluster.json(&["endpoint", "history", "chat"]);
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["phase"], "DONE", "{last:#}");
+    assert_eq!(last["from_workflow"], v1.as_str());
+    assert_eq!(last["to_workflow"], v2.as_str());
+    s.cluster.wait_status(&v1, "STOPPED");
+    eprintln!(
+        "the takeover was seen to end {:?} after the submit, {drained_after:?} after the last \
+         stream on the old backend",
+        t_submit.elapsed()
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let failed = failures.lock().unwrap().clone();
+    let (n1, n2) = (
+        answered[0].load(Ordering::Relaxed),
+        answered[1].load(Ordering::Relaxed),
+    );
+    eprintln!("{n1} answers from v1 and {n2} from v2 through the load balancer");
+    assert!(
+        failed.is_empty(),
+        "{} failed requests: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(n1 > 0 && n2 > 0, "v1 {n1}, v2 {n2}");
+
+    // The killed replica starts again and rejoins as a standby, its proxy on v2.
+    s.restart_server();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&format!("{}/healthz", urls[0])).0 != 200 {
+        assert!(Instant::now() < deadline, "the replica did not start again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(get(&format!("{}/healthz/controller", urls[0])).0, 503);
+    assert_eq!(leader(urls, "after the restart"), now);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&format!("{}/e/chat/", urls[0])) != (200, "v2\n".into()) {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted replica does not route to v2"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -180,11 +180,18 @@ async fn follow(cx: &Ctx) -> anyhow::Result<()> {
     let active = cx.store.active_with(1).await?;
     cx.cache.retain(&active);
     let endpoints = cx.store.endpoints().await?;
+    // Read after the endpoints: a switch and its takeover's DRAINING are one commit, so an
+    // endpoint seen switched is seen draining (or past it), never not yet.
+    let takeovers = match endpoints.is_empty() {
+        true => vec![],
+        false => cx.store.takeovers(None, true).await?,
+    };
+    let draining = crate::endpoints::draining(&endpoints, &takeovers, now_ms());
     let in_play = crate::endpoints::InPlay {
         active: &active,
         ended: &[],
     };
-    route_sync::sync_from(cx, &endpoints, in_play).await
+    route_sync::sync_from(cx, &endpoints, in_play, Some(&draining)).await
 }
 
 /// An egress step that will never run (a step before it failed, or the workflow was stopped)
@@ -645,11 +652,12 @@ pub(crate) async fn tick(cx: &Ctx) -> anyhow::Result<()> {
         cx.store.as_ref(),
         &cx.wake,
         cx.gateway.as_ref(),
+        &cx.lease.holder,
         in_play,
         cx.lease.fence(),
     )
     .await?;
-    route_sync::sync_from(cx, &endpoints, in_play).await?;
+    route_sync::sync_from(cx, &endpoints, in_play, None).await?;
     Ok(())
 }
 

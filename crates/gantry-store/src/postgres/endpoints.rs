@@ -406,3 +406,62 @@ pub(super) async fn apply_endpoint_changes(
     }
     Ok(())
 }
+
+impl PgStore {
+    pub(super) async fn publish_proxy_views(
+        &self,
+        replica: &str,
+        views: &[ProxyView],
+        forget_before: Millis,
+        now: Millis,
+    ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM proxy_views WHERE replica = $1 OR seen_at < $2")
+            .bind(replica)
+            .bind(forget_before)
+            .execute(&mut *tx)
+            .await?;
+        for v in views {
+            sqlx::query(
+                "INSERT INTO proxy_views
+                 (replica, endpoint, workflow_id, attempt_id, old_in_flight, seen_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (replica, endpoint) DO UPDATE SET workflow_id = excluded.workflow_id,
+                    attempt_id = excluded.attempt_id, old_in_flight = excluded.old_in_flight,
+                    seen_at = excluded.seen_at",
+            )
+            .bind(replica)
+            .bind(&v.endpoint)
+            .bind(v.workflow_id.map(|w| w.to_string()))
+            .bind(v.attempt_id.map(|a| a.to_string()))
+            .bind(i64::try_from(v.old_in_flight).unwrap_or(i64::MAX))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn touch_proxy_views(&self, replica: &str, now: Millis) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
+        let n = sqlx::query("UPDATE proxy_views SET seen_at = $1 WHERE replica = $2")
+            .bind(now)
+            .bind(replica)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    pub(super) async fn proxy_views(&self, since: Millis) -> Result<Vec<ProxyViewRow>> {
+        sqlx::query("SELECT * FROM proxy_views WHERE seen_at >= $1 ORDER BY replica, endpoint")
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(proxy_view_row)
+            .collect()
+    }
+}

@@ -479,6 +479,24 @@ impl Store for PgStore {
         PgStore::apply_holds(self, changes, now).await
     }
 
+    async fn publish_proxy_views(
+        &self,
+        replica: &str,
+        views: &[ProxyView],
+        forget_before: Millis,
+        now: Millis,
+    ) -> Result<()> {
+        PgStore::publish_proxy_views(self, replica, views, forget_before, now).await
+    }
+
+    async fn touch_proxy_views(&self, replica: &str, now: Millis) -> Result<bool> {
+        PgStore::touch_proxy_views(self, replica, now).await
+    }
+
+    async fn proxy_views(&self, since: Millis) -> Result<Vec<ProxyViewRow>> {
+        PgStore::proxy_views(self, since).await
+    }
+
     async fn sign_out_session(&self, sid: &str, expires_at: Millis, now: Millis) -> Result<()> {
         PgStore::sign_out_session(self, sid, expires_at, now).await
     }

@@ -73,6 +73,17 @@ fn poll<T>(get: impl Fn() -> T, pred: impl Fn(&T) -> bool, stuck: impl Fn(&T) ->
 /// /cgi-bin/echo, and becomes ready (an HTTP probe of / on `probe_port`) `delay` seconds after
 /// it starts.
 pub fn model(version: &str, endpoint: &str, delay: u32, probe_port: u16) -> String {
+    streaming_model(version, endpoint, delay, probe_port, 6)
+}
+
+/// [`model`] whose stream at /cgi-bin/stream sends `events` events, one a second.
+pub fn streaming_model(
+    version: &str,
+    endpoint: &str,
+    delay: u32,
+    probe_port: u16,
+    events: u32,
+) -> String {
     format!(
         r#"version: v4
 services:
@@ -83,7 +94,7 @@ services:
       #!/bin/sh
       mkdir -p /www/cgi-bin
       echo {version} > /www/index.html
-      printf '#!/bin/sh\necho "Content-Type: text/event-stream"\necho\nfor i in 1 2 3 4 5 6; do echo "data: {version} $i"; echo; sleep 1; done\n' > /www/cgi-bin/stream
+      printf '#!/bin/sh\necho "Content-Type: text/event-stream"\necho\nfor i in $(seq 1 {events}); do echo "data: {version} $i"; echo; sleep 1; done\n' > /www/cgi-bin/stream
       printf '#!/bin/sh\necho "Content-Type: text/plain"\necho\necho "auth=[$HTTP_AUTHORIZATION] prefix=[$HTTP_X_FORWARDED_PREFIX] uri=[$REQUEST_URI]"\n' > /www/cgi-bin/echo
       chmod +x /www/cgi-bin/stream /www/cgi-bin/echo
       sleep {delay}
