@@ -19,7 +19,8 @@
 # array's run: its hottest symbols, self and with children, in $WORK/perf-N-*.txt and
 # printed), STORE (sqlite, the default, or postgres: a PostgreSQL 15 as `make test` starts it,
 # scripts/test-images.sh, a fresh database per fleet; its processes' CPU is shown beside the
-# server's), and those of bench/lib.sh (GANTRY_BIN,
+# server's; PG_ADMIN: another PostgreSQL's admin URL instead; PG_TOP=1: its costliest
+# statements over the run, from pg_stat_statements), and those of bench/lib.sh (GANTRY_BIN,
 # BENCH_KEEP, GANTRY_LOG). SIMAGENT_BIN: the simulated agents (default
 # target/release/gantry-simagent, built if missing).
 set -euo pipefail
@@ -62,20 +63,40 @@ pg_cpu_ms() {
   for p in $(pgrep -u postgres); do t=$(awk -v a="$t" -v b="$(cpu_ms "$p")" 'BEGIN { print a + b }'); done
   printf '%.0f' "$t"
 }
-if [ "$STORE" = postgres ]; then
+if [ "$STORE" = postgres ] && [ -z "${PG_ADMIN:-}" ]; then
   bench_install postgresql-15 postgresql-client-15
   GANTRY_TEST_DIR=${GANTRY_TEST_DIR:-/tmp/gantry-test} "$REPO/scripts/test-images.sh" > /dev/null ||
     die "scripts/test-images.sh could not start PostgreSQL"
   PG_ADMIN=$(sed -n 's/^GANTRY_TEST_PG=//p' "${GANTRY_TEST_DIR:-/tmp/gantry-test}/env")
   [ -n "$PG_ADMIN" ] || die "no GANTRY_TEST_PG in the test env file"
 fi
-# The --store argument for a fleet of N: a fresh database on PostgreSQL.
+# With PG_TOP=1 and a PostgreSQL that preloads pg_stat_statements, the statements that cost it
+# most CPU over each fleet's run, in $WORK/pg-top-N.txt and printed.
+pg_top_reset() {
+  [ "${PG_TOP:-0}" = 1 ] || return 0
+  psql -q "$1" -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" > /dev/null ||
+    die "PG_TOP=1 needs shared_preload_libraries=pg_stat_statements"
+}
+pg_top() { # DB_URL N
+  [ "${PG_TOP:-0}" = 1 ] || return 0
+  psql -q "$1" -P pager=off -c "SELECT calls, round(total_exec_time::numeric, 0) AS total_ms,
+      round((total_exec_time / calls)::numeric, 3) AS ms_per_call,
+      round(min_exec_time::numeric, 3) AS min_ms, round(max_exec_time::numeric, 1) AS max_ms, rows,
+      left(regexp_replace(query, '\s+', ' ', 'g'), 110) AS query
+    FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25" > "$WORK/pg-top-$2.txt"
+  log "PostgreSQL's costliest statements in the run ($WORK/pg-top-$2.txt):"
+  cat "$WORK/pg-top-$2.txt" >&2
+}
+# STORE_ARGS for a fleet of N: on PostgreSQL, --store and a fresh database (PG_DB_URL). Not
+# in a subshell: the cleanup it registers must outlive it.
 store_args() {
+  STORE_ARGS=()
   [ "$STORE" = postgres ] || return 0
   local db=gantry_scale_$1_$$
   psql -q "$PG_ADMIN" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" >&2 || die "creating $db"
   BENCH_CLEANUPS+=("psql -q '$PG_ADMIN' -c 'DROP DATABASE IF EXISTS $db WITH (FORCE)' >/dev/null 2>&1")
-  echo "--store ${PG_ADMIN%/*}/$db"
+  PG_DB_URL=${PG_ADMIN%/*}/$db
+  STORE_ARGS=(--store "$PG_DB_URL")
 }
 
 # node list as JSON.
@@ -86,8 +107,8 @@ node_list() {
 rows=()
 for n in $NODES; do
   log "=== $n nodes"
-  # shellcheck disable=SC2046 # store_args is one flag and its value, or nothing
-  gantry_server_start "gantry-$n" $(store_args "$n")
+  store_args "$n"
+  gantry_server_start "gantry-$n" "${STORE_ARGS[@]}"
   spid=$GSERVER_PID
   # The simulated agents: one JSON report a second.
   simlog=$WORK/sim-$n.jsonl
@@ -95,6 +116,7 @@ for n in $NODES; do
     --prefix "sim$n" --report-secs 1 --run-ms $((RUN_S * 1000)) > "$simlog" 2> "$WORK/sim-$n.err" &
   sim_pid=$!
   BENCH_CLEANUPS+=("bench_stop_pid $sim_pid gantry-simagent")
+  [ "$STORE" = postgres ] && pg_top_reset "$PG_DB_URL"
   t0=$(now_ms)
   cpu0=$(proc_cpu_ms "$spid")
   pg0=$(pg_cpu_ms)
@@ -115,6 +137,7 @@ for n in $NODES; do
   reg_cpu=$(($(proc_cpu_ms "$spid") - cpu0))
   reg_pg=$(($(pg_cpu_ms) - pg0))
   log "all $n registered in ${reg_ms} ms (server CPU ${reg_cpu} ms)"
+  [ "$STORE" = postgres ] && pg_top "$PG_DB_URL" "$n-register"
 
   # --- idle: heartbeats only
   sleep 5
@@ -134,6 +157,7 @@ for n in $NODES; do
   # --- the array
   wf=$WORK/array-$n.yaml
   gantry_array_yaml "$TASKS" "$wf" "$RUN_S"
+  [ "$STORE" = postgres ] && pg_top_reset "$PG_DB_URL"
   r0=$(proc_cpu_ms "$spid")
   rp0=$(pg_cpu_ms)
   id=$(GANTRY_URL=$GURL GANTRY_TOKEN=$GTOKEN "$GANTRY" workflow start "$wf" -o json | jq -r .id)
@@ -164,6 +188,7 @@ for n in $NODES; do
     log "the server's hottest symbols in the run ($WORK/perf-$n-*.txt):"
     head -25 "$WORK/perf-$n-self.txt" >&2
   fi
+  [ "$STORE" = postgres ] && pg_top "$PG_DB_URL" "$n"
   peak_rss=$(($(proc_kib "$spid" VmHWM) / 1024))
   created=$(ts_ms "$(jq -r .created_at <<< "$sum")")
   ended=$(jq -r '.ended_at // empty' <<< "$sum")

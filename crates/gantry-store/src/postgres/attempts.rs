@@ -81,24 +81,194 @@ pub(super) async fn end_task(
 
 /// The node a placement names, as the applier re-checks it ([`NodeFit`]), read in the plan's
 /// transaction.
-async fn node_fit(tx: &mut Transaction<'_, Postgres>, node: &str) -> Result<NodeFit> {
-    let r = sqlx::query("SELECT state, capacity FROM nodes WHERE name = $1")
-        .bind(node)
-        .fetch_optional(&mut **tx)
+/// The nodes among `names` not in `fits` yet, read into it: each one's state, capacity and
+/// what its live attempts hold, two statements for them all.
+async fn read_fits(
+    tx: &mut Transaction<'_, Postgres>,
+    names: Vec<String>,
+    fits: &mut std::collections::HashMap<String, NodeFit>,
+) -> Result<()> {
+    let names: Vec<String> = names
+        .into_iter()
+        .filter(|n| !fits.contains_key(n))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    for r in sqlx::query("SELECT name, state, capacity FROM nodes WHERE name = ANY($1)")
+        .bind(&names)
+        .fetch_all(&mut **tx)
         .await?
-        .ok_or_else(|| StoreError::Refused(format!("node {node} is not registered")))?;
-    let mut fit = NodeFit::new(r.get("state"), r.get("capacity"));
+    {
+        fits.insert(
+            r.get("name"),
+            NodeFit::new(r.get("state"), r.get("capacity")),
+        );
+    }
     let live = sqlx::query(
-        "SELECT millicpus, memory_bytes, devices, exclusive FROM attempts
-         WHERE node = $1 AND ended_at IS NULL",
+        "SELECT node, millicpus, memory_bytes, devices, exclusive FROM attempts
+         WHERE node = ANY($1) AND ended_at IS NULL",
     )
-    .bind(node)
+    .bind(&names)
     .fetch_all(&mut **tx)
     .await?;
     for a in &live {
-        fit.live.add(&need_of(a)?);
+        if let Some(fit) = fits.get_mut(a.get::<&str, _>("node")) {
+            fit.live.add(&need_of(a)?);
+        }
     }
-    Ok(fit)
+    Ok(())
+}
+
+/// A run of placements (`Change::CreateAttempt`s), checked as each would be alone and in
+/// order, in four statements: the guard over all their tasks, their nodes' fit, the attempts,
+/// the events. The guard is the statement that moves the tasks: it matches only a PENDING
+/// task with no live attempt, so two appliers (or a stale plan) cannot both place one; the
+/// rows it returns number the attempts and name them for the events (tasks.live_attempt has
+/// no foreign key, so the attempts' rows may follow). A refusal reads the task once more,
+/// only to say why, and the caller's transaction is rolled back.
+async fn place_all(
+    tx: &mut Transaction<'_, Postgres>,
+    run: &[Change],
+    fits: &mut std::collections::HashMap<String, NodeFit>,
+    placed: &mut std::collections::BTreeMap<(Uuid, String), u32>,
+    now: Millis,
+) -> Result<()> {
+    struct P<'a> {
+        attempt_id: Uuid,
+        task_id: Uuid,
+        workflow_id: Uuid,
+        node: &'a str,
+        assignment: &'a str,
+        need: &'a AttemptNeed,
+    }
+    let ps: Vec<P> = run
+        .iter()
+        .filter_map(|c| match c {
+            Change::CreateAttempt {
+                attempt_id,
+                task_id,
+                workflow_id,
+                node,
+                assignment,
+                need,
+            } => Some(P {
+                attempt_id: *attempt_id,
+                task_id: *task_id,
+                workflow_id: *workflow_id,
+                node,
+                assignment,
+                need,
+            }),
+            _ => None,
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let once: Vec<&P> = ps.iter().filter(|p| seen.insert(p.task_id)).collect();
+    let rows = sqlx::query(
+        "UPDATE tasks t SET status = 'STARTED', reason = NULL, attempts = t.attempts + 1,
+                            live_attempt = u.attempt, node = u.node
+         FROM unnest($1::text[], $2::text[], $3::text[]) AS u(task, attempt, node)
+         WHERE t.id = u.task AND t.status = 'PENDING' AND t.live_attempt IS NULL
+           AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.ended_at IS NULL)
+         RETURNING t.id, t.workflow_id, t.job, t.idx, t.attempts",
+    )
+    .bind(
+        once.iter()
+            .map(|p| p.task_id.to_string())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        once.iter()
+            .map(|p| p.attempt_id.to_string())
+            .collect::<Vec<_>>(),
+    )
+    .bind(once.iter().map(|p| p.node.to_string()).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut moved: std::collections::HashMap<String, (String, Option<i64>, i64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.get::<String, _>("id"),
+                (r.get("job"), r.get("idx"), r.get("attempts")),
+            )
+        })
+        .collect();
+    read_fits(tx, ps.iter().map(|p| p.node.to_string()).collect(), fits).await?;
+    let mut numbers = Vec::with_capacity(ps.len());
+    let mut labels = Vec::with_capacity(ps.len());
+    for p in &ps {
+        // A task placed twice in the run finds itself STARTED the second time, as alone.
+        let Some((job, idx, number)) = moved.remove(&p.task_id.to_string()) else {
+            return Err(placement_refusal(tx, p.task_id, p.node).await?);
+        };
+        let label = task_label(&job, idx);
+        let fit = fits
+            .get_mut(p.node)
+            .ok_or_else(|| StoreError::Refused(format!("node {} is not registered", p.node)))?;
+        if let Some(why) = fit.refusal(p.need) {
+            return Err(StoreError::Refused(format!(
+                "task {label} does not fit on node {}: {why}",
+                p.node
+            )));
+        }
+        fit.live.add(p.need);
+        *placed.entry((p.workflow_id, job)).or_default() += 1;
+        numbers.push(number);
+        labels.push(label);
+    }
+    let devices = ps
+        .iter()
+        .map(|p| serde_json::to_string(&p.need.devices))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
+    let text = |f: &dyn Fn(&P) -> String| ps.iter().map(f).collect::<Vec<String>>();
+    sqlx::query(
+        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at,
+                               millicpus, memory_bytes, devices, exclusive)
+         SELECT id, task_id, workflow_id, number, node, 'STARTED', assignment, $1,
+                millicpus, memory_bytes, devices, exclusive
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::text[],
+                     $8::bigint[], $9::bigint[], $10::text[], $11::boolean[])
+              AS u(id, task_id, workflow_id, number, node, assignment, millicpus, memory_bytes,
+                   devices, exclusive)",
+    )
+    .bind(now)
+    .bind(text(&|p| p.attempt_id.to_string()))
+    .bind(text(&|p| p.task_id.to_string()))
+    .bind(text(&|p| p.workflow_id.to_string()))
+    .bind(&numbers)
+    .bind(text(&|p| p.node.to_string()))
+    .bind(text(&|p| p.assignment.to_string()))
+    .bind(ps.iter().map(|p| p.need.millicpus as i64).collect::<Vec<_>>())
+    .bind(ps.iter().map(|p| p.need.memory_bytes as i64).collect::<Vec<_>>())
+    .bind(&devices)
+    .bind(ps.iter().map(|p| p.need.exclusive).collect::<Vec<_>>())
+    .execute(&mut **tx)
+    .await?;
+    let messages: Vec<String> = ps
+        .iter()
+        .zip(&numbers)
+        .map(|(p, n)| format!("attempt {n} placed on {}", p.node))
+        .collect();
+    sqlx::query(
+        "INSERT INTO events (time, workflow_id, node, task, kind, message)
+         SELECT $1, workflow_id, node, task, 'task.placed', message
+         FROM unnest($2::text[], $3::text[], $4::text[], $5::text[])
+              WITH ORDINALITY AS u(workflow_id, node, task, message, n)
+         ORDER BY n",
+    )
+    .bind(now)
+    .bind(text(&|p| p.workflow_id.to_string()))
+    .bind(text(&|p| p.node.to_string()))
+    .bind(&labels)
+    .bind(&messages)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 /// Why the guarded placement moved no row: the task is gone, is past PENDING, or has a live
@@ -131,89 +301,25 @@ impl PgStore {
         // refusal: a plan is applied whole or not at all.
         let mut tx = self.write_tx().await?;
         // Each node a placement names, read once per plan and added to as it is placed on.
-        let mut fits: std::collections::HashMap<&str, NodeFit> = std::collections::HashMap::new();
+        let mut fits: std::collections::HashMap<String, NodeFit> = std::collections::HashMap::new();
         // How many of each job's tasks this plan places: as many of its unborn ones get rows.
         let mut placed: std::collections::BTreeMap<(Uuid, String), u32> = Default::default();
-        for c in changes {
+        let mut rest = changes;
+        while let Some(c) = rest.first() {
+            // A run of placements is applied in a few statements, whatever its length (one
+            // statement a placement was most of PostgreSQL's work per task).
+            let run = rest
+                .iter()
+                .take_while(|c| matches!(c, Change::CreateAttempt { .. }))
+                .count();
+            if run > 0 {
+                place_all(&mut tx, &rest[..run], &mut fits, &mut placed, now).await?;
+                rest = &rest[run..];
+                continue;
+            }
+            rest = &rest[1..];
             match c {
-                Change::CreateAttempt {
-                    attempt_id,
-                    task_id,
-                    workflow_id,
-                    node,
-                    assignment,
-                    need,
-                } => {
-                    // The guard is the statement that moves the task: it matches only a
-                    // PENDING task with no live attempt, so two appliers (or a stale plan)
-                    // cannot both place it. The row numbers the attempt and names it for the
-                    // event (tasks.live_attempt has no foreign key, so the attempt's row may
-                    // follow). A refusal reads the task once more, only to say why.
-                    let r = sqlx::query(
-                        "UPDATE tasks SET status = 'STARTED', reason = NULL, attempts = attempts + 1,
-                                          live_attempt = $1, node = $2
-                         WHERE id = $3 AND status = 'PENDING' AND live_attempt IS NULL
-                           AND NOT EXISTS (SELECT 1 FROM attempts a
-                                           WHERE a.task_id = tasks.id AND a.ended_at IS NULL)
-                         RETURNING workflow_id, job, idx, attempts",
-                    )
-                    .bind(attempt_id.to_string())
-                    .bind(node)
-                    .bind(task_id.to_string())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    let Some(r) = r else {
-                        return Err(placement_refusal(&mut tx, *task_id, node).await?);
-                    };
-                    let label = task_label(r.get("job"), r.get("idx"));
-                    let fit = match fits.entry(node.as_str()) {
-                        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                        std::collections::hash_map::Entry::Vacant(e) => {
-                            e.insert(node_fit(&mut tx, node).await?)
-                        }
-                    };
-                    if let Some(why) = fit.refusal(need) {
-                        return Err(StoreError::Refused(format!(
-                            "task {label} does not fit on node {node}: {why}"
-                        )));
-                    }
-                    fit.live.add(need);
-                    let wf = uuid(r.get("workflow_id"))?;
-                    *placed.entry((wf, r.get("job"))).or_default() += 1;
-                    let number: i64 = r.get("attempts");
-                    let devices = serde_json::to_string(&need.devices)
-                        .map_err(|e| StoreError::Corrupt(format!("attempt devices: {e}")))?;
-                    sqlx::query(
-                        "INSERT INTO attempts (id, task_id, workflow_id, number, node, status, assignment, created_at,
-                                               millicpus, memory_bytes, devices, exclusive)
-                         VALUES ($1, $2, $3, $4, $5, 'STARTED', $6, $7, $8, $9, $10, $11)",
-                    )
-                    .bind(attempt_id.to_string())
-                    .bind(task_id.to_string())
-                    .bind(workflow_id.to_string())
-                    .bind(number)
-                    .bind(node)
-                    .bind(assignment)
-                    .bind(now)
-                    .bind(need.millicpus as i64)
-                    .bind(need.memory_bytes as i64)
-                    .bind(devices)
-                    .bind(need.exclusive)
-                    .execute(&mut *tx)
-                    .await?;
-                    event(
-                        &mut tx,
-                        &ev(
-                            Some(wf),
-                            Some(node),
-                            Some(label),
-                            "task.placed",
-                            format!("attempt {number} placed on {node}"),
-                        ),
-                        now,
-                    )
-                    .await?;
-                }
+                Change::CreateAttempt { .. } => unreachable!("placements are applied as runs"),
                 Change::EndTask {
                     task_id,
                     status,
@@ -350,14 +456,52 @@ impl PgStore {
         task_row(&r)
     }
 
-    /// Several agents' "running" reports in one transaction (one commit for them all).
+    /// Several agents' "running" reports in one transaction (one commit for them all), and
+    /// in one statement: the attempts, their tasks and their events move together, whatever
+    /// the batch's size. A report of an attempt already given earlier in the batch changes
+    /// nothing, as it would alone after the first.
     pub(super) async fn attempts_running(&self, ids: &[(Uuid, Millis)]) -> Result<Vec<bool>> {
-        let mut tx = self.write_tx().await?;
-        let mut changed = Vec::with_capacity(ids.len());
-        for &(id, now) in ids {
-            changed.push(running_one(&mut tx, id, now).await?);
+        let mut first: std::collections::HashMap<Uuid, usize> = Default::default();
+        let (mut batch_ids, mut batch_at, mut batch_n) = (vec![], vec![], vec![]);
+        for (i, &(id, now)) in ids.iter().enumerate() {
+            if first.insert(id, i).is_none() {
+                batch_ids.push(id.to_string());
+                batch_at.push(now);
+                batch_n.push(i as i64);
+            }
         }
+        let mut tx = self.write_tx().await?;
+        // The sub-statements see the rows as they were before it: `tasks` in the events'
+        // join is read for the label alone.
+        let moved: Vec<i64> = sqlx::query_scalar(
+            "WITH r AS (
+               UPDATE attempts a SET status = 'RUNNING', running_at = u.at
+               FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, n)
+               WHERE a.id = u.id AND a.status = 'STARTED' AND a.ended_at IS NULL
+               RETURNING a.id, a.task_id, a.workflow_id, a.node, u.at, u.n),
+             t AS (
+               UPDATE tasks SET status = 'RUNNING' FROM r
+               WHERE tasks.id = r.task_id AND tasks.live_attempt = r.id AND tasks.status = 'STARTED'
+               RETURNING tasks.id),
+             e AS (
+               INSERT INTO events (time, workflow_id, node, task, kind, message)
+               SELECT r.at, r.workflow_id, r.node,
+                      CASE WHEN k.idx IS NULL THEN k.job ELSE k.job || '[' || k.idx || ']' END,
+                      'task.running', 'running on ' || r.node
+               FROM r JOIN tasks k ON k.id = r.task_id ORDER BY r.n
+               RETURNING 1)
+             SELECT r.n FROM r",
+        )
+        .bind(&batch_ids)
+        .bind(&batch_at)
+        .bind(&batch_n)
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
+        let mut changed = vec![false; ids.len()];
+        for n in moved {
+            changed[n as usize] = true;
+        }
         Ok(changed)
     }
 
@@ -368,10 +512,7 @@ impl PgStore {
         ends: &[(AttemptEnd, Millis)],
     ) -> Result<Vec<EndOutcome>> {
         let mut tx = self.write_tx().await?;
-        let mut outcomes = Vec::with_capacity(ends.len());
-        for (end, now) in ends {
-            outcomes.push(end_one(&mut tx, end, *now).await?);
-        }
+        let outcomes = end_all(&mut tx, ends).await?;
         tx.commit().await?;
         Ok(outcomes)
     }
@@ -412,121 +553,187 @@ impl PgStore {
     }
 }
 
-async fn running_one(tx: &mut Transaction<'_, Postgres>, id: Uuid, now: Millis) -> Result<bool> {
-    let Some(r) = sqlx::query(returning_attempt_ident!(
-        "UPDATE attempts SET status = 'RUNNING', running_at = $1
-             WHERE id = $2 AND status = 'STARTED' AND ended_at IS NULL"
-    ))
-    .bind(now)
-    .bind(id.to_string())
-    .fetch_optional(&mut **tx)
-    .await?
-    else {
-        return Ok(false);
-    };
-    let (wf, node, label, _) = attempt_ident(&r)?;
-    sqlx::query("UPDATE tasks SET status = 'RUNNING' WHERE id = $1 AND live_attempt = $2 AND status = 'STARTED'")
-            .bind(r.get::<&str, _>("task_id"))
-            .bind(id.to_string())
-            .execute(&mut **tx)
-            .await?;
-    event(
-        tx,
-        &ev(
-            Some(wf),
-            Some(&node),
-            Some(label),
-            "task.running",
-            format!("running on {node}"),
-        ),
-        now,
-    )
-    .await?;
-    Ok(true)
-}
-
-async fn end_one(
+/// Ends attempts as each would end alone, in order, in four statements for them all
+/// (five when some are unknown or ended already): the attempts, their tasks, and the events
+/// of both. An end repeated in the batch finds its attempt ended, as it would alone. Each
+/// end's task moves only if the attempt is its current one, and no end makes another attempt
+/// current, so reading "current" before the batch is what each would read alone.
+async fn end_all(
     tx: &mut Transaction<'_, Postgres>,
-    end: &AttemptEnd,
-    now: Millis,
-) -> Result<EndOutcome> {
-    // Only the task's current attempt ends: a stale report never moves a task another
-    // attempt has taken over, and a repeated one changes nothing.
-    let Some(state) = sqlx::query(
-        "SELECT a.ended_at IS NOT NULL AS ended,
-                    COALESCE(t.live_attempt = a.id, FALSE) AS current
-             FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE a.id = $1",
-    )
-    .bind(end.attempt_id.to_string())
-    .fetch_optional(&mut **tx)
-    .await?
-    else {
-        return Ok(EndOutcome::Unknown);
+    ends: &[(AttemptEnd, Millis)],
+) -> Result<Vec<EndOutcome>> {
+    let mut first: std::collections::HashMap<Uuid, usize> = Default::default();
+    let once: Vec<usize> = (0..ends.len())
+        .filter(|&i| first.insert(ends[i].0.attempt_id, i).is_none())
+        .collect();
+    let col = |f: &dyn Fn(&AttemptEnd, Millis) -> Option<String>| -> Vec<Option<String>> {
+        once.iter().map(|&i| f(&ends[i].0, ends[i].1)).collect()
     };
-    if state.get::<bool, _>("ended") {
-        return Ok(EndOutcome::AlreadyEnded);
-    }
-    // An attempt that is not its task's current one still ends (else it would count as
-    // live on its node for ever); only its task is left alone (`live_attempt = ?` below).
-    let current = state.get::<bool, _>("current");
-    let Some(r) = sqlx::query(returning_attempt_ident!(
-        "UPDATE attempts SET status = $1, cause = $2, exit_code = $3, reason = $4, ended_at = $5
-             WHERE id = $6 AND ended_at IS NULL"
-    ))
-    .bind(end.status.as_str())
-    .bind(end.cause.as_str())
-    .bind(end.exit_code.map(i64::from))
-    .bind(pg_opt(&end.reason))
-    .bind(now)
-    .bind(end.attempt_id.to_string())
-    .fetch_optional(&mut **tx)
-    .await?
-    else {
-        return Ok(EndOutcome::AlreadyEnded);
-    };
-    let task_id = uuid(r.get("task_id"))?;
-    let (wf, node, label, number) = attempt_ident(&r)?;
-    event(
-        tx,
-        &ev(
-            Some(wf),
-            Some(&node),
-            Some(label.clone()),
-            "attempt.ended",
-            attempt_ended(end, number, &node),
-        ),
-        now,
+    let rows = sqlx::query(
+        "UPDATE attempts a SET status = u.status, cause = u.cause, exit_code = u.exit_code,
+                               reason = u.reason, ended_at = u.at
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
+                     $7::bigint[]) AS u(id, status, cause, exit_code, reason, at, n)
+         WHERE a.id = u.id AND a.ended_at IS NULL
+         RETURNING u.n, a.task_id, a.workflow_id, a.node, a.number,
+                   (SELECT t.live_attempt = a.id FROM tasks t WHERE t.id = a.task_id) AS current,
+                   (SELECT t.job FROM tasks t WHERE t.id = a.task_id) AS job,
+                   (SELECT t.idx FROM tasks t WHERE t.id = a.task_id) AS idx",
     )
+    .bind(col(&|e, _| Some(e.attempt_id.to_string())))
+    .bind(col(&|e, _| Some(e.status.as_str().to_string())))
+    .bind(col(&|e, _| Some(e.cause.as_str().to_string())))
+    .bind(
+        once.iter()
+            .map(|&i| ends[i].0.exit_code.map(i64::from))
+            .collect::<Vec<_>>(),
+    )
+    .bind(col(&|e, _| {
+        e.reason.as_deref().map(|r| pg_text(r).into_owned())
+    }))
+    .bind(once.iter().map(|&i| ends[i].1).collect::<Vec<_>>())
+    .bind(once.iter().map(|&i| i as i64).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
     .await?;
-    let (status, reason, ended, not_before) = task_next(&end.task, now);
-    let moved = sqlx::query(
-            "UPDATE tasks SET status = $1, reason = $2, live_attempt = NULL, exit_code = $3, ended_at = $4,
-             not_before = $5 WHERE id = $6 AND live_attempt = $7",
-        )
-        .bind(status.as_str())
-        .bind(pg_opt(&reason))
-        .bind(end.exit_code.map(i64::from))
-        .bind(ended)
-        .bind(not_before)
-        .bind(task_id.to_string())
-        .bind(end.attempt_id.to_string())
-        .execute(&mut **tx)
-        .await?
-        .rows_affected();
-    if moved > 0 {
-        let msg = task_moved(&end.task, status, reason);
-        event(
-            tx,
-            &ev(Some(wf), Some(&node), Some(label), "task.status", msg),
-            now,
-        )
-        .await?;
-    }
-    Ok(if current {
-        EndOutcome::Ended
+    // The ends that moved no attempt: ended already, or no such attempt.
+    let ended: std::collections::HashSet<usize> =
+        rows.iter().map(|r| r.get::<i64, _>("n") as usize).collect();
+    let missing: Vec<String> = once
+        .iter()
+        .filter(|i| !ended.contains(i))
+        .map(|&i| ends[i].0.attempt_id.to_string())
+        .collect();
+    let known: std::collections::HashSet<String> = if missing.is_empty() {
+        Default::default()
     } else {
-        EndOutcome::NotCurrent
-    })
+        sqlx::query_scalar("SELECT id FROM attempts WHERE id = ANY($1)")
+            .bind(&missing)
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    let mut outcomes = vec![EndOutcome::AlreadyEnded; ends.len()];
+    for &i in &once {
+        if !ended.contains(&i) && !known.contains(&ends[i].0.attempt_id.to_string()) {
+            outcomes[i] = EndOutcome::Unknown;
+        }
+    }
+    for (i, e) in ends.iter().enumerate() {
+        let f = first[&e.0.attempt_id];
+        if f != i && outcomes[f] == EndOutcome::Unknown {
+            outcomes[i] = EndOutcome::Unknown;
+        }
+    }
+    // Each moved attempt's task, as its end says; in the batch's order.
+    struct Moved {
+        n: usize,
+        task_id: String,
+        workflow_id: String,
+        node: String,
+        label: String,
+        number: i64,
+        current: bool,
+        next: (TaskStatus, Option<String>, Option<Millis>, Option<Millis>),
+    }
+    let mut moved: Vec<Moved> = rows
+        .iter()
+        .map(|r| {
+            let n = r.get::<i64, _>("n") as usize;
+            Moved {
+                n,
+                task_id: r.get("task_id"),
+                workflow_id: r.get("workflow_id"),
+                node: r.get("node"),
+                label: task_label(r.get("job"), r.get("idx")),
+                number: r.get("number"),
+                current: r.get::<Option<bool>, _>("current").unwrap_or(false),
+                next: task_next(&ends[n].0.task, ends[n].1),
+            }
+        })
+        .collect();
+    moved.sort_by_key(|m| m.n);
+    for m in &moved {
+        outcomes[m.n] = if m.current {
+            EndOutcome::Ended
+        } else {
+            EndOutcome::NotCurrent
+        };
+    }
+    let tasks_moved: std::collections::HashSet<String> = sqlx::query_scalar(
+        "UPDATE tasks t SET status = u.status, reason = u.reason, live_attempt = NULL,
+                            exit_code = u.exit_code, ended_at = u.ended_at, not_before = u.not_before
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
+                     $7::bigint[]) AS u(id, attempt, status, reason, exit_code, ended_at, not_before)
+         WHERE t.id = u.id AND t.live_attempt = u.attempt
+         RETURNING t.id",
+    )
+    .bind(moved.iter().map(|m| m.task_id.clone()).collect::<Vec<_>>())
+    .bind(
+        moved
+            .iter()
+            .map(|m| ends[m.n].0.attempt_id.to_string())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        moved
+            .iter()
+            .map(|m| m.next.0.as_str().to_string())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        moved
+            .iter()
+            .map(|m| m.next.1.as_deref().map(|r| pg_text(r).into_owned()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        moved
+            .iter()
+            .map(|m| ends[m.n].0.exit_code.map(i64::from))
+            .collect::<Vec<_>>(),
+    )
+    .bind(moved.iter().map(|m| m.next.2).collect::<Vec<_>>())
+    .bind(moved.iter().map(|m| m.next.3).collect::<Vec<_>>())
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect();
+    // The events: each end's attempt.ended, then its task.status when its task moved.
+    let (mut at, mut wf, mut node, mut task, mut kind, mut msg) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for m in &moved {
+        let (end, now) = &ends[m.n];
+        let mut push = |k: &str, text: String| {
+            at.push(*now);
+            wf.push(m.workflow_id.clone());
+            node.push(m.node.clone());
+            task.push(m.label.clone());
+            kind.push(k.to_string());
+            msg.push(pg_text(&text).into_owned());
+        };
+        push("attempt.ended", attempt_ended(end, m.number, &m.node));
+        if tasks_moved.contains(&m.task_id) && outcomes[m.n] == EndOutcome::Ended {
+            let (status, reason, ..) = m.next.clone();
+            push("task.status", task_moved(&end.task, status, reason));
+        }
+    }
+    sqlx::query(
+        "INSERT INTO events (time, workflow_id, node, task, kind, message)
+         SELECT at, workflow_id, node, task, kind, message
+         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+              WITH ORDINALITY AS u(at, workflow_id, node, task, kind, message, n)
+         ORDER BY n",
+    )
+    .bind(&at)
+    .bind(&wf)
+    .bind(&node)
+    .bind(&task)
+    .bind(&kind)
+    .bind(&msg)
+    .execute(&mut **tx)
+    .await?;
+    Ok(outcomes)
 }
 
 /// Gives rows to up to `n` of a job's unborn tasks, in index order (see `unborn.rs`): as
