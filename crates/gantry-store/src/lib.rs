@@ -341,6 +341,21 @@ pub trait Store: ImageIndex + Send + Sync + 'static {
     async fn sign_out_session(&self, sid: &str, expires_at: Millis, now: Millis) -> Result<()>;
     async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool>;
 
+    // --- MCP confirmations -------------------------------------------------------------------
+    /// Keeps a single-use confirmation until it expires (those expired by `now` are dropped
+    /// on the way), for every server replica.
+    async fn put_confirmation(&self, c: &NewConfirmation, now: Millis) -> Result<()>;
+    /// Takes a confirmation: true once, and only for its kind, user and action before it
+    /// expires; one that is another user's or another action's stays theirs.
+    async fn take_confirmation(
+        &self,
+        kind: ConfirmationKind,
+        id_hash: &str,
+        user_id: Uuid,
+        action: &str,
+        now: Millis,
+    ) -> Result<bool>;
+
     // --- endpoint proxies' views ----------------------------------------------------------
     /// `replica`'s proxy as it is now: its view of each persistent endpoint, replacing what it
     /// published before (an endpoint it no longer lists goes), seen at `now`. Views of any

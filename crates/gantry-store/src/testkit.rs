@@ -46,6 +46,7 @@ macro_rules! every_contract {
             a_lease_has_one_holder_and_its_token_fences_a_deposed_one,
             a_hold_decision_on_holds_that_changed_since_is_refused,
             a_signed_out_web_session_stays_out_until_its_cookie_would_expire,
+            a_confirmation_is_taken_once_by_its_user_for_its_action_before_it_expires,
             proxy_views_are_each_replicas_latest_and_age_out,
         );
     };
@@ -1704,4 +1705,66 @@ pub async fn proxy_views_are_each_replicas_latest_and_age_out(s: Arc<dyn Store>)
         .await
         .expect("publish c empty");
     assert_eq!(seen(0).await.len(), 1);
+}
+
+/// An MCP confirmation is taken once, only by its own user, for its own action and kind, and
+/// only before it expires; a wrong take leaves it for the right one; two takes at once, one
+/// wins.
+pub async fn a_confirmation_is_taken_once_by_its_user_for_its_action_before_it_expires(
+    s: Arc<dyn Store>,
+) {
+    let (ada, bob) = (Uuid::new_v4(), Uuid::new_v4());
+    let new = |id: &str, kind, expires_at| NewConfirmation {
+        kind,
+        id_hash: id.into(),
+        user_id: ada,
+        action: "takeover:chat".into(),
+        expires_at,
+    };
+    use ConfirmationKind::{Question, Token};
+    s.put_confirmation(&new("h1", Token, 100), 1)
+        .await
+        .expect("put");
+    s.put_confirmation(&new("h2", Question, 100), 1)
+        .await
+        .expect("put");
+    s.put_confirmation(&new("h3", Token, 50), 1)
+        .await
+        .expect("put");
+    let take = |kind, id: &'static str, user, action: &'static str, now| {
+        let s = s.clone();
+        async move {
+            s.take_confirmation(kind, id, user, action, now)
+                .await
+                .expect("take")
+        }
+    };
+    assert!(
+        !take(Token, "h1", bob, "takeover:chat", 2).await,
+        "another user's"
+    );
+    assert!(
+        !take(Token, "h1", ada, "delete:chat", 2).await,
+        "another action's"
+    );
+    assert!(
+        !take(Question, "h1", ada, "takeover:chat", 2).await,
+        "another kind's"
+    );
+    assert!(
+        !take(Token, "h3", ada, "takeover:chat", 50).await,
+        "expired"
+    );
+    let both = tokio::join!(
+        take(Token, "h1", ada, "takeover:chat", 3),
+        take(Token, "h1", ada, "takeover:chat", 3)
+    );
+    assert!(both.0 ^ both.1, "exactly one take wins: {both:?}");
+    assert!(!take(Token, "h1", ada, "takeover:chat", 4).await, "used");
+    assert!(take(Question, "h2", ada, "takeover:chat", 4).await);
+    // Expired ones are dropped as others are kept: h3 is gone even for its own take.
+    s.put_confirmation(&new("h4", Token, 500), 200)
+        .await
+        .expect("put");
+    assert!(!take(Token, "h3", ada, "takeover:chat", 10).await);
 }

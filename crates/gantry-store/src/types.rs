@@ -13,6 +13,28 @@ use uuid::Uuid;
 use gantry_api::text_enum;
 
 text_enum!(
+    /// What a single-use MCP confirmation stands for.
+    ConfirmationKind {
+        /// A token handed to a client that cannot ask the person itself.
+        Token => "token",
+        /// A question asked, whose answer comes back with the client's next call.
+        Question => "question",
+    }
+);
+
+/// A single-use confirmation, by the hash of its secret (see [`Store::put_confirmation`](crate::Store::put_confirmation)).
+#[derive(Debug, Clone)]
+pub struct NewConfirmation {
+    pub kind: ConfirmationKind,
+    /// The secret's SHA-256, hex: the secret itself is never stored.
+    pub id_hash: String,
+    pub user_id: Uuid,
+    /// A digest of exactly what it confirms.
+    pub action: String,
+    pub expires_at: Millis,
+}
+
+text_enum!(
     /// What a hold does to its node.
     HoldKind {
         Cordon => "cordon",

@@ -6,45 +6,13 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-
-use common::{chat_model, repo_root, Cluster, GANTRY};
+use common::{chat_model, Cluster};
 use serde_json::Value;
-
-fn python() -> PathBuf {
-    let p = std::env::var_os("GANTRY_MCP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/opt/gantry-venv/bin/python"));
-    assert!(
-        p.exists(),
-        "{} is missing: scripts/install-deps.sh makes the venv with the Python MCP SDK \
-         (or point GANTRY_MCP_PYTHON at a python that has `mcp`)",
-        p.display()
-    );
-    p
-}
 
 /// Runs one scenario of agent.py; returns the JSON it printed.
 fn agent(c: &Cluster, token: &str, scenario: &str, args: &[&str]) -> Value {
     let url = format!("http://127.0.0.1:{}", c.port);
-    let out = Command::new(python())
-        .arg(repo_root().join("crates/gantry/tests/mcp/agent.py"))
-        .arg(scenario)
-        .args(["--url", &url, "--token", token, "--gantry", GANTRY])
-        .args(args)
-        .output()
-        .expect("running the Python MCP client");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "agent.py {scenario} {args:?} failed ({}):\n{stdout}\n{}\nserver log:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        c.log()
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("agent.py printed {stdout:?}: {e}"))
+    common::mcp_agent(&url, token, scenario, args, &|| c.log())
 }
 
 const HELLO: &str = r#"version: v4

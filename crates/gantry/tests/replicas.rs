@@ -777,3 +777,46 @@ fn a_takeover_drains_every_replica_and_outlives_a_killed_leader() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// An MCP confirmation outlives the replica that handed it out: a client that cannot ask its
+/// person is refused through one replica with a token, and the call made again with that
+/// token through another replica goes ahead, once (the Python MCP SDK's client, as in
+/// `tests/mcp.rs`). A token made up, or used twice, still confirms nothing.
+#[test]
+fn an_mcp_confirmation_handed_out_by_one_replica_is_taken_by_another() {
+    let Three {
+        s,
+        replicas: _replicas,
+        urls,
+        _shared,
+        db: _db,
+        ..
+    } = three();
+    let c = &s.cluster;
+    c.ok(&["endpoint", "create", "chat", "--scope", "public"]);
+    let r = common::mcp_agent(
+        &urls[1],
+        &c.admin_token(),
+        "delete-endpoint",
+        &[
+            "--endpoint",
+            "chat",
+            "--elicit",
+            "none",
+            "--with-token",
+            "--confirm-url",
+            &urls[2],
+        ],
+        &|| c.log(),
+    );
+    assert!(r["result"].is_object(), "{r:#}");
+    let listed = c.json(&["endpoint", "list"]);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "chat"),
+        "deleted through the other replica: {listed:#}"
+    );
+}

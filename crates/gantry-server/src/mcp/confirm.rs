@@ -11,14 +11,16 @@
 //! - any other client is refused, with a short-lived token for the agent to call again with
 //!   once the person agreed.
 //!
-//! Tokens and request states are random, kept only in this process, single use, and bound to
-//! the user and to a digest of exactly what was asked (for a takeover: the file, the name, and
-//! which workflow serves each endpoint now), so they confirm nothing else. Declined, cancelled,
-//! unanswered or expired means nothing happens.
+//! Tokens and request states are random, single use, and bound to the user and to a digest of
+//! exactly what was asked (for a takeover: the file, the name, and which workflow serves each
+//! endpoint now), so they confirm nothing else. They are kept in the store by their hash (the
+//! call that answers may reach another server replica), never as themselves. Declined,
+//! cancelled, unanswered or expired means nothing happens.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gantry_store::{ConfirmationKind, NewConfirmation, Store};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ElicitRequest,
@@ -75,16 +77,9 @@ pub struct Confirmed {
     pub waited: bool,
 }
 
-struct Pending {
-    user: Uuid,
-    key: String,
-    expires: Instant,
-}
-
-#[derive(Default)]
+/// The single-use confirmations, in the store.
 pub struct Confirmations {
-    tokens: Mutex<HashMap<String, Pending>>,
-    states: Mutex<HashMap<String, Pending>>,
+    store: Arc<dyn Store>,
 }
 
 fn random() -> String {
@@ -93,36 +88,59 @@ fn random() -> String {
     hex::encode(b)
 }
 
-/// Takes a single-use entry: valid only for this user and this action, and in time.
-fn take(map: &Mutex<HashMap<String, Pending>>, id: &str, user: Uuid, action: &Action) -> bool {
-    let mut map = map.lock().expect("not poisoned");
-    let now = Instant::now();
-    map.retain(|_, p| p.expires > now);
-    match map.remove(id) {
-        Some(p) if p.user == user && p.key == action.key => true,
-        Some(p) => {
-            // Another user's or another action's: it stays theirs.
-            map.insert(id.to_string(), p);
-            false
-        }
-        None => false,
-    }
+fn hash(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-fn put(map: &Mutex<HashMap<String, Pending>>, user: Uuid, action: &Action) -> String {
-    let id = random();
-    let mut map = map.lock().expect("not poisoned");
-    let now = Instant::now();
-    map.retain(|_, p| p.expires > now);
-    map.insert(
-        id.clone(),
-        Pending {
-            user,
-            key: action.key.clone(),
-            expires: now + TTL,
-        },
-    );
-    id
+/// A store failure as the client sees it: nothing happened.
+fn unavailable(action: &Action, e: gantry_store::StoreError) -> CallToolResponse {
+    tracing::warn!("mcp confirmation: {e}");
+    declined(
+        action,
+        "the server could not keep or check the confirmation",
+    )
+}
+
+impl Confirmations {
+    pub fn new(store: Arc<dyn Store>) -> Confirmations {
+        Confirmations { store }
+    }
+
+    /// Takes a single-use entry: valid only for this user and this action, and in time.
+    async fn take(
+        &self,
+        kind: ConfirmationKind,
+        id: &str,
+        user: Uuid,
+        action: &Action,
+    ) -> Result<bool, CallToolResponse> {
+        self.store
+            .take_confirmation(kind, &hash(id), user, &action.key, crate::clock::now_ms())
+            .await
+            .map_err(|e| unavailable(action, e))
+    }
+
+    async fn put(
+        &self,
+        kind: ConfirmationKind,
+        user: Uuid,
+        action: &Action,
+    ) -> Result<String, CallToolResponse> {
+        let id = random();
+        let now = crate::clock::now_ms();
+        let c = NewConfirmation {
+            kind,
+            id_hash: hash(&id),
+            user_id: user,
+            action: action.key.clone(),
+            expires_at: now + TTL.as_millis() as i64,
+        };
+        self.store
+            .put_confirmation(&c, now)
+            .await
+            .map_err(|e| unavailable(action, e))?;
+        Ok(id)
+    }
 }
 
 fn elicitation(action: &Action) -> ElicitRequestParams {
@@ -170,7 +188,10 @@ impl Confirmations {
         token: Option<&str>,
     ) -> Result<Confirmed, CallToolResponse> {
         if let Some(state) = &request.request_state {
-            if !take(&self.states, state, user, action) {
+            if !self
+                .take(ConfirmationKind::Question, state, user, action)
+                .await?
+            {
                 return Err(declined(
                     action,
                     "the question this answers has expired or was about something else",
@@ -194,17 +215,19 @@ impl Confirmations {
             };
         }
         if let Some(t) = token {
-            if take(&self.tokens, t, user, action) {
+            if self.take(ConfirmationKind::Token, t, user, action).await? {
                 return Ok(Confirmed {
                     via: VIA_TOKEN,
                     waited: false,
                 });
             }
-            return Err(self.refuse(
-                user,
-                action,
-                "The confirmation_token given is unknown, expired, used, or for something else. ",
-            ));
+            return Err(self
+                .refuse(
+                    user,
+                    action,
+                    "The confirmation_token given is unknown, expired, used, or for something else. ",
+                )
+                .await);
         }
         let modern = ctx
             .protocol_version()
@@ -215,7 +238,7 @@ impl Confirmations {
                 .and_then(|c| c.elicitation)
                 .is_some_and(|e| e.form.is_some() || e.url.is_none());
             if can_ask {
-                let state = put(&self.states, user, action);
+                let state = self.put(ConfirmationKind::Question, user, action).await?;
                 let mut asks = InputRequests::new();
                 asks.insert(
                     KEY.into(),
@@ -244,13 +267,16 @@ impl Confirmations {
                 )),
             };
         }
-        Err(self.refuse(user, action, ""))
+        Err(self.refuse(user, action, "").await)
     }
 
     /// For clients that cannot ask: nothing happens, and a token lets the agent call again
     /// once it has asked the person itself.
-    fn refuse(&self, user: Uuid, action: &Action, why: &str) -> CallToolResponse {
-        let token = put(&self.tokens, user, action);
+    async fn refuse(&self, user: Uuid, action: &Action, why: &str) -> CallToolResponse {
+        let token = match self.put(ConfirmationKind::Token, user, action).await {
+            Ok(t) => t,
+            Err(e) => return e,
+        };
         let text = format!(
             "{why}Nothing was done: this needs the person's confirmation, and this client cannot \
              ask them. Ask them: \"{}\" Only if they agree, call this tool again with the same \

@@ -60,7 +60,7 @@ pub(crate) struct Shared {
 pub fn routes(st: AppState) -> Router<AppState> {
     let shared = Arc::new(Shared {
         config: st.config.mcp.clone(),
-        confirmations: confirm::Confirmations::default(),
+        confirmations: confirm::Confirmations::new(st.store.clone()),
         st: st.clone(),
     });
     let mut origins = vec![st.config.url()];

@@ -504,6 +504,19 @@ impl Store for PgStore {
     async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool> {
         PgStore::session_signed_out(self, sid, now).await
     }
+    async fn put_confirmation(&self, c: &NewConfirmation, now: Millis) -> Result<()> {
+        PgStore::put_confirmation(self, c, now).await
+    }
+    async fn take_confirmation(
+        &self,
+        kind: ConfirmationKind,
+        id_hash: &str,
+        user_id: Uuid,
+        action: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        PgStore::take_confirmation(self, kind, id_hash, user_id, action, now).await
+    }
 
     async fn announce_change(&self) -> Result<()> {
         sqlx::query("SELECT pg_notify($1, '')")

@@ -387,4 +387,49 @@ impl PgStore {
         .await?;
         Ok(found.is_some())
     }
+
+    pub(super) async fn put_confirmation(&self, c: &NewConfirmation, now: Millis) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        sqlx::query("DELETE FROM mcp_confirmations WHERE expires_at <= $1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO mcp_confirmations (id_hash, kind, user_id, action, expires_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&c.id_hash)
+        .bind(c.kind.as_str())
+        .bind(c.user_id.to_string())
+        .bind(&c.action)
+        .bind(c.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn take_confirmation(
+        &self,
+        kind: ConfirmationKind,
+        id_hash: &str,
+        user_id: Uuid,
+        action: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        // One statement: two replicas taking the same confirmation at once, one gets it.
+        let mut tx = self.write_tx().await?;
+        let n = sqlx::query(
+            "DELETE FROM mcp_confirmations WHERE id_hash = $1 AND kind = $2 AND user_id = $3 AND action = $4 AND expires_at > $5",
+        )
+        .bind(id_hash)
+        .bind(kind.as_str())
+        .bind(user_id.to_string())
+        .bind(action)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
 }

@@ -468,6 +468,19 @@ impl Store for SqliteStore {
     async fn session_signed_out(&self, sid: &str, now: Millis) -> Result<bool> {
         SqliteStore::session_signed_out(self, sid, now).await
     }
+    async fn put_confirmation(&self, c: &NewConfirmation, now: Millis) -> Result<()> {
+        SqliteStore::put_confirmation(self, c, now).await
+    }
+    async fn take_confirmation(
+        &self,
+        kind: ConfirmationKind,
+        id_hash: &str,
+        user_id: Uuid,
+        action: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        SqliteStore::take_confirmation(self, kind, id_hash, user_id, action, now).await
+    }
 
     async fn holds_version(&self) -> Result<i64> {
         SqliteStore::holds_version(self).await

@@ -384,4 +384,49 @@ impl SqliteStore {
         .await?;
         Ok(found.is_some())
     }
+
+    pub(super) async fn put_confirmation(&self, c: &NewConfirmation, now: Millis) -> Result<()> {
+        let mut tx = self.writer.begin().await?;
+        sqlx::query("DELETE FROM mcp_confirmations WHERE expires_at <= ?")
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "INSERT INTO mcp_confirmations (id_hash, kind, user_id, action, expires_at) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(&c.id_hash)
+        .bind(c.kind.as_str())
+        .bind(c.user_id.to_string())
+        .bind(&c.action)
+        .bind(c.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(super) async fn take_confirmation(
+        &self,
+        kind: ConfirmationKind,
+        id_hash: &str,
+        user_id: Uuid,
+        action: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        // One statement: two replicas taking the same confirmation at once, one gets it.
+        let mut tx = self.writer.begin().await?;
+        let n = sqlx::query(
+            "DELETE FROM mcp_confirmations WHERE id_hash = ? AND kind = ? AND user_id = ? AND action = ? AND expires_at > ?",
+        )
+        .bind(id_hash)
+        .bind(kind.as_str())
+        .bind(user_id.to_string())
+        .bind(action)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(n > 0)
+    }
 }

@@ -18,6 +18,48 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The Python with the MCP SDK (PyPI `mcp`) that scripts/install-deps.sh puts in a venv.
+pub fn mcp_python() -> PathBuf {
+    let p = std::env::var_os("GANTRY_MCP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/gantry-venv/bin/python"));
+    assert!(
+        p.exists(),
+        "{} is missing: scripts/install-deps.sh makes the venv with the Python MCP SDK \
+         (or point GANTRY_MCP_PYTHON at a python that has `mcp`)",
+        p.display()
+    );
+    p
+}
+
+/// Runs one scenario of `tests/mcp/agent.py` (a real MCP client) against the server at
+/// `url`; returns the JSON it printed last. `log` is shown when it fails.
+pub fn mcp_agent(
+    url: &str,
+    token: &str,
+    scenario: &str,
+    args: &[&str],
+    log: &dyn Fn() -> String,
+) -> serde_json::Value {
+    let out = Command::new(mcp_python())
+        .arg(repo_root().join("crates/gantry/tests/mcp/agent.py"))
+        .arg(scenario)
+        .args(["--url", url, "--token", token, "--gantry", GANTRY])
+        .args(args)
+        .output()
+        .expect("running the Python MCP client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "agent.py {scenario} {args:?} failed ({}):\n{stdout}\n{}\nserver log:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        log()
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("agent.py printed {stdout:?}: {e}"))
+}
+
 /// The local registry's `host:port`, starting it once if needed.
 pub fn registry() -> &'static str {
     test_env("GANTRY_TEST_REGISTRY")

@@ -200,8 +200,15 @@ async def confirmable(args, tool, params, refused_word):
             if not args.with_token:
                 print(json.dumps(dict(out, refused=text_of(r))))
                 return
-            r = await c.call_tool(tool, dict(params, confirmation_token=s["confirmation_token"]))
-            again = await c.call_tool(tool, dict(params, confirmation_token=s["confirmation_token"]))
+            if args.confirm_url:
+                # Handed out by one server replica, taken through another.
+                there = argparse.Namespace(**dict(vars(args), url=args.confirm_url))
+                async with client(there) as c2:
+                    r = await c2.call_tool(tool, dict(params, confirmation_token=s["confirmation_token"]))
+                    again = await c2.call_tool(tool, dict(params, confirmation_token=s["confirmation_token"]))
+            else:
+                r = await c.call_tool(tool, dict(params, confirmation_token=s["confirmation_token"]))
+                again = await c.call_tool(tool, dict(params, confirmation_token=s["confirmation_token"]))
             check(again.is_error, "a token is used once")
         if args.elicit == "decline":
             check(r.is_error and refused_word in text_of(r), f"declined: {text_of(r)}")
@@ -314,6 +321,7 @@ def main():
     p.add_argument("--gantry", help="the gantry binary, for stdio")
     p.add_argument("--elicit", choices=["accept", "decline", "none"], default="none")
     p.add_argument("--with-token", action="store_true", help="after a refusal, confirm with its token")
+    p.add_argument("--confirm-url", help="with --with-token: confirm through this server (another replica)")
     p.add_argument("--await-approval", action="store_true")
     p.add_argument("--unasked", action="store_true", help="expect it done without any question")
     p.add_argument("--spec")
