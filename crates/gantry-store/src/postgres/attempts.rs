@@ -171,7 +171,7 @@ async fn place_all(
         "UPDATE tasks t SET status = 'STARTED', reason = NULL, attempts = t.attempts + 1,
                             live_attempt = u.attempt, node = u.node
          FROM unnest($1::text[], $2::text[], $3::text[]) AS u(task, attempt, node)
-         WHERE t.id = u.task AND t.status = 'PENDING' AND t.live_attempt IS NULL
+         WHERE t.id = u.task AND t.id = ANY($1) AND t.status = 'PENDING' AND t.live_attempt IS NULL
            AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.ended_at IS NULL)
          RETURNING t.id, t.workflow_id, t.job, t.idx, t.attempts",
     )
