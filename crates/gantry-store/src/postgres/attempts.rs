@@ -167,6 +167,9 @@ async fn place_all(
         .collect();
     let mut seen = std::collections::HashSet::new();
     let once: Vec<&P> = ps.iter().filter(|p| seen.insert(p.task_id)).collect();
+    // Each batch statement also names its rows by `= ANY` of the ids: the planner then finds
+    // them by primary key whatever it estimates of the arrays and however stale the tables'
+    // statistics (driven from a stale estimate, it re-read the array for every live row).
     let rows = sqlx::query(
         "UPDATE tasks t SET status = 'STARTED', reason = NULL, attempts = t.attempts + 1,
                             live_attempt = u.attempt, node = u.node
@@ -477,7 +480,7 @@ impl PgStore {
             "WITH r AS (
                UPDATE attempts a SET status = 'RUNNING', running_at = u.at
                FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, n)
-               WHERE a.id = u.id AND a.status = 'STARTED' AND a.ended_at IS NULL
+               WHERE a.id = u.id AND a.id = ANY($1) AND a.status = 'STARTED' AND a.ended_at IS NULL
                RETURNING a.id, a.task_id, a.workflow_id, a.node, u.at, u.n),
              t AS (
                UPDATE tasks SET status = 'RUNNING' FROM r
@@ -574,7 +577,7 @@ async fn end_all(
                                reason = u.reason, ended_at = u.at
          FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
                      $7::bigint[]) AS u(id, status, cause, exit_code, reason, at, n)
-         WHERE a.id = u.id AND a.ended_at IS NULL
+         WHERE a.id = u.id AND a.id = ANY($1) AND a.ended_at IS NULL
          RETURNING u.n, a.task_id, a.workflow_id, a.node, a.number,
                    (SELECT t.live_attempt = a.id FROM tasks t WHERE t.id = a.task_id) AS current,
                    (SELECT t.job FROM tasks t WHERE t.id = a.task_id) AS job,
@@ -665,7 +668,7 @@ async fn end_all(
                             exit_code = u.exit_code, ended_at = u.ended_at, not_before = u.not_before
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
                      $7::bigint[]) AS u(id, attempt, status, reason, exit_code, ended_at, not_before)
-         WHERE t.id = u.id AND t.live_attempt = u.attempt
+         WHERE t.id = u.id AND t.id = ANY($1) AND t.live_attempt = u.attempt
          RETURNING t.id",
     )
     .bind(moved.iter().map(|m| m.task_id.clone()).collect::<Vec<_>>())
