@@ -167,14 +167,17 @@ async fn place_all(
         .collect();
     let mut seen = std::collections::HashSet::new();
     let once: Vec<&P> = ps.iter().filter(|p| seen.insert(p.task_id)).collect();
-    // Each batch statement also names its rows by `= ANY` of the ids: the planner then finds
-    // them by primary key whatever it estimates of the arrays and however stale the tables'
-    // statistics (driven from a stale estimate, it re-read the array for every live row).
+    // Each batch statement reads its arrays as a MATERIALIZED CTE: driven from the table on a
+    // stale estimate (a database seconds old, before autovacuum's first ANALYZE), a join with
+    // `unnest` re-read the arrays for every live row, 0.1 s a batch of 256; from the CTE the
+    // rows are looked up by primary key, or hashed, whatever the estimate (2-4 ms).
     let rows = sqlx::query(
-        "UPDATE tasks t SET status = 'STARTED', reason = NULL, attempts = t.attempts + 1,
+        "WITH u AS MATERIALIZED (
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) AS u(task, attempt, node))
+         UPDATE tasks t SET status = 'STARTED', reason = NULL, attempts = t.attempts + 1,
                             live_attempt = u.attempt, node = u.node
-         FROM unnest($1::text[], $2::text[], $3::text[]) AS u(task, attempt, node)
-         WHERE t.id = u.task AND t.id = ANY($1) AND t.status = 'PENDING' AND t.live_attempt IS NULL
+         FROM u
+         WHERE t.id = u.task AND t.status = 'PENDING' AND t.live_attempt IS NULL
            AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.task_id = t.id AND a.ended_at IS NULL)
          RETURNING t.id, t.workflow_id, t.job, t.idx, t.attempts",
     )
@@ -477,10 +480,12 @@ impl PgStore {
         // The sub-statements see the rows as they were before it: `tasks` in the events'
         // join is read for the label alone.
         let moved: Vec<i64> = sqlx::query_scalar(
-            "WITH r AS (
+            "WITH u AS MATERIALIZED (
+               SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, n)),
+             r AS (
                UPDATE attempts a SET status = 'RUNNING', running_at = u.at
-               FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u(id, at, n)
-               WHERE a.id = u.id AND a.id = ANY($1) AND a.status = 'STARTED' AND a.ended_at IS NULL
+               FROM u
+               WHERE a.id = u.id AND a.status = 'STARTED' AND a.ended_at IS NULL
                RETURNING a.id, a.task_id, a.workflow_id, a.node, u.at, u.n),
              t AS (
                UPDATE tasks SET status = 'RUNNING' FROM r
@@ -573,11 +578,14 @@ async fn end_all(
         once.iter().map(|&i| f(&ends[i].0, ends[i].1)).collect()
     };
     let rows = sqlx::query(
-        "UPDATE attempts a SET status = u.status, cause = u.cause, exit_code = u.exit_code,
+        "WITH u AS MATERIALIZED (
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[],
+                                $6::bigint[], $7::bigint[])
+                         AS u(id, status, cause, exit_code, reason, at, n))
+         UPDATE attempts a SET status = u.status, cause = u.cause, exit_code = u.exit_code,
                                reason = u.reason, ended_at = u.at
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[],
-                     $7::bigint[]) AS u(id, status, cause, exit_code, reason, at, n)
-         WHERE a.id = u.id AND a.id = ANY($1) AND a.ended_at IS NULL
+         FROM u
+         WHERE a.id = u.id AND a.ended_at IS NULL
          RETURNING u.n, a.task_id, a.workflow_id, a.node, a.number,
                    (SELECT t.live_attempt = a.id FROM tasks t WHERE t.id = a.task_id) AS current,
                    (SELECT t.job FROM tasks t WHERE t.id = a.task_id) AS job,
@@ -664,11 +672,14 @@ async fn end_all(
         };
     }
     let tasks_moved: std::collections::HashSet<String> = sqlx::query_scalar(
-        "UPDATE tasks t SET status = u.status, reason = u.reason, live_attempt = NULL,
+        "WITH u AS MATERIALIZED (
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                                $6::bigint[], $7::bigint[])
+                         AS u(id, attempt, status, reason, exit_code, ended_at, not_before))
+         UPDATE tasks t SET status = u.status, reason = u.reason, live_attempt = NULL,
                             exit_code = u.exit_code, ended_at = u.ended_at, not_before = u.not_before
-         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
-                     $7::bigint[]) AS u(id, attempt, status, reason, exit_code, ended_at, not_before)
-         WHERE t.id = u.id AND t.id = ANY($1) AND t.live_attempt = u.attempt
+         FROM u
+         WHERE t.id = u.id AND t.live_attempt = u.attempt
          RETURNING t.id",
     )
     .bind(moved.iter().map(|m| m.task_id.clone()).collect::<Vec<_>>())
