@@ -33,6 +33,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::caller::hash_token;
+
 /// How long a confirmation token, a pending question, or a person's wait may last.
 const TTL: Duration = Duration::from_secs(300);
 
@@ -88,10 +90,6 @@ fn random() -> String {
     hex::encode(b)
 }
 
-fn hash(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
 /// A store failure as the client sees it: nothing happened.
 fn unavailable(action: &Action, e: gantry_store::StoreError) -> CallToolResponse {
     tracing::warn!("mcp confirmation: {e}");
@@ -115,7 +113,13 @@ impl Confirmations {
         action: &Action,
     ) -> Result<bool, CallToolResponse> {
         self.store
-            .take_confirmation(kind, &hash(id), user, &action.key, crate::clock::now_ms())
+            .take_confirmation(
+                kind,
+                &hash_token(id),
+                user,
+                &action.key,
+                crate::clock::now_ms(),
+            )
             .await
             .map_err(|e| unavailable(action, e))
     }
@@ -130,7 +134,7 @@ impl Confirmations {
         let now = crate::clock::now_ms();
         let c = NewConfirmation {
             kind,
-            id_hash: hash(&id),
+            id_hash: hash_token(&id),
             user_id: user,
             action: action.key.clone(),
             expires_at: now + TTL.as_millis() as i64,

@@ -102,8 +102,10 @@ pub async fn read(
     };
     // The job and its indexes from the plan; the task's row alone from the store (a big
     // array's member may not have one yet: it waits).
-    let plan: crate::plan::WorkflowPlan =
-        serde_json::from_str(&wf.plan).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let plan = st
+        .cache
+        .plan(&wf)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
     let Some(jp) = plan.job(job) else {
         let jobs: Vec<&str> = plan.jobs.iter().map(|j| j.name.as_str()).collect();
         return Err(ApiError::NotFound(format!(
