@@ -570,12 +570,16 @@ async fn end_all(
     tx: &mut Transaction<'_, Postgres>,
     ends: &[(AttemptEnd, Millis)],
 ) -> Result<Vec<EndOutcome>> {
+    // Each attempt's first end in the batch.
     let mut first: std::collections::HashMap<Uuid, usize> = Default::default();
+    for (i, (e, _)) in ends.iter().enumerate() {
+        first.entry(e.attempt_id).or_insert(i);
+    }
     let once: Vec<usize> = (0..ends.len())
-        .filter(|&i| first.insert(ends[i].0.attempt_id, i).is_none())
+        .filter(|&i| first[&ends[i].0.attempt_id] == i)
         .collect();
-    let col = |f: &dyn Fn(&AttemptEnd, Millis) -> Option<String>| -> Vec<Option<String>> {
-        once.iter().map(|&i| f(&ends[i].0, ends[i].1)).collect()
+    let col = |f: &dyn Fn(&AttemptEnd) -> String| -> Vec<String> {
+        once.iter().map(|&i| f(&ends[i].0)).collect()
     };
     let rows = sqlx::query(
         "WITH u AS MATERIALIZED (
@@ -591,17 +595,19 @@ async fn end_all(
                    (SELECT t.job FROM tasks t WHERE t.id = a.task_id) AS job,
                    (SELECT t.idx FROM tasks t WHERE t.id = a.task_id) AS idx",
     )
-    .bind(col(&|e, _| Some(e.attempt_id.to_string())))
-    .bind(col(&|e, _| Some(e.status.as_str().to_string())))
-    .bind(col(&|e, _| Some(e.cause.as_str().to_string())))
+    .bind(col(&|e| e.attempt_id.to_string()))
+    .bind(col(&|e| e.status.as_str().to_string()))
+    .bind(col(&|e| e.cause.as_str().to_string()))
     .bind(
         once.iter()
             .map(|&i| ends[i].0.exit_code.map(i64::from))
             .collect::<Vec<_>>(),
     )
-    .bind(col(&|e, _| {
-        e.reason.as_deref().map(|r| pg_text(r).into_owned())
-    }))
+    .bind(
+        once.iter()
+            .map(|&i| ends[i].0.reason.as_deref().map(|r| pg_text(r).into_owned()))
+            .collect::<Vec<_>>(),
+    )
     .bind(once.iter().map(|&i| ends[i].1).collect::<Vec<_>>())
     .bind(once.iter().map(|&i| i as i64).collect::<Vec<_>>())
     .fetch_all(&mut **tx)
@@ -624,18 +630,18 @@ async fn end_all(
             .into_iter()
             .collect()
     };
-    let mut outcomes = vec![EndOutcome::AlreadyEnded; ends.len()];
-    for &i in &once {
-        if !ended.contains(&i) && !known.contains(&ends[i].0.attempt_id.to_string()) {
-            outcomes[i] = EndOutcome::Unknown;
-        }
-    }
-    for (i, e) in ends.iter().enumerate() {
-        let f = first[&e.0.attempt_id];
-        if f != i && outcomes[f] == EndOutcome::Unknown {
-            outcomes[i] = EndOutcome::Unknown;
-        }
-    }
+    // An end repeated in the batch finds what its first found: no such attempt, or ended.
+    let mut outcomes: Vec<EndOutcome> = ends
+        .iter()
+        .map(|(e, _)| {
+            let f = first[&e.attempt_id];
+            if ended.contains(&f) || known.contains(&e.attempt_id.to_string()) {
+                EndOutcome::AlreadyEnded
+            } else {
+                EndOutcome::Unknown
+            }
+        })
+        .collect();
     // Each moved attempt's task, as its end says; in the batch's order.
     struct Moved {
         n: usize,
